@@ -1,0 +1,1 @@
+"""adaptcoll: event-driven, segmented MPI collectives for mpi4py."""
