@@ -1,0 +1,213 @@
+"""Array backends: NumPy folds against an independent per-element reference, MPI's op/type table,
+the deferred backend's late completion, and CuPy against NumPy where a GPU is present."""
+
+from __future__ import annotations
+
+import operator
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from adaptcoll.backends.base import PREDEFINED_OPS, ReduceOp
+from adaptcoll.backends.numpy_backend import NumpyBackend
+
+INT_TYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
+FLOAT_TYPES = ["float16", "float32", "float64"]
+COMPLEX_TYPES = ["complex64", "complex128"]
+ALL_TYPES = INT_TYPES + FLOAT_TYPES + COMPLEX_TYPES + ["bool"]
+
+# MPI 4.1 section 6.9.2, restricted to the NumPy types we map: which op applies to which type class.
+MPI_RULES = {
+    "SUM": {"int", "float", "complex"},
+    "PROD": {"int", "float", "complex"},
+    "MAX": {"int", "float"},
+    "MIN": {"int", "float"},
+    "LAND": {"int", "bool"},
+    "LOR": {"int", "bool"},
+    "LXOR": {"int", "bool"},
+    "BAND": {"int", "bool"},
+    "BOR": {"int", "bool"},
+    "BXOR": {"int", "bool"},
+}
+
+
+def type_class(dtype_name: str) -> str:
+    """The MPI type class of a NumPy dtype name."""
+    if dtype_name in INT_TYPES:
+        return "int"
+    if dtype_name in FLOAT_TYPES:
+        return "float"
+    if dtype_name in COMPLEX_TYPES:
+        return "complex"
+    return "bool"
+
+
+def op_type_pairs() -> list[tuple[str, str]]:
+    """Every (op, dtype) pair MPI defines among our types."""
+    return [(op, t) for op in PREDEFINED_OPS for t in ALL_TYPES if type_class(t) in MPI_RULES[op]]
+
+
+# ---- an independent reference: Python scalars, element by element, wrapped to the dtype ----------
+
+_PY_OPS = {
+    "SUM": operator.add,
+    "PROD": operator.mul,
+    "MAX": max,
+    "MIN": min,
+    "LAND": lambda a, b: int(bool(a) and bool(b)),
+    "LOR": lambda a, b: int(bool(a) or bool(b)),
+    "LXOR": lambda a, b: int(bool(a) != bool(b)),
+    "BAND": operator.and_,
+    "BOR": operator.or_,
+    "BXOR": operator.xor,
+}
+
+
+def reference(op: str, lower: np.ndarray, higher: np.ndarray) -> np.ndarray:
+    """`lower op higher` computed on Python scalars and then converted (integers wrap modulo 2**bits)."""
+    dtype = lower.dtype
+    values = [_PY_OPS[op](a, b) for a, b in zip(lower.tolist(), higher.tolist())]
+    if dtype.kind in "iu":
+        bits = dtype.itemsize * 8
+        wrapped = np.array([int(v) % (1 << bits) for v in values], dtype=f"u{dtype.itemsize}")
+        return wrapped.view(dtype)
+    if dtype.kind == "b":
+        return np.array([bool(v) for v in values], dtype=bool)
+    return np.array(values, dtype=dtype)
+
+
+def sample(dtype_name: str, count: int, seed: int) -> np.ndarray:
+    """Values that exercise signs, zeros, overflow and (for floats) stay exact under one + or *."""
+    rng = np.random.default_rng(seed)
+    dtype = np.dtype(dtype_name)
+    if dtype.kind == "b":
+        return rng.integers(0, 2, count).astype(bool)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        values = rng.integers(info.min, info.max, count, dtype=dtype, endpoint=True)
+        values[::7] = 0  # zeros matter for the logical ops
+        values[1::11] = 1
+        return values
+    # Dyadic values with few significant bits: sums and products are exact in every float type,
+    # so the Python-double reference rounds the same way as the dtype's own arithmetic.
+    real = rng.integers(-64, 65, count) / 8.0
+    if dtype.kind == "c":
+        imag = rng.integers(-64, 65, count) / 8.0
+        return (real + 1j * imag).astype(dtype)
+    return real.astype(dtype)
+
+
+@pytest.fixture(scope="module")
+def numpy_backend() -> NumpyBackend:
+    return NumpyBackend()
+
+
+def test_supports_matches_mpi_rules(numpy_backend: NumpyBackend) -> None:
+    for op in PREDEFINED_OPS:
+        for t in ALL_TYPES:
+            expected = type_class(t) in MPI_RULES[op]
+            assert numpy_backend.supports(ReduceOp(op), t) is expected, (op, t)
+            assert numpy_backend.supports(ReduceOp(op), np.dtype(t)) is expected, (op, t)
+    for odd in ["longdouble", "U4", "O", ">f8", "V8", "datetime64[s]"]:
+        for op in PREDEFINED_OPS:
+            assert numpy_backend.supports(ReduceOp(op), odd) is False, (op, odd)
+    assert numpy_backend.supports(ReduceOp("USER", user_fold=lambda a, b: None), "float64")
+    assert not numpy_backend.supports(ReduceOp("USER"), "float64")
+    assert not numpy_backend.supports(ReduceOp("NOPE"), "float64")
+
+
+@pytest.mark.parametrize("op,dtype_name", op_type_pairs())
+def test_numpy_combine_matches_reference(numpy_backend: NumpyBackend, op: str, dtype_name: str) -> None:
+    count = 257
+    lower, higher = sample(dtype_name, count, 1), sample(dtype_name, count, 2)
+    expected = reference(op, lower, higher)
+    reduce_op = ReduceOp(op)
+    with np.errstate(over="ignore"):
+        # out is a third array, then lower, then higher: the inputs that are not `out` stay intact.
+        out = numpy_backend.empty(count, dtype_name)
+        assert numpy_backend.combine(reduce_op, lower, higher, out) is None
+        np.testing.assert_array_equal(out, expected)
+        np.testing.assert_array_equal(lower, sample(dtype_name, count, 1))
+        np.testing.assert_array_equal(higher, sample(dtype_name, count, 2))
+
+        a, b = lower.copy(), higher.copy()
+        assert numpy_backend.combine(reduce_op, a, b, a) is None
+        np.testing.assert_array_equal(a, expected)
+        np.testing.assert_array_equal(b, higher)
+
+        a, b = lower.copy(), higher.copy()
+        assert numpy_backend.combine(reduce_op, a, b, b) is None
+        np.testing.assert_array_equal(b, expected)
+        np.testing.assert_array_equal(a, lower)
+    assert out.dtype == np.dtype(dtype_name)
+
+
+def test_logical_ops_on_integers_give_one_and_zero(numpy_backend: NumpyBackend) -> None:
+    lower = np.array([0, 5, -3, 0, 7], dtype=np.int32)
+    higher = np.array([0, 0, 9, 2, -1], dtype=np.int32)
+    cases = {"LAND": [0, 0, 1, 0, 1], "LOR": [0, 1, 1, 1, 1], "LXOR": [0, 1, 0, 1, 0]}
+    for op, expected in cases.items():
+        out = np.full(5, 42, dtype=np.int32)
+        numpy_backend.combine(ReduceOp(op), lower, higher, out)
+        assert out.tolist() == expected, op
+
+
+def test_numpy_combine_on_segment_views(numpy_backend: NumpyBackend) -> None:
+    """Protocols fold segments of bigger buffers: views in, views out, neighbours untouched."""
+    whole = np.arange(100, dtype=np.float64)
+    incoming = np.ones(100, dtype=np.float64)
+    numpy_backend.combine(ReduceOp("SUM"), incoming[20:40], whole[20:40], whole[20:40])
+    expected = np.arange(100, dtype=np.float64)
+    expected[20:40] += 1
+    np.testing.assert_array_equal(whole, expected)
+
+
+def test_numpy_combine_allocates_no_temporary(numpy_backend: NumpyBackend) -> None:
+    """1 MiB folds write straight into `out` whichever input it aliases (no 1 MiB temporary)."""
+    count = 1 << 17
+    for name, dtype in (("SUM", "float64"), ("MAX", "float64"), ("LAND", "int64"), ("BXOR", "uint64")):
+        lower, higher, third = (np.full(count, v, dtype=dtype) for v in (1, 2, 0))
+        for out in (lower, higher, third):
+            tracemalloc.start()
+            numpy_backend.combine(ReduceOp(name), lower, higher, out)
+            _, peak = tracemalloc.get_traced_memory()
+            tracemalloc.stop()
+            assert peak < lower.nbytes // 8, (name, peak)
+
+
+def test_user_op_order_and_aliasing(numpy_backend: NumpyBackend) -> None:
+    """A non-commutative user fold sees (lower, higher) in MPI's order for every aliasing of `out`."""
+
+    def fold(lower: np.ndarray, higher: np.ndarray) -> None:
+        higher[...] = 10 * lower + higher  # not commutative
+
+    op = ReduceOp("USER", commutative=False, user_fold=fold)
+    lower0, higher0 = np.array([1.0, 2.0, 3.0]), np.array([4.0, 5.0, 6.0])
+    expected = 10 * lower0 + higher0
+
+    lower, higher, out = lower0.copy(), higher0.copy(), np.zeros(3)
+    assert numpy_backend.combine(op, lower, higher, out) is None
+    np.testing.assert_array_equal(out, expected)
+    np.testing.assert_array_equal(lower, lower0)
+    np.testing.assert_array_equal(higher, higher0)
+
+    lower, higher = lower0.copy(), higher0.copy()
+    numpy_backend.combine(op, lower, higher, lower)
+    np.testing.assert_array_equal(lower, expected)
+    np.testing.assert_array_equal(higher, higher0)
+
+    lower, higher = lower0.copy(), higher0.copy()
+    numpy_backend.combine(op, lower, higher, higher)
+    np.testing.assert_array_equal(higher, expected)
+    np.testing.assert_array_equal(lower, lower0)
+
+    with pytest.raises(ValueError, match="user_fold"):
+        numpy_backend.combine(ReduceOp("USER"), lower, higher, out)
+
+
+def test_numpy_empty_and_copy(numpy_backend: NumpyBackend) -> None:
+    buf = numpy_backend.empty(5, "int16")
+    assert buf.shape == (5,) and buf.dtype == np.int16
+    numpy_backend.copy(buf, np.arange(5, dtype=np.int16))
+    assert buf.tolist() == [0, 1, 2, 3, 4]
