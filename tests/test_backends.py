@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from adaptcoll.backends.base import PREDEFINED_OPS, ReduceOp
+from adaptcoll.backends.deferred import DeferredBackend, InputModifiedError
 from adaptcoll.backends.numpy_backend import NumpyBackend
 
 INT_TYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
@@ -211,3 +212,89 @@ def test_numpy_empty_and_copy(numpy_backend: NumpyBackend) -> None:
     assert buf.shape == (5,) and buf.dtype == np.int16
     numpy_backend.copy(buf, np.arange(5, dtype=np.int16))
     assert buf.tolist() == [0, 1, 2, 3, 4]
+
+
+# ---- DeferredBackend --------------------------------------------------------------------------
+
+def drive(polls: list, order: list[int]) -> None:
+    """Poll every pending fold round-robin (like an engine's progress sweep) until all are done,
+    recording the index of each fold in `order` as it completes."""
+    pending = dict(enumerate(polls))
+    while pending:
+        for index, poll in list(pending.items()):
+            if poll():
+                order.append(index)
+                del pending[index]
+
+
+def test_deferred_result_only_after_done() -> None:
+    backend = DeferredBackend(seed=3, max_delay_polls=4)
+    lower, higher = np.arange(8.0), np.full(8, 100.0)
+    poll = backend.combine(ReduceOp("SUM"), lower, higher, higher)
+    assert poll is not None
+    polls_needed = 0
+    while True:
+        done = poll()
+        if done:
+            break
+        polls_needed += 1
+        np.testing.assert_array_equal(higher, np.full(8, 100.0))  # not folded yet: still the old data
+    assert 1 <= polls_needed <= 4
+    np.testing.assert_array_equal(higher, np.arange(8.0) + 100.0)
+    assert poll() is True  # stays done and does not fold twice
+    np.testing.assert_array_equal(higher, np.arange(8.0) + 100.0)
+    assert backend.pending == 0 and backend.stats.completed == 1
+
+
+def test_deferred_completes_out_of_order_reproducibly() -> None:
+    def run(seed: int) -> tuple[list[int], list[np.ndarray], DeferredBackend]:
+        backend = DeferredBackend(seed=seed, max_delay_polls=5)
+        outs = [np.zeros(4, dtype=np.int64) for _ in range(16)]
+        polls = [backend.combine(ReduceOp("SUM"), np.full(4, i), np.full(4, 1000), outs[i]) for i in range(16)]
+        assert backend.stats.in_flight == 16 and backend.pending == 16
+        order: list[int] = []
+        drive(polls, order)
+        return order, outs, backend
+
+    order, outs, backend = run(seed=7)
+    assert sorted(order) == list(range(16)) and order != list(range(16))
+    assert backend.stats.completed_out_of_order > 0
+    assert backend.stats.max_in_flight == 16 and backend.stats.in_flight == 0
+    for i, out in enumerate(outs):
+        assert out.tolist() == [1000 + i] * 4
+    assert run(seed=7)[0] == order  # same seed, same completion order
+    assert any(run(seed=s)[0] != order for s in range(8, 12))
+
+
+def test_deferred_matches_numpy_for_every_op() -> None:
+    backend = DeferredBackend(seed=1)
+    for op, dtype_name in op_type_pairs():
+        lower, higher = sample(dtype_name, 33, 5), sample(dtype_name, 33, 6)
+        out = np.empty(33, dtype_name)
+        assert backend.supports(ReduceOp(op), dtype_name)
+        poll = backend.combine(ReduceOp(op), lower, higher, out)
+        with np.errstate(over="ignore"):
+            while not poll():
+                pass
+        np.testing.assert_array_equal(out, reference(op, lower, higher), err_msg=f"{op} {dtype_name}")
+    assert not backend.supports(ReduceOp("MAX"), "complex128")
+
+
+def test_deferred_catches_inputs_reused_before_done() -> None:
+    backend = DeferredBackend(seed=0)
+    lower, higher = np.ones(4), np.ones(4)
+    poll = backend.combine(ReduceOp("SUM"), lower, higher, np.empty(4))
+    lower[0] = 5.0  # a protocol that recycles its receive buffer too early
+    with pytest.raises(InputModifiedError, match="lower"):
+        while not poll():
+            pass
+
+
+def test_deferred_flush_completes_everything_in_start_order() -> None:
+    backend = DeferredBackend(seed=2, max_delay_polls=50)
+    polls = [backend.combine(ReduceOp("SUM"), np.full(3, float(i)), np.zeros(3), np.empty(3)) for i in range(5)]
+    backend.flush()
+    assert all(poll() for poll in polls) and backend.pending == 0
+    assert backend.stats.completed_out_of_order == 0
+    with pytest.raises(ValueError):
+        DeferredBackend(max_delay_polls=0)
