@@ -1,0 +1,50 @@
+"""Segment plans: how one message is cut into segments, and which tag each segment travels with."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["SegmentPlan", "plan_segments"]
+
+
+@dataclass(frozen=True)
+class SegmentPlan:
+    """`count` elements cut into segments of `seg_count` elements (the last one may be shorter).
+
+    Segment s travels with tag `(tag_base + s) % tag_space`. Within one operation every segment has
+    its own tag (nseg <= tag_space), so segments may complete in any order; across operations tags
+    repeat, which MPI's non-overtaking rule makes safe (each (source, dest, tag) is used once per op).
+    """
+
+    count: int
+    seg_count: int
+    tag_base: int = 0
+    tag_space: int = 1 << 15
+
+    @property
+    def nseg(self) -> int:
+        """Number of segments (0 for an empty message)."""
+        return -(-self.count // self.seg_count) if self.count else 0
+
+    def bounds(self, s: int) -> tuple[int, int]:
+        """Element range [lo, hi) of segment s."""
+        lo = s * self.seg_count
+        return lo, min(lo + self.seg_count, self.count)
+
+    def tag(self, s: int) -> int:
+        """The tag of segment s."""
+        return (self.tag_base + s) % self.tag_space
+
+
+def plan_segments(count: int, itemsize: int, segment_bytes: int, tag_base: int, tag_space: int) -> SegmentPlan:
+    """Plan `count` elements of `itemsize` bytes in segments of about `segment_bytes` bytes.
+
+    Segments hold whole elements (at least one). If that would need more segments than there are
+    tags, segments grow so that nseg <= tag_space: the operation still works, with larger segments.
+    """
+    if tag_space < 1:
+        raise ValueError("tag_space must be >= 1")
+    seg_count = max(1, segment_bytes // max(1, itemsize))
+    if count and -(-count // seg_count) > tag_space:
+        seg_count = -(-count // tag_space)
+    return SegmentPlan(count=count, seg_count=seg_count, tag_base=tag_base % tag_space, tag_space=tag_space)

@@ -1,0 +1,42 @@
+"""ADAPT's broadcast: a receive window from the parent and an independent send queue per child."""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+from ..plan import SegmentPlan
+from ..transport import Callback, Transport
+from .pieces import ChildSendQueues, Join, WindowedReceiver
+
+__all__ = ["Bcast"]
+
+
+class Bcast:
+    """Broadcast segments `segs` of `buf` (1-D array) down one tree, as seen from one rank.
+
+    The root has every segment ready at once; other ranks receive segments straight into `buf`
+    (window `recv_window`) and forward each to their children as soon as it is that child's turn.
+    Per child at most `send_window` sends are in flight. `on_complete()` fires when this rank's part is done.
+    """
+
+    def __init__(self, transport: Transport, parent: Optional[int], children: Sequence[int], buf: Any,
+                 plan: SegmentPlan, segs: Sequence[int], send_window: int, recv_window: int,
+                 sync_mode: str, on_complete: Callback) -> None:
+        self._segs = segs
+        self._parent = parent
+        parts = (1 if children and segs else 0) + (1 if parent is not None and segs else 0)
+        self._join = Join(parts, on_complete)
+        self._sendq = ChildSendQueues(transport, children, buf, plan, segs, send_window, sync_mode,
+                                      self._join.part_done)
+        self._recv = None
+        if parent is not None and segs:
+            self._recv = WindowedReceiver(transport, parent, buf, plan, segs, recv_window,
+                                          self._sendq.segment_ready, self._join.part_done)
+
+    def start(self) -> None:
+        """Post the first receives (or, at the root, the first sends)."""
+        if self._recv is not None:
+            self._recv.start()
+        elif self._parent is None:
+            self._sendq.all_ready()
+        self._join.start()

@@ -1,0 +1,274 @@
+"""ADAPT's reduce: per-child receive windows, per-segment accumulators, a send window to the parent.
+
+Arrival mode (default, commutative ops): the first child buffer to arrive for a segment becomes its
+accumulator and everything else, the local contribution included, is folded in as it arrives. At the
+root the accumulator is the result buffer itself: child 0 is received straight into it (or, in place,
+it already holds the local contribution). Ordered mode (reproducible floating point, non-commutative
+ops): contributions are folded strictly as self, child 1, child 2, ..., whatever the arrival order;
+on a tree whose subtrees are contiguous, ascending rank ranges this is MPI's rank order.
+
+Extra memory is bounded by the windows: receives from a child are only posted for segment positions
+below `lowest unreleased + lookahead`, where a position is released once its result has left this rank
+(or, at the root, is final), so at most children x recv_window + lookahead segment buffers are live.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Sequence
+
+from ..backends.base import ArrayBackend, ReduceOp
+from ..plan import SegmentPlan
+from ..pool import SegmentPool
+from ..transport import Callback, Transport
+from .pieces import sync_flag
+
+__all__ = ["Reduce"]
+
+
+class _Seg:
+    """Fold state of one segment position."""
+
+    __slots__ = ("acc", "acc_w", "acc_pool", "queue", "busy", "target_in", "inputs", "next_k")
+
+    def __init__(self) -> None:
+        self.acc: Any = None
+        self.acc_w = 0
+        self.acc_pool = False
+        self.queue: list[tuple[Any, int, bool]] = []
+        self.busy = False
+        self.target_in: Any = None
+        self.inputs: Optional[list[Any]] = None
+        self.next_k = 1
+
+
+class Reduce:
+    """Reduce segments `segs` of `local` up one tree into `target` (root only), as seen from one rank.
+
+    `local` holds this rank's contribution (it is `target` itself for an in-place root). Hooks for
+    Allreduce: `on_final(pos)` at the root when segment position pos is final in `target`; `on_sent(pos)` at other
+    ranks when the send of position pos to the parent has completed (this rank no longer reads it).
+    """
+
+    def __init__(self, transport: Transport, backend: ArrayBackend, pool: SegmentPool, parent: Optional[int],
+                 children: Sequence[int], local: Any, target: Any, op: ReduceOp, plan: SegmentPlan,
+                 segs: Sequence[int], send_window: int, recv_window: int, sync_mode: str, ordered: bool,
+                 on_complete: Callback, on_final: Optional[Callable[[int], None]] = None,
+                 on_sent: Optional[Callable[[int], None]] = None) -> None:
+        self._t = transport
+        self._be = backend
+        self._pool = pool
+        self._parent = parent
+        self._children = tuple(children)
+        self._local = local
+        self._target = target
+        self._in_place = target is not None and local is target
+        self._op = op
+        self._plan = plan
+        self._segs = segs
+        self._n = len(segs)
+        self._send_window = send_window
+        self._recv_window = recv_window
+        self._lookahead = recv_window + send_window
+        self._sync = sync_mode
+        self._ordered = ordered
+        self._on_complete = on_complete
+        self._on_final = on_final
+        self._on_sent = on_sent
+        self._inputs = len(self._children) + 1
+        self._state = [_Seg() for _ in range(self._n)] if self._children else []
+        self._released = [False] * self._n
+        self._low = 0
+        self._nreleased = 0
+        self._ready = bytearray(self._n)
+        self._next_send = 0
+        self._send_inflight = 0
+        self._next_recv = [0] * len(self._children)
+        self._recv_inflight = [0] * len(self._children)
+
+    # -- start ---------------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._n == 0:
+            self._on_complete()
+            return
+        plan, segs = self._plan, self._segs
+        if not self._children:
+            if self._parent is None:  # a lone root: the result is the local contribution
+                for pos, s in enumerate(segs):
+                    if not self._in_place:
+                        lo, hi = plan.bounds(s)
+                        self._be.copy(self._target[lo:hi], self._local[lo:hi])
+                    self._release(pos)
+            else:  # a leaf sends straight from its contribution
+                self._ready[:] = b"\x01" * self._n
+                self._pump_sends()
+            return
+        for pos, s in enumerate(segs):
+            st = self._state[pos]
+            lo, hi = plan.bounds(s)
+            if self._ordered:
+                st.inputs = [None] * self._inputs
+                st.acc = self._local[lo:hi]
+            elif self._in_place:
+                st.acc, st.acc_w = self._target[lo:hi], 1
+            else:
+                st.queue.append((self._local[lo:hi], 1, False))
+        for i in range(len(self._children)):
+            self._pump_recvs(i)
+
+    # -- receives from children ----------------------------------------------------------------
+    def _pump_recvs(self, i: int) -> None:
+        limit = min(self._n, self._low + self._lookahead)
+        pos = self._next_recv[i]
+        into_target = i == 0 and self._parent is None and not self._in_place and not self._ordered
+        while self._recv_inflight[i] < self._recv_window and pos < limit:
+            s = self._segs[pos]
+            lo, hi = self._plan.bounds(s)
+            buf = self._target[lo:hi] if into_target else self._pool.take(hi - lo)
+            self._recv_inflight[i] += 1
+            self._t.irecv(buf, self._children[i], self._plan.tag(s), self._make_arrival(i, pos, buf, into_target))
+            pos += 1
+        self._next_recv[i] = pos
+
+    def _make_arrival(self, i: int, pos: int, buf: Any, is_target: bool) -> Callback:
+        def arrived() -> None:
+            self._recv_inflight[i] -= 1
+            if self._ordered:
+                st = self._state[pos]
+                st.inputs[i + 1] = buf  # type: ignore[index]
+                self._fold_ordered(pos)
+            else:
+                self._arrive(pos, buf, is_target)
+            self._pump_recvs(i)
+        return arrived
+
+    # -- arrival-order folding -----------------------------------------------------------------
+    def _arrive(self, pos: int, buf: Any, is_target: bool) -> None:
+        st = self._state[pos]
+        if is_target:
+            st.target_in = buf
+        elif st.acc is None:
+            st.acc, st.acc_w, st.acc_pool = buf, 1, True
+        else:
+            st.queue.append((buf, 1, True))
+        self._fold(pos)
+
+    def _fold(self, pos: int) -> None:
+        st = self._state[pos]
+        if st.busy:
+            return
+        if st.target_in is not None:  # the root's result buffer arrived: it becomes the accumulator
+            if st.acc is not None:
+                st.queue.append((st.acc, st.acc_w, True))
+            st.acc, st.acc_w, st.acc_pool, st.target_in = st.target_in, 1, False, None
+        if st.queue and st.acc is not None:
+            buf, w, release = st.queue.pop()
+            st.busy = True
+            poll = self._be.combine(self._op, buf, st.acc, st.acc)
+            done = self._make_folded(pos, buf, w, release)
+            if poll is None:
+                done()
+            else:
+                self._t.watch(poll, done)
+        elif st.acc_w == self._inputs:
+            self._segment_reduced(pos)
+
+    def _make_folded(self, pos: int, buf: Any, w: int, release: bool) -> Callback:
+        def folded() -> None:
+            st = self._state[pos]
+            st.busy = False
+            st.acc_w += w
+            if release:
+                self._pool.give(buf)
+            self._fold(pos)
+        return folded
+
+    # -- ordered folding -----------------------------------------------------------------------
+    def _fold_ordered(self, pos: int) -> None:
+        st = self._state[pos]
+        if st.busy:
+            return
+        x = st.inputs[st.next_k]  # type: ignore[index]
+        if x is None:
+            return
+        if st.next_k == len(self._children) and self._parent is None:
+            lo, hi = self._plan.bounds(self._segs[pos])
+            out = self._target[lo:hi]
+        else:
+            out = x
+        st.busy = True
+        poll = self._be.combine(self._op, st.acc, x, out)
+        done = self._make_folded_ordered(pos, x, out)
+        if poll is None:
+            done()
+        else:
+            self._t.watch(poll, done)
+
+    def _make_folded_ordered(self, pos: int, x: Any, out: Any) -> Callback:
+        def folded() -> None:
+            st = self._state[pos]
+            st.busy = False
+            if st.acc_pool:
+                self._pool.give(st.acc)
+            if out is not x:
+                self._pool.give(x)
+            st.acc, st.acc_pool = out, out is x
+            st.inputs[st.next_k] = None  # type: ignore[index]
+            st.next_k += 1
+            if st.next_k == self._inputs:
+                self._segment_reduced(pos)
+            else:
+                self._fold_ordered(pos)
+        return folded
+
+    # -- results -------------------------------------------------------------------------------
+    def _segment_reduced(self, pos: int) -> None:
+        if self._parent is None:
+            self._release(pos)
+        else:
+            self._ready[pos] = 1
+            self._pump_sends()
+
+    def _pump_sends(self) -> None:
+        """Send reduced segments to the parent in position order (see ChildSendQueues for why)."""
+        ready = self._ready
+        while self._send_inflight < self._send_window and self._next_send < self._n and ready[self._next_send]:
+            pos = self._next_send
+            self._next_send = pos + 1
+            s = self._segs[pos]
+            if self._children:
+                buf = self._state[pos].acc
+            else:
+                lo, hi = self._plan.bounds(s)
+                buf = self._local[lo:hi]
+            self._send_inflight += 1
+            self._t.isend(buf, self._parent, self._plan.tag(s), self._make_sent(pos),  # type: ignore[arg-type]
+                          sync_flag(self._sync, pos, self._send_window))
+
+    def _make_sent(self, pos: int) -> Callback:
+        def sent() -> None:
+            self._send_inflight -= 1
+            if self._children:
+                st = self._state[pos]
+                if st.acc_pool:
+                    self._pool.give(st.acc)
+                st.acc = None
+            if self._on_sent is not None:
+                self._on_sent(pos)
+            self._release(pos)
+            self._pump_sends()
+        return sent
+
+    def _release(self, pos: int) -> None:
+        if self._parent is None and self._on_final is not None:
+            self._on_final(pos)
+        self._released[pos] = True
+        self._nreleased += 1
+        if pos == self._low:
+            low = self._low
+            while low < self._n and self._released[low]:
+                low += 1
+            self._low = low
+            for i in range(len(self._children)):
+                self._pump_recvs(i)
+        if self._nreleased == self._n:
+            self._on_complete()

@@ -1,0 +1,208 @@
+"""Run-time settings: read from ADAPTCOLL_* environment variables at import, changeable from Python.
+
+Every setting must be the same on all ranks of a communicator (like an MPI collective's arguments):
+the choice of algorithm and the segment plan decide which messages are exchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping
+
+__all__ = [
+    "Settings",
+    "COLLECTIVES",
+    "ENV_VARS",
+    "current",
+    "configure",
+    "configured",
+    "parse_size",
+    "from_environ",
+]
+
+COLLECTIVES = ("bcast", "reduce", "allreduce")
+
+TREE_KINDS = (
+    "binomial",
+    "in_order_binomial",
+    "binary",
+    "pipeline",
+    "chain",
+    "linear",
+    "knomial",
+    "topo",
+    "two_tree",
+)
+ALGORITHMS = TREE_KINDS + ("native",)
+SYNC_MODES = ("first", "all", "none")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """One consistent set of tuning knobs (defaults measured on the 2-core dev machine, see bench/RESULTS.md)."""
+
+    bcast_algorithm: str = "binomial"
+    reduce_algorithm: str = "binomial"
+    allreduce_algorithm: str = "binomial"
+    bcast_segment_size: int = 128 * 1024
+    reduce_segment_size: int = 128 * 1024
+    allreduce_segment_size: int = 128 * 1024
+    native_below: int = 0
+    bcast_send_window: int = 2
+    bcast_recv_window: int = 3
+    reduce_send_window: int = 2
+    reduce_recv_window: int = 3
+    sync_sends: str = "first"
+    reproducible: bool = False
+    topology: str = ""
+
+    def algorithm(self, collective: str) -> str:
+        """The algorithm setting (tree kind, optionally with ':k=v' params, or 'native') for a collective."""
+        return getattr(self, f"{collective}_algorithm")
+
+    def segment_size(self, collective: str) -> int:
+        """The target segment size in bytes for a collective."""
+        return getattr(self, f"{collective}_segment_size")
+
+    def windows(self, collective: str) -> tuple[int, int]:
+        """(send window, receive window) used by a collective (allreduce uses the reduce windows)."""
+        key = "bcast" if collective == "bcast" else "reduce"
+        return getattr(self, f"{key}_send_window"), getattr(self, f"{key}_recv_window")
+
+
+ENV_VARS: dict[str, str] = {f.name: "ADAPTCOLL_" + f.name.upper() for f in dataclasses.fields(Settings)}
+"""Setting name -> environment variable that sets it at import."""
+
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*([kKmMgG]?)(i?[bB])?\s*$")
+_SUFFIX = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+def parse_size(text: str | int, name: str = "size") -> int:
+    """Parse a byte count such as 65536, '64K', '1M' or '2MiB' (binary multiples); ValueError naming `name`."""
+    if isinstance(text, bool):
+        raise ValueError(f"{name}: expected a byte count, got {text!r}")
+    if isinstance(text, int):
+        value = text
+    else:
+        match = _SIZE_RE.match(str(text))
+        if not match:
+            raise ValueError(f"{name}: expected a byte count such as 65536, 64K or 1M, got {text!r}")
+        value = int(match.group(1)) * _SUFFIX[match.group(2).lower()]
+    if value < 0:
+        raise ValueError(f"{name}: must be >= 0, got {text!r}")
+    return value
+
+
+def _parse_bool(text: Any, name: str) -> bool:
+    if isinstance(text, bool):
+        return text
+    value = str(text).strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"{name}: expected 0/1, true/false, yes/no or on/off, got {text!r}")
+
+
+def _parse_algorithm(text: Any, name: str) -> str:
+    value = str(text).strip()
+    kind, _, params = value.partition(":")
+    if kind not in ALGORITHMS:
+        raise ValueError(f"{name}: unknown algorithm {kind!r}; valid choices: {', '.join(ALGORITHMS)}")
+    if params:
+        for item in params.split(","):
+            key, eq, val = item.partition("=")
+            if not eq or not key.strip() or not val.strip():
+                raise ValueError(f"{name}: tree parameters are written kind:key=value[,key=value], got {value!r}")
+    return value
+
+
+def _parse_window(text: Any, name: str) -> int:
+    try:
+        value = int(str(text).strip()) if not isinstance(text, int) or isinstance(text, bool) else text
+    except ValueError:
+        raise ValueError(f"{name}: expected a positive integer, got {text!r}") from None
+    if isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name}: expected a positive integer, got {text!r}")
+    return value
+
+
+def _parse_field(field: str, value: Any, name: str) -> Any:
+    if field.endswith("_algorithm"):
+        return _parse_algorithm(value, name)
+    if field.endswith("_segment_size"):
+        size = parse_size(value, name)
+        if size < 1:
+            raise ValueError(f"{name}: segment size must be at least 1 byte, got {value!r}")
+        return size
+    if field == "native_below":
+        return parse_size(value, name)
+    if field.endswith("_window"):
+        return _parse_window(value, name)
+    if field == "sync_sends":
+        mode = str(value).strip().lower()
+        if mode not in SYNC_MODES:
+            raise ValueError(f"{name}: expected one of {', '.join(SYNC_MODES)}, got {value!r}")
+        return mode
+    if field == "reproducible":
+        return _parse_bool(value, name)
+    if field == "topology":
+        return str(value).strip()
+    raise AssertionError(field)
+
+
+def from_environ(environ: Mapping[str, str] | None = None) -> Settings:
+    """Settings from ADAPTCOLL_* variables (defaults for the unset ones); ValueError naming a bad variable."""
+    env = os.environ if environ is None else environ
+    values = {}
+    for field, var in ENV_VARS.items():
+        if var in env:
+            values[field] = _parse_field(field, env[var], var)
+    return Settings(**values)
+
+
+_current: Settings = Settings()
+
+
+def current() -> Settings:
+    """The settings in force now."""
+    return _current
+
+
+def configure(**changes: Any) -> Settings:
+    """Change settings at run time (same on all ranks!), e.g. configure(bcast_segment_size="64K").
+
+    Returns the previous settings. Unknown names raise TypeError; bad values raise ValueError.
+    """
+    global _current
+    unknown = set(changes) - set(ENV_VARS)
+    if unknown:
+        raise TypeError(f"unknown adaptcoll setting(s): {', '.join(sorted(unknown))}; valid: {', '.join(ENV_VARS)}")
+    parsed = {k: _parse_field(k, v, k) for k, v in changes.items()}
+    previous = _current
+    _current = dataclasses.replace(_current, **parsed)
+    return previous
+
+
+def _restore(settings: Settings) -> None:
+    global _current
+    _current = settings
+
+
+@contextlib.contextmanager
+def configured(**changes: Any) -> Iterator[Settings]:
+    """Context manager: settings changed inside the block, restored after it."""
+    previous = configure(**changes)
+    try:
+        yield _current
+    finally:
+        _restore(previous)
+
+
+def load_environ() -> None:
+    """(Re)read the environment into the current settings (done once at import)."""
+    _restore(from_environ())

@@ -1,0 +1,136 @@
+"""An in-process transport: every rank of a small world in one Python process, for protocol tests.
+
+Messages match by (source, dest, tag) in posting order, as in MPI. Completions are delivered in a
+seeded random order, so tests see reorderings that real networks produce only sometimes. Standard
+sends are buffered (they complete at once, like MPI's eager protocol); synchronous sends complete only
+when matched. A world that stops making progress with work outstanding raises `Deadlock`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict, deque
+from typing import Any, Callable
+
+import numpy as np
+
+from .transport import Callback, Poll
+
+__all__ = ["LoopbackWorld", "LoopbackTransport", "Deadlock", "SizeMismatch"]
+
+
+class Deadlock(RuntimeError):
+    """Raised when nothing can complete but operations are still posted."""
+
+
+class SizeMismatch(RuntimeError):
+    """Raised when a message and the receive it matches have different sizes."""
+
+
+class LoopbackTransport:
+    """One rank's view of a LoopbackWorld (implements adaptcoll.transport.Transport)."""
+
+    def __init__(self, world: "LoopbackWorld", rank: int) -> None:
+        self.world = world
+        self.rank = rank
+        self.size = world.size
+
+    def isend(self, buf: Any, dest: int, tag: int, on_done: Callback, synchronous: bool = False) -> None:
+        self.world._send(self.rank, dest, tag, buf, on_done, synchronous)
+
+    def irecv(self, buf: Any, source: int, tag: int, on_done: Callback) -> None:
+        self.world._recv(source, self.rank, tag, buf, on_done)
+
+    def watch(self, poll: Poll, on_done: Callback) -> None:
+        self.world._watches.append((poll, on_done))
+
+
+class LoopbackWorld:
+    """`size` ranks in one process; `run(done)` delivers completions until `done()` is true."""
+
+    def __init__(self, size: int, seed: int = 0) -> None:
+        self.size = size
+        self.rng = random.Random(seed)
+        self.transports = [LoopbackTransport(self, r) for r in range(size)]
+        self._sends: dict[tuple[int, int, int], deque] = defaultdict(deque)
+        self._recvs: dict[tuple[int, int, int], deque] = defaultdict(deque)
+        self._ready: list[Callback] = []
+        self._watches: list[tuple[Poll, Callback]] = []
+        self.messages = 0
+        self.bytes = 0
+        self.sync_sends = 0
+
+    def _deliver(self, src_buf: Any, dst_buf: Any, key: tuple[int, int, int]) -> None:
+        src = np.asarray(src_buf).view(np.uint8).reshape(-1)
+        dst = np.asarray(dst_buf).view(np.uint8).reshape(-1)
+        if src.nbytes != dst.nbytes:
+            raise SizeMismatch(f"message {key} has {src.nbytes} bytes, receive expects {dst.nbytes}")
+        dst[...] = src
+        self.messages += 1
+        self.bytes += src.nbytes
+
+    def _send(self, src: int, dst: int, tag: int, buf: Any, on_done: Callback, sync: bool) -> None:
+        key = (src, dst, tag)
+        self.sync_sends += sync
+        recvs = self._recvs[key]
+        if recvs:
+            rbuf, rcb = recvs.popleft()
+            self._deliver(buf, rbuf, key)
+            self._ready += [on_done, rcb]
+        elif sync:
+            self._sends[key].append((buf, on_done, True))
+        else:
+            self._sends[key].append((np.array(np.asarray(buf), copy=True), None, False))
+            self._ready.append(on_done)
+
+    def _recv(self, src: int, dst: int, tag: int, buf: Any, on_done: Callback) -> None:
+        key = (src, dst, tag)
+        sends = self._sends[key]
+        if sends:
+            sbuf, scb, _ = sends.popleft()
+            self._deliver(sbuf, buf, key)
+            self._ready.append(on_done)
+            if scb is not None:
+                self._ready.append(scb)
+        else:
+            recvs = self._recvs[key]
+            recvs.append((buf, on_done))
+
+    def step(self) -> bool:
+        """Fire one completion (chosen at random) or finished watch; False if none could fire."""
+        done_watches = [i for i, (poll, _) in enumerate(self._watches) if poll()]
+        for i in reversed(done_watches):
+            self._ready.append(self._watches.pop(i)[1])
+        if not self._ready:
+            return False
+        i = self.rng.randrange(len(self._ready))
+        self._ready[i], self._ready[-1] = self._ready[-1], self._ready[i]
+        self._ready.pop()()
+        return True
+
+    def run(self, done: Callable[[], bool], max_steps: int = 10_000_000) -> int:
+        """Deliver completions until `done()`; returns the number of steps. Raises Deadlock if stuck."""
+        steps = 0
+        idle_polls = 0
+        while not done():
+            if self.step():
+                idle_polls = 0
+            elif self._watches and idle_polls < 1000:
+                idle_polls += 1  # deferred work may need more polls to finish
+            else:
+                raise Deadlock(self.describe())
+            steps += 1
+            if steps > max_steps:
+                raise Deadlock("step limit reached: " + self.describe())
+        return steps
+
+    def describe(self) -> str:
+        """Outstanding sends and receives, for deadlock reports."""
+        sends = {k: len(v) for k, v in self._sends.items() if v}
+        recvs = {k: len(v) for k, v in self._recvs.items() if v}
+        return f"pending sends {sends}, pending receives {recvs}, watches {len(self._watches)}"
+
+    @property
+    def unmatched(self) -> int:
+        """Messages sent but never received plus receives never matched."""
+        return sum(len(v) for v in self._sends.values()) + sum(len(v) for v in self._recvs.values())
