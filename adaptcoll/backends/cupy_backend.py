@@ -1,0 +1,301 @@
+"""The CUDA array backend (CuPy): folds are our own kernels launched on a per-backend stream.
+
+`combine` only enqueues work and records an event, returning a poll on that event, so the host never
+waits for the GPU. CuPy is imported lazily: this module imports (and names its kernel table) on
+machines without CuPy or a GPU; constructing a `CupyBackend` there raises a clear ImportError.
+"""
+
+from __future__ import annotations
+
+import threading
+from importlib import resources
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+from ..transport import Poll
+from .base import ArrayBackend, ReduceOp
+
+__all__ = [
+    "CupyBackend",
+    "HostStaging",
+    "KERNEL_DTYPES_BY_OP",
+    "KERNEL_SOURCE_FILE",
+    "import_cupy",
+    "kernel_name",
+    "kernel_source",
+    "kernel_source_path",
+    "load_kernel",
+    "synchronize_producer",
+]
+
+KERNEL_SOURCE_FILE = "reduce.cu"
+
+_INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+_FLOATS = ("float16", "bfloat16", "float32", "float64")
+_COMPLEX = ("complex64", "complex128")
+KERNEL_DTYPES_BY_OP: dict[str, tuple[str, ...]] = {
+    "SUM": _INTS + _FLOATS + _COMPLEX,
+    "PROD": _INTS + _FLOATS + _COMPLEX,
+    "MAX": _INTS + _FLOATS,
+    "MIN": _INTS + _FLOATS,
+    "LAND": _INTS + ("bool",),
+    "LOR": _INTS + ("bool",),
+    "LXOR": _INTS + ("bool",),
+    "BAND": _INTS + ("bool",),
+    "BOR": _INTS + ("bool",),
+    "BXOR": _INTS + ("bool",),
+}
+"""The (op, dtype) pairs kernels/reduce.cu exports (MPI's op/type rules, plus bfloat16)."""
+
+_KERNEL_NAMES: dict[tuple[str, str], str] = {
+    (op, dtype): f"adaptcoll_{op.lower()}_{dtype}" for op, dtypes in KERNEL_DTYPES_BY_OP.items() for dtype in dtypes
+}
+
+_CUPY_MISSING = (
+    "adaptcoll's GPU backend needs CuPy: install it with `pip install cupy-cuda12x` (or the wheel "
+    "matching your CUDA, e.g. cupy-cuda11x), or use the host (NumPy) backend"
+)
+
+
+def import_cupy() -> Any:
+    """Import CuPy on first use; ImportError with install advice when it is missing."""
+    try:
+        import cupy
+    except ImportError as error:
+        raise ImportError(f"{_CUPY_MISSING} ({error})") from error
+    return cupy
+
+
+def kernel_name(op_name: str, dtype: Any) -> str:
+    """The extern "C" kernel that folds `op_name` on `dtype`, e.g. adaptcoll_sum_float32; KeyError if none."""
+    name = _KERNEL_NAMES.get((op_name, dtype)) if isinstance(dtype, str) else None
+    return name if name is not None else _KERNEL_NAMES[(op_name, np.dtype(dtype).name)]
+
+
+def kernel_source_path() -> Path:
+    """Where reduce.cu lives: the installed `adaptcoll.kernels` package, else the source tree's kernels/."""
+    try:
+        installed = resources.files("adaptcoll.kernels") / KERNEL_SOURCE_FILE
+        if installed.is_file():
+            return Path(str(installed))
+    except (ModuleNotFoundError, TypeError):
+        pass
+    in_tree = Path(__file__).resolve().parents[2] / "kernels" / KERNEL_SOURCE_FILE
+    if in_tree.is_file():
+        return in_tree
+    raise FileNotFoundError(
+        f"cannot find {KERNEL_SOURCE_FILE}: neither the installed package adaptcoll.kernels nor {in_tree} "
+        "has it (a wheel built without the kernels' package-data?)"
+    )
+
+
+def kernel_source() -> str:
+    """The CUDA C++ text of the reduction kernels."""
+    return kernel_source_path().read_text()
+
+
+_MODULES: dict[int, Any] = {}
+_KERNELS: dict[tuple[int, str], Any] = {}
+_COMPILE_LOCK = threading.Lock()
+NVRTC_OPTIONS = ("-std=c++17",)
+
+
+def load_kernel(name: str, device_id: Optional[int] = None) -> Any:
+    """The `cupy.RawKernel` called `name`, compiling the module once per device and process."""
+    cupy = import_cupy()
+    if device_id is None:
+        device_id = cupy.cuda.Device().id
+    kernel = _KERNELS.get((device_id, name))
+    if kernel is None:
+        with _COMPILE_LOCK:
+            module = _MODULES.get(device_id)
+            if module is None:
+                with cupy.cuda.Device(device_id):
+                    module = cupy.RawModule(code=kernel_source(), options=NVRTC_OPTIONS)
+                    module.compile()
+                _MODULES[device_id] = module
+            kernel = module.get_function(name)
+            _KERNELS[(device_id, name)] = kernel
+    return kernel
+
+
+def _as_cupy(cupy: Any, array: Any) -> Any:
+    """A cupy.ndarray view of a device array (zero-copy through __cuda_array_interface__/DLPack)."""
+    return array if isinstance(array, cupy.ndarray) else cupy.asarray(array)
+
+
+class CupyBackend(ArrayBackend):
+    """Device arrays on one GPU; folds and copies run on this backend's own non-blocking stream.
+
+    Make one per communicator. `combine` returns a poll on a CUDA event (no host synchronization);
+    `copy` waits for its stream so the copied data may go to MPI right after it returns.
+    """
+
+    name = "cupy"
+
+    def __init__(self, device: Optional[int] = None, stream: Any = None, block_size: int = 256,
+                 blocks_per_sm: int = 16) -> None:
+        cupy = import_cupy()
+        self._cupy = cupy
+        self.device = cupy.cuda.Device(device) if device is not None else cupy.cuda.Device()
+        with self.device:
+            self.stream = stream if stream is not None else cupy.cuda.Stream(non_blocking=True)
+            sm_count = cupy.cuda.runtime.getDeviceProperties(self.device.id)["multiProcessorCount"]
+        self.block_size = block_size
+        self.max_blocks = max(1, sm_count * blocks_per_sm)
+        self._kernels: dict[tuple[str, Any], Any] = {}
+
+    def empty(self, count: int, dtype: Any) -> Any:
+        """A new 1-D device array on this backend's device."""
+        with self.device:
+            return self._cupy.empty(count, dtype)
+
+    def copy(self, dst: Any, src: Any) -> None:
+        """`dst[...] = src` (device or host on either side) on the stream, then wait for the stream."""
+        cupy = self._cupy
+        nbytes = _nbytes(dst)
+        if nbytes != _nbytes(src):
+            raise ValueError(f"copy size mismatch: dst has {nbytes} bytes, src {_nbytes(src)}")
+        if nbytes:
+            cupy.cuda.runtime.memcpyAsync(_pointer(dst), _pointer(src), nbytes,
+                                          cupy.cuda.runtime.memcpyDefault, self.stream.ptr)
+        self.stream.synchronize()
+
+    def supports(self, op: ReduceOp, dtype: Any) -> bool:
+        """Predefined ops where a kernel exists; user ops through a host round trip."""
+        if op.name == "USER":
+            return op.user_fold is not None
+        try:
+            dtype = np.dtype(dtype)
+        except TypeError:
+            return False
+        return dtype.isnative and (op.name, dtype.name) in _KERNEL_NAMES
+
+    def combine(self, op: ReduceOp, lower: Any, higher: Any, out: Any) -> Optional[Poll]:
+        """Enqueue `out = lower op higher` on the stream; returns a poll on the recorded event."""
+        cupy = self._cupy
+        if op.user_fold is not None:
+            self._combine_user(op, lower, higher, out)
+            return None
+        if out is higher:
+            acc, incoming = _as_cupy(cupy, out), _as_cupy(cupy, lower)
+        elif out is lower:
+            acc, incoming = _as_cupy(cupy, out), _as_cupy(cupy, higher)
+        else:  # predefined ops commute: out = higher, then out op= lower
+            acc, incoming, higher = _as_cupy(cupy, out), _as_cupy(cupy, lower), _as_cupy(cupy, higher)
+            if higher.data.ptr != acc.data.ptr:
+                cupy.cuda.runtime.memcpyAsync(acc.data.ptr, higher.data.ptr, acc.nbytes,
+                                              cupy.cuda.runtime.memcpyDeviceToDevice, self.stream.ptr)
+        kernel = self._kernels.get((op.name, acc.dtype))
+        if kernel is None:
+            kernel = load_kernel(kernel_name(op.name, acc.dtype), self.device.id)
+            self._kernels[(op.name, acc.dtype)] = kernel
+        count = acc.size
+        packs = (count * acc.itemsize + 15) // 16
+        blocks = min(self.max_blocks, max(1, (packs + self.block_size - 1) // self.block_size))
+        with self.device:
+            kernel((blocks,), (self.block_size,), (acc, incoming, np.uint64(count)), stream=self.stream)
+            event = cupy.cuda.Event(block=False, disable_timing=True)
+            event.record(self.stream)
+        return _event_poll(event)
+
+    def synchronize(self) -> None:
+        """Wait until everything enqueued on this backend's stream has finished."""
+        self.stream.synchronize()
+
+    def _combine_user(self, op: ReduceOp, lower: Any, higher: Any, out: Any) -> None:
+        """User ops fold host arrays: bring both operands to the host, fold, and copy the result back."""
+        self.stream.synchronize()
+        host_lower = self._cupy.asnumpy(_as_cupy(self._cupy, lower), stream=self.stream)
+        host_higher = self._cupy.asnumpy(_as_cupy(self._cupy, higher), stream=self.stream)
+        self.stream.synchronize()
+        op.user_fold(host_lower, host_higher)
+        self.copy(out, host_higher)
+
+
+def _event_poll(event: Any) -> Poll:
+    """A poll that is True once `event` has completed (cudaEventQuery, no waiting)."""
+    return lambda: event.done
+
+
+def _pointer(array: Any) -> int:
+    """The address of an array's first element (CuPy, CAI, or NumPy host array)."""
+    data = getattr(array, "data", None)
+    ptr = getattr(data, "ptr", None)
+    if ptr is not None:
+        return int(ptr)
+    cai = getattr(array, "__cuda_array_interface__", None)
+    if cai is not None:
+        return int(cai["data"][0])
+    return int(np.asarray(array).ctypes.data)
+
+
+def _nbytes(array: Any) -> int:
+    return int(array.nbytes)
+
+
+class HostStaging:
+    """Pinned host buffers and async device<->host copies for an MPI that cannot read device memory.
+
+    Buffers come from a per-size free list of `cupyx.empty_pinned` arrays; each transfer runs on the
+    staging stream and returns a poll on its event, so segments move while others are in flight.
+    """
+
+    def __init__(self, stream: Any = None, device: Optional[int] = None) -> None:
+        self._cupy = import_cupy()
+        import cupyx
+
+        self._cupyx = cupyx
+        self.device = self._cupy.cuda.Device(device) if device is not None else self._cupy.cuda.Device()
+        with self.device:
+            self.stream = stream if stream is not None else self._cupy.cuda.Stream(non_blocking=True)
+        self._free: dict[tuple[int, str], list[np.ndarray]] = {}
+
+    def acquire(self, count: int, dtype: Any) -> np.ndarray:
+        """A pinned host array of `count` x `dtype`, reused from the pool when one is free."""
+        dtype = np.dtype(dtype)
+        free = self._free.get((count, dtype.str))
+        if free:
+            return free.pop()
+        return self._cupyx.empty_pinned((count,), dtype)
+
+    def release(self, host: np.ndarray) -> None:
+        """Give a pinned array back to the pool (only once no transfer uses it any more)."""
+        self._free.setdefault((host.size, host.dtype.str), []).append(host)
+
+    def to_host(self, device_array: Any, host: Optional[np.ndarray] = None) -> tuple[np.ndarray, Poll]:
+        """Start copying a device segment into pinned memory; returns (host array, poll for done)."""
+        if host is None:
+            host = self.acquire(device_array.size, device_array.dtype)
+        return host, self._transfer(host.ctypes.data, _pointer(device_array), host.nbytes)
+
+    def to_device(self, host: np.ndarray, device_array: Any) -> Poll:
+        """Start copying a pinned host segment into device memory; returns a poll for done."""
+        return self._transfer(_pointer(device_array), host.ctypes.data, host.nbytes)
+
+    def _transfer(self, dst: int, src: int, nbytes: int) -> Poll:
+        runtime = self._cupy.cuda.runtime
+        with self.device:
+            runtime.memcpyAsync(dst, src, nbytes, runtime.memcpyDefault, self.stream.ptr)
+            event = self._cupy.cuda.Event(block=False, disable_timing=True)
+            event.record(self.stream)
+        return _event_poll(event)
+
+
+def synchronize_producer(array: Any, stream: Any = None) -> None:
+    """Make device memory safe to hand to MPI: wait for `stream` (if given) and for the stream the
+    array's producer declared in its `__cuda_array_interface__` (mpi4py itself never does)."""
+    if stream is not None:
+        stream.synchronize()
+    cai = getattr(array, "__cuda_array_interface__", None)
+    if not isinstance(cai, dict):
+        return
+    producer = cai.get("stream")
+    if producer is None:
+        return
+    if not isinstance(producer, int) or producer == 0:
+        raise ValueError(f"invalid __cuda_array_interface__ stream {producer!r} (CAI v3 forbids 0)")
+    import_cupy().cuda.runtime.streamSynchronize(producer)
+
