@@ -361,19 +361,22 @@ def _normalize_params(kind: str, params: dict[str, Any]) -> dict[str, Any]:
             raise ValueError(f"unknown parameter {name!r} for tree kind {kind!r}; valid parameters: {choices}")
     out = {**valid, **params}
     for (k, name), low in _INT_MIN.items():
-        if k == kind and _int(name, out[name]) < low:
-            raise ValueError(f"{kind} parameter {name} must be an int >= {low}, got {out[name]!r}")
         if k == kind:
-            out[name] = _int(name, out[name])
+            out[name] = _int(f"{kind} parameter {name}", out[name])
+            if out[name] < low:
+                raise ValueError(f"{kind} parameter {name} must be an int >= {low}, got {out[name]!r}")
     if kind == "two_tree" and out["which"] not in (0, 1):
         raise ValueError(f"two_tree parameter which must be 0 or 1, got {out['which']!r}")
     if kind == "topo":
         for name in ("inner", "intra"):
             if not isinstance(out[name], str):
                 raise ValueError(f"topo parameter {name} must be a shape string such as 'knomial:radix=4'")
-            shape, shape_params = parse_algorithm(out[name])
-            _check_kind(shape, SHAPES)
-            _normalize_params(shape, shape_params)
+            try:
+                shape, shape_params = parse_algorithm(out[name])
+                _check_kind(shape, SHAPES)
+                _normalize_params(shape, shape_params)
+            except ValueError as exc:
+                raise ValueError(f"topo parameter {name}={out[name]!r}: {exc}") from None
     return out
 
 

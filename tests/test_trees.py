@@ -1,0 +1,338 @@
+"""Tree shapes: spanning-tree properties for every kind, ADAPT's P=8 examples, topo and two-tree rules, viewer."""
+
+from __future__ import annotations
+
+import math
+import re
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from adaptcoll import trees
+from adaptcoll.topology import Topology, parse
+
+FAST = settings(max_examples=60, deadline=None)
+
+
+def check_spanning(t: trees.Tree) -> None:
+    """Independent check through the public API: parent/children agree, every rank reaches the root."""
+    n = t.size
+    assert t.parent(t.root) is None
+    depth = 0
+    for r in range(n):
+        for c in t.children(r):
+            assert t.parent(c) == r
+        if r != t.root:
+            assert r in t.children(t.parent(r))
+        hops, x = 0, r
+        while x != t.root:
+            x = t.parent(x)
+            hops += 1
+            assert hops < n, "cycle"
+        depth = max(depth, hops)
+    assert sum(len(t.children(r)) for r in range(n)) == n - 1
+    assert t.depth == depth
+    assert t.max_fanout == max(len(t.children(r)) for r in range(n))
+    assert sorted(t.subtree(t.root)) == list(range(n))
+
+
+def children_map(t: trees.Tree) -> dict[int, list[int]]:
+    return {r: list(t.children(r)) for r in range(t.size) if t.children(r)}
+
+
+def build_any(kind: str, size: int, root: int, draw_param: int) -> trees.Tree:
+    params = {"binary": {"fanout": 1 + draw_param % 5}, "chain": {"chains": 1 + draw_param % 7},
+              "linear": {"fanout": 1 + draw_param % 40}, "knomial": {"radix": 2 + draw_param % 7},
+              "two_tree": {"which": draw_param % 2}}.get(kind, {})
+    if kind == "topo":
+        params = {"levels": parse(f"nodes={1 + draw_param % 5},sockets=2", size),
+                  "inner": trees.SHAPES[draw_param % len(trees.SHAPES)]}
+    return trees.build(kind, size, root, **params)
+
+
+@FAST
+@given(st.sampled_from(trees.KINDS), st.integers(1, 300), st.data(), st.integers(0, 1000))
+def test_every_kind_is_a_spanning_tree(kind: str, size: int, data, param: int) -> None:
+    root = data.draw(st.integers(0, size - 1))
+    t = build_any(kind, size, root, param)
+    assert (t.kind, t.size, t.root) == (kind, size, root)
+    check_spanning(t)
+
+
+@pytest.mark.parametrize("kind", trees.KINDS)
+def test_small_sizes_all_roots(kind: str) -> None:
+    for size in range(1, 18):
+        for root in range(size):
+            check_spanning(build_any(kind, size, root, size))
+
+
+EXAMPLES_P8 = {
+    ("binomial", ()): {0: [1, 2, 4], 1: [3, 5], 2: [6], 3: [7]},
+    ("in_order_binomial", ()): {0: [1, 2, 4], 2: [3], 4: [5, 6], 6: [7]},
+    ("binary", ()): {0: [1, 2], 1: [3, 5], 2: [4, 6], 3: [7]},  # ADAPT's (Open MPI build_tree) order
+    ("pipeline", ()): {r: [r + 1] for r in range(7)},
+    ("chain", ()): {0: [1, 3, 5, 7], 1: [2], 3: [4], 5: [6]},
+    ("linear", ()): {0: [1, 2, 3, 4, 5, 6, 7]},
+    ("knomial", ()): {0: [1, 2, 3, 4], 4: [5, 6, 7]},
+    ("knomial", (("radix", 2),)): {0: [1, 2, 4], 2: [3], 4: [5, 6], 6: [7]},
+    ("binary", (("fanout", 3),)): {0: [1, 2, 3], 1: [4, 7], 2: [5], 3: [6]},
+    ("linear", (("fanout", 3),)): {0: [1, 2, 3], 1: [4, 7], 2: [5], 3: [6]},
+    ("chain", (("chains", 3),)): {0: [1, 4, 6], 1: [2], 2: [3], 4: [5], 6: [7]},
+}
+
+
+@pytest.mark.parametrize("kind,params", list(EXAMPLES_P8))
+def test_p8_examples(kind: str, params: tuple) -> None:
+    assert children_map(trees.build(kind, 8, 0, **dict(params))) == EXAMPLES_P8[kind, params]
+
+
+def test_root_shifts_virtual_ranks() -> None:
+    t = trees.build("binomial", 8, 3)
+    assert children_map(t) == {3: [4, 5, 7], 4: [6, 0], 5: [1], 6: [2]}
+    assert t.parent(3) is None and t.parent(2) == 6
+
+
+def test_linear_hangs_extra_ranks_below_first_level_round_robin() -> None:
+    t = trees.build("linear", 40, 0)
+    assert t.children(0) == tuple(range(1, 33))
+    assert [t.parent(r) for r in range(33, 40)] == list(range(1, 8))
+    assert t.depth == 2
+    big = trees.build("linear", 1 + 32 + 32 * 32, 0)
+    assert big.depth == 2 and big.max_fanout == 32
+
+
+def test_chain_lengths_even_and_binary_fanout_one_is_pipeline() -> None:
+    for size in range(2, 40):
+        for chains in range(1, 9):
+            t = trees.build("chain", size, 0, chains=chains)
+            lengths = [len(t.subtree(c)) for c in t.children(0)]
+            assert len(lengths) == min(chains, size - 1) and max(lengths) - min(lengths) <= 1
+            assert all(len(t.children(r)) <= 1 for r in range(1, size))
+        assert children_map(trees.build("binary", size, 0, fanout=1)) == children_map(trees.build("pipeline", size, 0))
+
+
+def reference_rank_ordered(t: trees.Tree) -> bool:
+    """Brute force: each subtree is [r, r+len) and children ascend with consecutive subtrees after r."""
+    for r in range(t.size):
+        sub = sorted(t.subtree(r))
+        if sub != list(range(r, r + len(sub))):
+            return False
+        expect = r + 1
+        for c in t.children(r):
+            if c != expect:
+                return False
+            expect += len(t.subtree(c))
+    return True
+
+
+def test_is_rank_ordered() -> None:
+    for size in range(1, 70):
+        for kind in ("in_order_binomial", "knomial", "pipeline"):
+            assert trees.build(kind, size, 0).is_rank_ordered()
+        for kind in trees.KINDS:
+            for root in {0, size // 2, size - 1}:
+                t = build_any(kind, size, root, size)
+                assert t.is_rank_ordered() == reference_rank_ordered(t), (kind, size, root)
+    assert not trees.build("binomial", 4, 0).is_rank_ordered()
+    assert not trees.build("in_order_binomial", 8, 1).is_rank_ordered()
+
+
+def test_knomial_radix_two_equals_in_order_binomial() -> None:
+    for size in range(1, 100):
+        assert children_map(trees.build("knomial", size, 0, radix=2)) == children_map(
+            trees.build("in_order_binomial", size, 0))
+
+
+# ---------------------------------------------------------------- topo
+
+
+def group_keys(levels: tuple[tuple[int, ...], ...], level: int, rank: int) -> tuple[int, ...]:
+    return tuple(levels[i][rank] for i in range(level + 1))
+
+
+def check_topo(t: trees.Tree, levels: tuple[tuple[int, ...], ...]) -> None:
+    check_spanning(t)
+    for level in range(len(levels)):
+        groups: dict[tuple, list[int]] = {}
+        for r in range(t.size):
+            groups.setdefault(group_keys(levels, level, r), []).append(r)
+        for members in groups.values():
+            inside = set(members)
+            entries = [r for r in members if r != t.root and t.parent(r) not in inside]
+            if t.root in inside:
+                assert entries == []
+            else:  # entered exactly once, at its lowest rank (the leader)
+                assert entries == [min(members)]
+    for r in range(t.size):  # outer-level edges first in every child order
+        crossing = [next((i for i in range(len(levels)) if levels[i][r] != levels[i][c]), len(levels))
+                    for c in t.children(r)]
+        assert crossing == sorted(crossing)
+
+
+@FAST
+@given(st.integers(1, 120), st.data())
+def test_topo_crosses_each_group_boundary_once(size: int, data) -> None:
+    nlevels = data.draw(st.integers(0, 3))
+    levels = tuple(tuple(data.draw(st.lists(st.integers(0, 3), min_size=size, max_size=size)))
+                   for _ in range(nlevels))
+    root = data.draw(st.integers(0, size - 1))
+    inner = data.draw(st.sampled_from(trees.SHAPES))
+    intra = data.draw(st.sampled_from(trees.SHAPES))
+    t = trees.build("topo", size, root, levels=levels, inner=inner, intra=intra)
+    check_topo(t, levels)
+
+
+def test_topo_uneven_nodes_root_in_every_group() -> None:
+    topo = parse("nodes=3,sockets=2", 11)
+    assert [len(g) for g in topo.groups(0)] == [4, 4, 3]
+    for root in range(11):
+        for inner in ("chain", "binomial", "linear", "knomial:radix=3"):
+            t = trees.build("topo", 11, root, levels=topo, inner=inner)
+            check_topo(t, topo.levels)
+            assert t.params == tuple(sorted({"levels": topo, "inner": inner, "intra": "binomial"}.items()))
+    t = trees.build("topo", 16, 3, levels=parse("nodes=4", 16), inner="pipeline")
+    assert t.children(3)[:1] == (4,) and t.children(4)[:1] == (8,) and t.children(8)[:1] == (12,)
+
+
+def test_topo_without_levels_is_the_intra_shape_rotated() -> None:
+    for shape in trees.SHAPES:
+        t = trees.build("topo", 13, 5, intra=shape)
+        assert children_map(t) == children_map(trees.build(shape, 13, 5))
+
+
+# ---------------------------------------------------------------- two trees
+
+
+@FAST
+@given(st.integers(1, 300), st.data())
+def test_two_trees_complementary(size: int, data) -> None:
+    root = data.draw(st.integers(0, size - 1))
+    t1, t2 = trees.build_all("two_tree", size, root)
+    for t in (t1, t2):
+        check_spanning(t)
+        assert t.root == root
+        assert len(t.children(root)) == min(1, size - 1)
+        assert t.depth <= math.ceil(math.log2(size)) + 1
+    for r in range(size):
+        if r != root:
+            assert not (t1.children(r) and t2.children(r)), r
+    assert trees.build("two_tree", size, root) is t1
+
+
+def test_build_all_single_tree_kinds() -> None:
+    for kind in trees.SHAPES:
+        assert trees.build_all(kind, 9, 2) == (trees.build(kind, 9, 2),)
+
+
+# ---------------------------------------------------------------- API details, caching, errors
+
+
+def test_cache_and_hashable_params() -> None:
+    a = trees.build("knomial", 50, 7)
+    assert trees.build("knomial", 50, 7, radix=4) is a
+    assert a.params == (("radix", 4),)
+    topo = parse("nodes=2", 10)
+    assert trees.build("topo", 10, 0, levels=topo) is trees.build("topo", 10, 0, levels=Topology(topo.levels, topo.names))
+    assert trees.build("topo", 10, 0, levels=[list(topo.levels[0])]) is trees.build("topo", 10, 0, levels=topo.levels)
+
+
+def test_subtree_preorder() -> None:
+    t = trees.build("binomial", 8, 0)
+    assert t.subtree(0) == (0, 1, 3, 7, 5, 2, 6, 4)
+    assert t.subtree(1) == (1, 3, 7, 5) and t.subtree(4) == (4,)
+
+
+def test_text_and_dot_rendering() -> None:
+    t = trees.build("binomial", 8, 0)
+    text = str(t)
+    assert text.splitlines()[0] == "binomial size=8 root=0 depth=3 max_fanout=3"
+    assert sorted(int(re.search(r"(\d+)$", line).group(1)) for line in text.splitlines()[1:]) == list(range(8))
+    edges = set(re.findall(r"(\d+) -> (\d+)", t.to_dot()))
+    assert edges == {(str(p), str(c)) for p in range(8) for c in t.children(p)}
+
+
+@pytest.mark.parametrize("call,message", [
+    (lambda: trees.build("nope", 8), "valid kinds: binomial, in_order_binomial"),
+    (lambda: trees.build("binomial", 8, radix=2), "valid parameters: none"),
+    (lambda: trees.build("knomial", 8, radix=1), "radix must be an int >= 2"),
+    (lambda: trees.build("knomial", 8, rdx=3), "valid parameters: radix"),
+    (lambda: trees.build("binary", 8, fanout=0), "fanout must be an int >= 1"),
+    (lambda: trees.build("linear", 8, fanout="x"), "fanout must be an int"),
+    (lambda: trees.build("chain", 8, chains=0), "chains must be an int >= 1"),
+    (lambda: trees.build("binomial", 0), "size must be >= 1"),
+    (lambda: trees.build("binomial", 8, 8), r"root must be in 0\.\.7"),
+    (lambda: trees.build("binomial", 8, -1), r"root must be in 0\.\.7"),
+    (lambda: trees.build("binomial", 2.5), "size must be an int"),
+    (lambda: trees.build("binomial", 8, True), "root must be an int"),
+    (lambda: trees.build("two_tree", 8, which=2), "which must be 0 or 1"),
+    (lambda: trees.build_all("two_tree", 8, which=1), "do not pass which"),
+    (lambda: trees.build("topo", 8, inner="two_tree"), "valid kinds: binomial.*knomial$"),
+    (lambda: trees.build("topo", 8, intra="knomial:radix=1"), "topo parameter intra"),
+    (lambda: trees.build("topo", 8, levels=((0, 1),)), "has 2 group ids but the tree has 8"),
+    (lambda: trees.build("topo", 8, levels="nodes=2"), "not a string"),
+    (lambda: trees.build("topo", 8, levels=parse("nodes=2", 6)), "has 6 group ids"),
+    (lambda: trees.parse_algorithm("knomial:radix"), "expected kind"),
+    (lambda: trees.parse_algorithm("chain:fanout=2"), "valid parameters: chains"),
+    (lambda: trees.parse_algorithm("tree"), "valid kinds"),
+    (lambda: trees.build("binomial", 8).parent(8), "out of range"),
+])
+def test_bad_input_messages(call, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_parse_algorithm() -> None:
+    assert trees.parse_algorithm("knomial:radix=4") == ("knomial", {"radix": 4})
+    assert trees.parse_algorithm(" binomial ") == ("binomial", {})
+    assert trees.parse_algorithm("topo:inner=knomial:radix=8,intra=chain") == (
+        "topo", {"inner": "knomial:radix=8", "intra": "chain"})
+    kind, params = trees.parse_algorithm("chain:chains=2")
+    assert trees.build(kind, 5, 0, **params).children(0) == (1, 3)
+
+
+# ---------------------------------------------------------------- the viewer
+
+
+def viewer(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "adaptcoll.trees", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_viewer_text_every_kind() -> None:
+    for kind in trees.KINDS:
+        out = viewer("--kind", kind, "--size", "8", "--root", "2")
+        assert out.returncode == 0, out.stderr
+        expect = trees.build_all(kind, 8, 2)
+        assert out.stdout == "\n\n".join(map(str, expect)) + "\n"
+        assert f"depth={expect[0].depth} max_fanout={expect[0].max_fanout}" in out.stdout
+
+
+def test_viewer_topo_and_dot(tmp_path) -> None:
+    out = viewer("--kind", "topo", "--size", "16", "--root", "3", "--topology", "nodes=4", "--inner", "chain")
+    assert out.returncode == 0, out.stderr
+    t = trees.build("topo", 16, 3, levels=parse("nodes=4", 16), inner="chain")
+    assert out.stdout.startswith(t.header())
+    dot_file = tmp_path / "t.dot"
+    out = viewer("--kind", "knomial", "--size", "20", "--param", "radix=3", "--dot", "--output", str(dot_file))
+    assert out.returncode == 0 and out.stdout == ""
+    t = trees.build("knomial", 20, 0, radix=3)
+    assert dot_file.read_text() == t.to_dot()
+    out = viewer("--kind", "two_tree", "--size", "6", "--dot")
+    assert out.stdout.startswith("digraph") and out.stdout.count("->") == 2 * 5
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--kind", "foo", "--size", "8"], "invalid choice"),
+    (["--size", "x"], "invalid int value"),
+    (["--size", "8", "--root", "9"], "root must be in"),
+    (["--kind", "knomial", "--size", "8", "--param", "radix=1"], "radix must be"),
+    (["--kind", "knomial", "--size", "8", "--param", "radix"], "expects K=V"),
+    (["--kind", "binomial", "--size", "8", "--inner", "chain"], "only apply to --kind topo"),
+    (["--kind", "topo", "--size", "8", "--topology", "nodes=x"], "ADAPTCOLL_TOPOLOGY"),
+])
+def test_viewer_bad_arguments(args: list[str], message: str) -> None:
+    out = viewer(*args)
+    assert out.returncode == 2
+    assert message in out.stderr and "Traceback" not in out.stderr
