@@ -298,3 +298,115 @@ def test_deferred_flush_completes_everything_in_start_order() -> None:
     assert backend.stats.completed_out_of_order == 0
     with pytest.raises(ValueError):
         DeferredBackend(max_delay_polls=0)
+
+
+# ---- CupyBackend (needs a CUDA GPU and CuPy) ----------------------------------------------------
+
+
+def _gpu_skip_reason() -> str | None:
+    """Why the CuPy tests cannot run here, or None when they can."""
+    try:
+        import cupy
+    except ImportError:
+        return "CuPy is not installed (pip install cupy-cuda12x on a GPU machine)"
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            return "CuPy found no CUDA device"
+    except Exception as error:  # noqa: BLE001 - no driver, no device, ...
+        return f"no usable CUDA device: {error}"
+    return None
+
+
+GPU_SKIP_REASON = _gpu_skip_reason()
+needs_gpu = pytest.mark.skipif(GPU_SKIP_REASON is not None, reason=str(GPU_SKIP_REASON))
+
+
+def wait(poll) -> None:
+    """Spin on a backend poll (None means already done)."""
+    while poll is not None and not poll():
+        pass
+
+
+@needs_gpu
+def test_cupy_every_op_and_dtype_matches_numpy() -> None:
+    import cupy
+
+    from adaptcoll.backends.cupy_backend import CupyBackend
+
+    backend, host = CupyBackend(), NumpyBackend()
+    # sizes hit: tail only, head+body+tail, several packs per thread; offsets misalign the 16-byte body
+    for op, dtype_name in op_type_pairs():
+        reduce_op = ReduceOp(op)
+        assert backend.supports(reduce_op, dtype_name)
+        for count, offset in ((1, 0), (37, 1), (4099, 3), (1 << 20, 0)):
+            lower = sample(dtype_name, count + offset, 11)[offset:]
+            higher = sample(dtype_name, count + offset, 12)[offset:]
+            expected = np.empty(count, dtype_name)
+            with np.errstate(over="ignore"):
+                host.combine(reduce_op, lower, higher, expected)
+            if count <= 4099:
+                np.testing.assert_array_equal(expected, reference(op, lower, higher))
+            d_lower_whole = cupy.asarray(sample(dtype_name, count + offset, 11))
+            d_higher_whole = cupy.asarray(sample(dtype_name, count + offset, 12))
+            for target in ("third", "lower", "higher"):
+                lo, hi = d_lower_whole.copy()[offset:], d_higher_whole.copy()[offset:]
+                out = {"third": backend.empty(count, dtype_name), "lower": lo, "higher": hi}[target]
+                poll = backend.combine(reduce_op, lo, hi, out)
+                assert poll is not None
+                wait(poll)
+                np.testing.assert_array_equal(cupy.asnumpy(out), expected, err_msg=f"{op} {dtype_name} n={count} "
+                                              f"offset={offset} out={target}")
+
+
+@needs_gpu
+def test_cupy_combine_is_asynchronous_and_ordered_by_event() -> None:
+    import cupy
+
+    from adaptcoll.backends.cupy_backend import CupyBackend
+
+    backend = CupyBackend()
+    count = 1 << 26  # 512 MiB of float64 per operand: long enough to observe "not done yet"
+    lower, higher = cupy.ones(count), cupy.ones(count)
+    cupy.cuda.Device().synchronize()
+    polls = [backend.combine(ReduceOp("SUM"), lower, higher, higher) for _ in range(8)]
+    assert not polls[-1]()  # eight 1.5 GiB passes cannot be finished already
+    wait(polls[-1])
+    assert all(poll() for poll in polls)
+    assert float(higher[0]) == 9.0 and float(higher[-1]) == 9.0
+
+
+@needs_gpu
+def test_cupy_copy_user_op_and_staging() -> None:
+    import cupy
+
+    from adaptcoll.backends.cupy_backend import CupyBackend, HostStaging, synchronize_producer
+
+    backend = CupyBackend()
+    src = cupy.arange(1000, dtype=cupy.float32)
+    dst = backend.empty(1000, "float32")
+    backend.copy(dst, src)
+    np.testing.assert_array_equal(cupy.asnumpy(dst), np.arange(1000, dtype=np.float32))
+    host = np.zeros(1000, np.float32)
+    backend.copy(host, dst)  # device -> host works through the same call
+    np.testing.assert_array_equal(host, np.arange(1000, dtype=np.float32))
+
+    def fold(lower: np.ndarray, higher: np.ndarray) -> None:
+        higher[...] = 10 * lower + higher
+
+    user = ReduceOp("USER", commutative=False, user_fold=fold)
+    lower, higher, out = cupy.full(5, 1.0), cupy.full(5, 2.0), cupy.zeros(5)
+    wait(backend.combine(user, lower, higher, out))
+    assert cupy.asnumpy(out).tolist() == [12.0] * 5 and cupy.asnumpy(higher).tolist() == [2.0] * 5
+
+    staging = HostStaging()
+    device = cupy.arange(4096, dtype=cupy.int64)
+    pinned, poll = staging.to_host(device)
+    wait(poll)
+    np.testing.assert_array_equal(pinned, np.arange(4096))
+    pinned *= 2
+    back = cupy.zeros(4096, dtype=cupy.int64)
+    wait(staging.to_device(pinned, back))
+    np.testing.assert_array_equal(cupy.asnumpy(back), 2 * np.arange(4096))
+    staging.release(pinned)
+    assert staging.acquire(4096, np.int64) is pinned  # pooled
+    synchronize_producer(back, backend.stream)
