@@ -23,7 +23,7 @@ __all__ = ["NoiseSpec", "ENV_VAR", "parse_spec", "from_spec", "from_env", "rank_
 ENV_VAR = "ADAPTCOLL_NOISE"
 _OFF = {"", "off", "none", "0", "no", "false"}
 _RATE_UNITS = {"hz": 1.0, "khz": 1e3, "mhz": 1e6}
-_TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+_TIME_UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6, "µs": 1e6, "ns": 1e9}  # divisors: 25us == 25 / 1e6 exactly
 _NUMBER = r"([0-9]*\.?[0-9]+(?:e[-+]?[0-9]+)?)"
 _HEAD = re.compile(rf"^\s*{_NUMBER}\s*([a-z]+)\s*[x*×]\s*{_NUMBER}\s*([a-zµ]+)\s*$", re.IGNORECASE)
 # Launcher variables holding this process's rank in MPI_COMM_WORLD, most specific first.
@@ -83,7 +83,7 @@ def parse_spec(text: str, name: str = "noise spec") -> NoiseSpec | None:
     if dur_unit.lower() not in _TIME_UNITS:
         raise fail(f"unknown duration unit {dur_unit!r}, use s, ms, us or ns")
     frequency = float(rate) * _RATE_UNITS[rate_unit.lower()]
-    duration = float(dur) * _TIME_UNITS[dur_unit.lower()]
+    duration = float(dur) / _TIME_UNITS[dur_unit.lower()]
     if frequency <= 0 or duration <= 0:
         raise fail("frequency and duration must be > 0")
     if frequency * duration >= 1.0:
