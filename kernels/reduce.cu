@@ -8,8 +8,8 @@
 // not overlap it partially. Self-contained (no #include), so nvcc and NVRTC (cupy.RawModule) both
 // compile it. Semantics follow NumPy's ufuncs, so the GPU and host backends agree bit for bit:
 // integer SUM/PROD wrap, logical ops store 1/0, float MAX/MIN propagate NaN, float16/bfloat16
-// arithmetic is done in float32 and rounded back (as NumPy does for float16), and complex products
-// are not contracted into FMAs.
+// arithmetic is done in float32 and rounded back (as NumPy does for float16), complex products are
+// not contracted into FMAs, and subnormals survive even under CuPy's -ftz=true.
 
 typedef unsigned long long u64;
 
@@ -77,39 +77,49 @@ __device__ __forceinline__ boolean op_band(boolean a, boolean b) { boolean r; r.
 __device__ __forceinline__ boolean op_bor(boolean a, boolean b) { boolean r; r.v = a.v | b.v; return r; }
 __device__ __forceinline__ boolean op_bxor(boolean a, boolean b) { boolean r; r.v = a.v ^ b.v; return r; }
 
-// Floats: NaN-propagating MAX/MIN as numpy.maximum/minimum.
-#define ADAPTCOLL_FLOAT_ARITH(T)                                                            \
-    __device__ __forceinline__ T op_sum(T a, T b) { return a + b; }                        \
-    __device__ __forceinline__ T op_prod(T a, T b) { return a * b; }                       \
-    __device__ __forceinline__ T op_max(T a, T b) { return (a >= b || a != a) ? a : b; }   \
-    __device__ __forceinline__ T op_min(T a, T b) { return (a <= b || a != a) ? a : b; }
+// float32 arithmetic and comparisons go through inline PTX: cupy.RawModule always compiles with
+// -ftz=true, which would flush subnormals in plain C++ float code; NumPy (and MPI on the host) keeps
+// them. The explicit .rn rounding also keeps ptxas from fusing products and sums into FMAs.
+__device__ __forceinline__ float f32_add(float a, float b) { float r; asm("add.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r; }
+__device__ __forceinline__ float f32_sub(float a, float b) { float r; asm("sub.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r; }
+__device__ __forceinline__ float f32_mul(float a, float b) { float r; asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r; }
+__device__ __forceinline__ bool f32_isnan(float a) { return (__float_as_uint(a) & 0x7fffffffu) > 0x7f800000u; }
+__device__ __forceinline__ bool f32_ge(float a, float b) {
+    unsigned int r;
+    asm("{ .reg .pred p; setp.ge.f32 p, %1, %2; selp.u32 %0, 1, 0, p; }" : "=r"(r) : "f"(a), "f"(b));
+    return r != 0;
+}
+// Whether numpy.maximum / numpy.minimum keep `a`: a NaN in `a` wins, then a NaN in `b`, then order.
+__device__ __forceinline__ bool f32_keep_max(float a, float b) { return f32_isnan(a) || (!f32_isnan(b) && f32_ge(a, b)); }
+__device__ __forceinline__ bool f32_keep_min(float a, float b) { return f32_isnan(a) || (!f32_isnan(b) && f32_ge(b, a)); }
 
-ADAPTCOLL_FLOAT_ARITH(float)
-ADAPTCOLL_FLOAT_ARITH(double)
+// Floats: NaN-propagating MAX/MIN as numpy.maximum/minimum (a NaN in either operand wins).
+__device__ __forceinline__ float op_sum(float a, float b) { return f32_add(a, b); }
+__device__ __forceinline__ float op_prod(float a, float b) { return f32_mul(a, b); }
+__device__ __forceinline__ float op_max(float a, float b) { return f32_keep_max(a, b) ? a : b; }
+__device__ __forceinline__ float op_min(float a, float b) { return f32_keep_min(a, b) ? a : b; }
+__device__ __forceinline__ double op_sum(double a, double b) { return __dadd_rn(a, b); }
+__device__ __forceinline__ double op_prod(double a, double b) { return __dmul_rn(a, b); }
+__device__ __forceinline__ double op_max(double a, double b) { return (a >= b || a != a) ? a : b; }
+__device__ __forceinline__ double op_min(double a, double b) { return (a <= b || a != a) ? a : b; }
 
 // float16 / bfloat16: compute in float32, round once (NumPy's float16 arithmetic does the same).
-#define ADAPTCOLL_HALF_ARITH(T, ROUND)                                                      \
-    __device__ __forceinline__ T op_sum(T a, T b) { return ROUND(to_float(a) + to_float(b)); } \
-    __device__ __forceinline__ T op_prod(T a, T b) { return ROUND(to_float(a) * to_float(b)); } \
-    __device__ __forceinline__ T op_max(T a, T b) {                                        \
-        float x = to_float(a), y = to_float(b);                                            \
-        return (x >= y || x != x) ? a : b;                                                 \
-    }                                                                                      \
-    __device__ __forceinline__ T op_min(T a, T b) {                                        \
-        float x = to_float(a), y = to_float(b);                                            \
-        return (x <= y || x != x) ? a : b;                                                 \
-    }
+#define ADAPTCOLL_HALF_ARITH(T, ROUND)                                                                  \
+    __device__ __forceinline__ T op_sum(T a, T b) { return ROUND(f32_add(to_float(a), to_float(b))); }  \
+    __device__ __forceinline__ T op_prod(T a, T b) { return ROUND(f32_mul(to_float(a), to_float(b))); } \
+    __device__ __forceinline__ T op_max(T a, T b) { return f32_keep_max(to_float(a), to_float(b)) ? a : b; } \
+    __device__ __forceinline__ T op_min(T a, T b) { return f32_keep_min(to_float(a), to_float(b)) ? a : b; }
 
 ADAPTCOLL_HALF_ARITH(f16, to_f16)
 ADAPTCOLL_HALF_ARITH(bf16, to_bf16)
 
-// Complex: SUM and PROD only (MPI defines no ordering on complex numbers). The _rn intrinsics keep
-// the compiler from fusing the product terms into FMAs, matching NumPy's rounding.
-__device__ __forceinline__ c64 op_sum(c64 a, c64 b) { c64 r; r.re = a.re + b.re; r.im = a.im + b.im; return r; }
+// Complex: SUM and PROD only (MPI defines no ordering on complex numbers); explicitly rounded steps,
+// never fused into FMAs, to match NumPy's rounding.
+__device__ __forceinline__ c64 op_sum(c64 a, c64 b) { c64 r; r.re = f32_add(a.re, b.re); r.im = f32_add(a.im, b.im); return r; }
 __device__ __forceinline__ c64 op_prod(c64 a, c64 b) {
     c64 r;
-    r.re = __fsub_rn(__fmul_rn(a.re, b.re), __fmul_rn(a.im, b.im));
-    r.im = __fadd_rn(__fmul_rn(a.re, b.im), __fmul_rn(a.im, b.re));
+    r.re = f32_sub(f32_mul(a.re, b.re), f32_mul(a.im, b.im));
+    r.im = f32_add(f32_mul(a.re, b.im), f32_mul(a.im, b.re));
     return r;
 }
 __device__ __forceinline__ c128 op_sum(c128 a, c128 b) { c128 r; r.re = a.re + b.re; r.im = a.im + b.im; return r; }

@@ -55,7 +55,8 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], 
             cmd = [NVCC, f"-arch={arch}", "-cubin", "-o", str(target), str(source)]
             jobs[(source.name, arch)] = (subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True), target)
         target = out_dir / f"{source.stem}.ptx"
-        cmd = [NVCC, "-arch=sm_90", "-ptx", "-o", str(target), str(source)]
+        # -ftz=true as cupy.RawModule always adds it: the PTX must still keep subnormals
+        cmd = [NVCC, "-arch=sm_90", "-ftz=true", "-ptx", "-o", str(target), str(source)]
         jobs[(source.name, "ptx")] = (subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True), target)
     results = {}
     for key, (process, target) in jobs.items():
@@ -96,6 +97,17 @@ def test_kernels_use_16_byte_loads_and_stores(compiled: dict) -> None:
             loads = [line for line in re.findall(r"ld\.global[\w.]*", body) if wide.search(line)]
             stores = [line for line in re.findall(r"st\.global[\w.]*", body) if wide.search(line)]
             assert loads and stores, f"{name}: no 16-byte global load/store in its PTX"
+
+
+@needs_nvcc
+def test_float_math_keeps_subnormals_and_never_fuses(compiled: dict) -> None:
+    """Compiled with CuPy's forced -ftz=true, no instruction flushes subnormals and no FMA appears,
+    so float results round exactly like NumPy's on the host."""
+    for source in CU_FILES:
+        ptx = compiled[(source.name, "ptx")].read_text()
+        assert ".ftz" not in ptx, re.findall(r".*\.ftz.*", ptx)[:5]
+        assert not re.search(r"\bfma\.", ptx)
+        assert "add.rn.f32" in ptx and "mul.rn.f64" in ptx  # float kernels are really in there
 
 
 def test_kernel_names_follow_the_convention() -> None:

@@ -99,7 +99,7 @@ def kernel_source() -> str:
 _MODULES: dict[int, Any] = {}
 _KERNELS: dict[tuple[int, str], Any] = {}
 _COMPILE_LOCK = threading.Lock()
-NVRTC_OPTIONS = ("-std=c++17",)
+NVRTC_OPTIONS: tuple[str, ...] = ()  # CuPy adds -arch and -ftz=true itself; the source needs no flags
 
 
 def load_kernel(name: str, device_id: Optional[int] = None) -> Any:
