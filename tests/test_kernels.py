@@ -118,3 +118,29 @@ def test_kernel_names_follow_the_convention() -> None:
         kernel_name("MAX", "complex64")
     with pytest.raises(KeyError):
         kernel_name("BAND", "float64")
+
+
+def test_gpu_bench_runs_or_explains_why_not() -> None:
+    """bench/gpu_kernels.py: with a GPU it prints bandwidths, without one it exits 2 with the reason."""
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    script = repo / "bench" / "gpu_kernels.py"
+    help_run = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, cwd=repo)
+    assert help_run.returncode == 0 and "--sizes" in help_run.stdout
+    run = subprocess.run([sys.executable, str(script), "--sizes", "1M", "--iters", "3", "--warmup", "1"],
+                         capture_output=True, text=True, cwd=repo, timeout=600)
+    try:
+        import cupy
+
+        has_gpu = cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # noqa: BLE001 - not installed, no driver, no device
+        has_gpu = False
+    if has_gpu:
+        assert run.returncode == 0, run.stderr
+        rows = [line.split() for line in run.stdout.splitlines() if line.startswith("SUM")]
+        assert {row[1] for row in rows} == {"float32", "float64"}
+        assert all(float(row[3]) > 0 and float(row[4]) > 0 for row in rows)
+    else:
+        assert run.returncode == 2
+        assert "cannot run" in run.stderr and ("CuPy" in run.stderr or "CUDA" in run.stderr)
