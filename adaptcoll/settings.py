@@ -59,6 +59,7 @@ class Settings:
     sync_sends: str = "first"
     reproducible: bool = False
     topology: str = ""
+    tag_space: int = 0
 
     def algorithm(self, collective: str) -> str:
         """The algorithm setting (tree kind, optionally with ':k=v' params, or 'native') for a collective."""
@@ -152,6 +153,8 @@ def _parse_field(field: str, value: Any, name: str) -> Any:
         return _parse_bool(value, name)
     if field == "topology":
         return str(value).strip()
+    if field == "tag_space":
+        return parse_size(value, name)
     raise AssertionError(field)
 
 

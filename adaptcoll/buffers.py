@@ -1,0 +1,172 @@
+"""Turn an mpi4py buffer specification into a 1-D NumPy view adaptcoll can segment, or say why not.
+
+Accepted (as mpi4py accepts them): `buf`, `(buf, count)`, `(buf, datatype)`, `(buf, count, datatype)`,
+`(buf, (count, displ), datatype)`, `(buf, count, displ, datatype)`, lists like tuples; a datatype is a
+predefined MPI.Datatype or a typecode string; `buf` is anything with the buffer protocol (NumPy arrays,
+array.array, bytearray, memoryview, ...) or a host `__dlpack__` producer. Whatever adaptcoll does not
+serve itself (derived datatypes, device memory, BOTTOM addressing, malformed specs) comes back as a
+reason string; the caller then hands the call, unchanged, to native MPI, which serves it or raises
+mpi4py's own error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Union
+
+import numpy as np
+from mpi4py import MPI
+
+__all__ = ["Message", "parse", "datatype_of"]
+
+
+@dataclass(frozen=True)
+class Message:
+    """`count` elements of `datatype`, viewed as the 1-D array `array` (dtype matching datatype)."""
+
+    array: np.ndarray
+    datatype: MPI.Datatype
+    count: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.array.nbytes
+
+
+_DATATYPE_BY_DTYPE: dict[np.dtype, MPI.Datatype] = {}
+_DTYPE_BY_HANDLE: dict[int, np.dtype] = {}
+
+
+def datatype_of(dtype: np.dtype) -> MPI.Datatype | None:
+    """The predefined MPI datatype mpi4py would use for NumPy `dtype`, or None."""
+    dt = _DATATYPE_BY_DTYPE.get(dtype)
+    if dt is None:
+        if not dtype.isnative or dtype.hasobject or dtype.fields is not None:
+            return None
+        try:
+            dt = MPI.Datatype.fromcode(dtype.char)
+        except (KeyError, ValueError, TypeError):
+            return None
+        _DATATYPE_BY_DTYPE[dtype] = dt
+    return dt
+
+
+def _dtype_of(datatype: MPI.Datatype) -> np.dtype | None:
+    """The NumPy dtype of a predefined MPI datatype (None for derived or unmappable ones)."""
+    handle = datatype.handle
+    found = _DTYPE_BY_HANDLE.get(handle)
+    if found is None:
+        if not datatype.is_predefined:
+            return None
+        try:
+            found = np.dtype(datatype.tocode())
+        except (KeyError, ValueError, TypeError):
+            return None
+        if found.itemsize != datatype.Get_size():
+            return None
+        _DTYPE_BY_HANDLE[handle] = found
+    return found
+
+
+def _as_bytes(buf: Any, writable: bool) -> Union[np.ndarray, str]:
+    """A flat uint8 view of `buf`'s memory, or a reason to go native."""
+    if isinstance(buf, np.ndarray):
+        arr = buf
+    elif hasattr(buf, "__cuda_array_interface__"):
+        return "device memory"
+    else:
+        try:
+            arr = np.asarray(memoryview(buf))
+        except TypeError:
+            if hasattr(buf, "__dlpack__"):
+                try:
+                    device = buf.__dlpack_device__()
+                except Exception:  # noqa: BLE001 - any failure means: let mpi4py decide
+                    return "unsupported buffer"
+                if device[0] != 1:  # kDLCPU
+                    return "device memory"
+                try:
+                    arr = np.from_dlpack(buf)
+                except Exception:  # noqa: BLE001
+                    return "unsupported buffer"
+            else:
+                return "unsupported buffer"
+    if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
+        return "non-contiguous buffer"
+    if writable and not arr.flags.writeable:
+        return "read-only buffer"
+    return arr.reshape(-1, order="A").view(np.uint8) if arr.ndim != 1 or arr.dtype != np.uint8 else arr
+
+
+def parse(spec: Any, writable: bool) -> Union[Message, str]:
+    """A Message for `spec`, or the reason (a short string) why native MPI must handle it."""
+    if type(spec) is np.ndarray and spec.flags.c_contiguous and (spec.flags.writeable or not writable):
+        datatype = datatype_of(spec.dtype)
+        if datatype is None:
+            return "unsupported dtype"
+        flat = spec.reshape(-1)
+        return Message(flat, datatype, flat.size)
+    count = displ = None
+    datatype: Any = None
+    if isinstance(spec, (tuple, list)):
+        items = list(spec)
+        if not items or len(items) > 4:
+            return "malformed buffer specification"
+        buf = items[0]
+        rest = items[1:]
+        if len(rest) == 1:
+            if isinstance(rest[0], (MPI.Datatype, str)):
+                datatype = rest[0]
+            else:
+                count = rest[0]
+        elif len(rest) == 2:
+            count, datatype = rest
+            if isinstance(count, (tuple, list)):
+                if len(count) != 2:
+                    return "malformed buffer specification"
+                count, displ = count
+        elif len(rest) == 3:
+            count, displ, datatype = rest
+    else:
+        buf = spec
+    if buf is None or buf is MPI.BOTTOM:
+        return "BOTTOM addressing"
+    raw = _as_bytes(buf, writable)
+    if isinstance(raw, str):
+        return raw
+    if datatype is None:
+        if isinstance(buf, np.ndarray):
+            dtype = buf.dtype
+        else:
+            try:
+                dtype = np.dtype(memoryview(buf).format)
+            except (TypeError, ValueError):
+                dtype = np.dtype(np.uint8)
+        datatype = datatype_of(dtype)
+        if datatype is None:
+            return "unsupported dtype"
+    else:
+        if isinstance(datatype, str):
+            try:
+                datatype = MPI.Datatype.fromcode(datatype)
+            except (KeyError, ValueError):
+                return "unknown typecode"
+        if not isinstance(datatype, MPI.Datatype):
+            return "malformed buffer specification"
+        dtype = _dtype_of(datatype)
+        if dtype is None:
+            return "derived datatype"
+    itemsize = dtype.itemsize
+    try:
+        displ = 0 if displ is None else int(displ)
+        if count is None:
+            if raw.size % itemsize:
+                return "buffer size not a multiple of the datatype size"
+            count = raw.size // itemsize - displ
+        count = int(count)
+    except (TypeError, ValueError):
+        return "malformed buffer specification"
+    if count < 0 or displ < 0 or (displ + count) * itemsize > raw.size:
+        return "count or displacement out of range"
+    view = raw[displ * itemsize:(displ + count) * itemsize].view(dtype)
+    return Message(view, datatype, count)

@@ -1,0 +1,343 @@
+"""`adaptcoll.Intracomm`: an mpi4py Intracomm (same handle, as in mpi4py.util.pkl5) whose Bcast, Reduce,
+Allreduce and their nonblocking forms run adaptcoll's protocols; every other method is mpi4py's own.
+
+Calls adaptcoll does not serve (a native threshold, derived datatypes, MINLOC, ...) go unchanged to
+the native collective, which also raises mpi4py's own errors for bad input on every rank. Which
+calls went where is counted in `adaptcoll.stats()`. Every decision depends only on arguments that
+MPI requires to match across ranks, so all ranks always take the same path.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import numpy as np
+from mpi4py import MPI
+
+from . import buffers, counters, ops, settings, trees
+from .backends.numpy_backend import NumpyBackend
+from .engine import MPITransport, engine
+from .plan import SegmentPlan, plan_segments
+from .pool import SegmentPool
+from .protocols.allreduce import Allreduce
+from .protocols.bcast import Bcast
+from .protocols.pieces import Join
+from .protocols.reduce import Reduce
+from .requests import NativeRequest, Operation, Request
+
+__all__ = ["Intracomm", "CommState", "comm_state"]
+
+_NUMPY = NumpyBackend()
+_IN_PLACE = MPI.IN_PLACE
+
+
+class CommState:
+    """adaptcoll's per-communicator state: a private duplicate for its traffic, the tag sequence,
+    segment pools, trees and topology. Created by the first adaptcoll collective on a communicator
+    (collectively) and freed with the communicator."""
+
+    def __init__(self, comm: MPI.Intracomm) -> None:
+        self.dup = MPI.Intracomm.Dup(comm)
+        self.rank = comm.Get_rank()
+        self.size = comm.Get_size()
+        self.transport = MPITransport(self.dup, engine())
+        tag_ub = comm.Get_attr(MPI.TAG_UB) or 32767
+        self.tag_space = tag_ub + 1
+        self.next_tag = 0
+        self._pools: dict[np.dtype, SegmentPool] = {}
+        self._trees: dict[tuple[str, int, bool], tuple[trees.Tree, ...]] = {}
+        self._topology: Any = None
+
+    def plan(self, count: int, itemsize: int, segment_bytes: int) -> SegmentPlan:
+        """The segment plan of the next operation; advances this communicator's tag sequence."""
+        limit = settings.current().tag_space
+        space = min(self.tag_space, limit) if limit else self.tag_space
+        plan = plan_segments(count, itemsize, segment_bytes, self.next_tag, space)
+        self.next_tag = (self.next_tag + max(1, plan.nseg)) % space
+        return plan
+
+    def pool(self, dtype: np.dtype) -> SegmentPool:
+        """The segment-buffer pool for `dtype`."""
+        found = self._pools.get(dtype)
+        if found is None:
+            found = self._pools[dtype] = SegmentPool(_NUMPY, dtype)
+        return found
+
+    def topology(self) -> Any:
+        """The topology used by `topo` trees: ADAPTCOLL_TOPOLOGY if set, else discovered (collective, once)."""
+        if self._topology is None:
+            from . import topology
+
+            spec = settings.current().topology
+            self._topology = topology.parse(spec, self.size) if spec else topology.discover(self.dup)
+        return self._topology
+
+    def trees(self, algorithm: str, root: int, rank_ordered: bool = False) -> tuple[trees.Tree, ...]:
+        """The tree(s) for an algorithm setting such as 'binomial' or 'knomial:radix=4' (cached)."""
+        key = (algorithm, root, rank_ordered)
+        found = self._trees.get(key)
+        if found is None:
+            if rank_ordered:
+                found = (trees.build("in_order_binomial", self.size, 0),)
+            else:
+                kind, params = trees.parse_algorithm(algorithm)
+                if kind == "topo":
+                    params.setdefault("levels", self.topology())
+                found = trees.build_all(kind, self.size, root, **params)
+            self._trees[key] = found
+        return found
+
+    def free(self) -> None:
+        """Free the private duplicate."""
+        if not MPI.Is_finalized() and self.dup != MPI.COMM_NULL:
+            self.dup.Free()
+
+
+def _delete_state(comm: MPI.Comm, keyval: int, state: Any) -> None:
+    try:
+        state.free()
+    except MPI.Exception:  # pragma: no cover - MPI shutting down
+        pass
+
+
+_KEYVAL = MPI.Comm.Create_keyval(delete_fn=_delete_state)
+
+
+def comm_state(comm: MPI.Intracomm) -> CommState:
+    """The CommState of `comm` (created, collectively, on first use; freed when `comm` is freed)."""
+    state = comm.Get_attr(_KEYVAL)
+    if state is None:
+        state = CommState(comm)
+        comm.Set_attr(_KEYVAL, state)
+    return state
+
+
+def _root_ok(root: Any, size: int) -> bool:
+    return type(root) is int and 0 <= root < size or (
+        isinstance(root, (int, np.integer)) and not isinstance(root, bool) and 0 <= int(root) < size)
+
+
+def _segs(nseg: int, k: int, ntrees: int) -> Sequence[int]:
+    return range(k, nseg, ntrees)
+
+
+class Intracomm(MPI.Intracomm):
+    """An mpi4py Intracomm sharing `comm`'s handle whose Bcast/Reduce/Allreduce (and I-forms) are adaptcoll's."""
+
+    def __new__(cls, comm: Optional[MPI.Intracomm] = None) -> "Intracomm":
+        if comm is None:
+            comm = MPI.COMM_NULL
+        return super().__new__(cls, comm)
+
+    # -- broadcast -----------------------------------------------------------------------------
+    def _start_bcast(self, name: str, buf: Any, root: Any) -> Optional[Operation]:
+        cfg = settings.current()
+        size = self.Get_size()
+        if not _root_ok(root, size):
+            return _native(name, "invalid arguments")
+        if cfg.bcast_algorithm == "native":
+            return _native(name, "algorithm=native")
+        root = int(root)
+        rank = self.Get_rank()
+        msg = buffers.parse(buf, writable=rank != root)
+        if isinstance(msg, str):
+            return _native(name, msg)
+        nbytes = msg.nbytes
+        if nbytes < cfg.native_below:
+            return _native(name, "below native_below")
+        st = comm_state(self)
+        itemsize = msg.array.itemsize
+        data = msg.array.view(np.uint8)
+        plan = st.plan(nbytes, 1, max(itemsize, cfg.bcast_segment_size // itemsize * itemsize))
+        tree_set = st.trees(cfg.bcast_algorithm, root)
+        op = Operation(keep=buf)
+        join = Join(len(tree_set), op.complete)
+        sw, rw = cfg.bcast_send_window, cfg.bcast_recv_window
+        for k, tree in enumerate(tree_set):
+            Bcast(st.transport, tree.parent(rank), tree.children(rank), data, plan,
+                  _segs(plan.nseg, k, len(tree_set)), sw, rw, cfg.sync_sends, join.part_done).start()
+        join.start()
+        counters.record(name)
+        return op
+
+    def Bcast(self, buf: Any, root: int = 0) -> None:
+        """Broadcast `buf` from `root` (mpi4py signature and semantics)."""
+        op = self._start_bcast("Bcast", buf, root)
+        if op is None:
+            return super().Bcast(buf, root)
+        if not op.done:
+            engine().wait_for(lambda: op.done)
+        return None
+
+    def Ibcast(self, buf: Any, root: int = 0) -> Request:
+        """Nonblocking broadcast; returns an adaptcoll Request."""
+        op = self._start_bcast("Ibcast", buf, root)
+        if op is None:
+            return NativeRequest(super().Ibcast(buf, root), keep=buf)
+        return Request(op)
+
+    # -- reduce --------------------------------------------------------------------------------
+    def _start_reduce(self, name: str, sendbuf: Any, recvbuf: Any, op: Any, root: Any) -> Optional[Operation]:
+        cfg = settings.current()
+        size = self.Get_size()
+        if not isinstance(op, MPI.Op) or not _root_ok(root, size):
+            return _native(name, "invalid arguments")
+        if cfg.reduce_algorithm == "native":
+            return _native(name, "algorithm=native")
+        root = int(root)
+        rank = self.Get_rank()
+        is_root = rank == root
+        in_place = is_root and (sendbuf is _IN_PLACE or (sendbuf is recvbuf and recvbuf is not None))
+        if in_place:
+            msg = buffers.parse(recvbuf, writable=True)
+        elif sendbuf is _IN_PLACE:
+            return _native(name, "invalid arguments")
+        else:
+            msg = buffers.parse(sendbuf, writable=False)
+        if isinstance(msg, str):
+            return _native(name, msg)
+        why = _reduce_unserved(msg, op, cfg.native_below)
+        if isinstance(why, str):
+            return _native(name, why)
+        rop, ordered_needed = why
+        if ordered_needed and root != 0:
+            return _native(name, "non-commutative op with root != 0")
+        target = None
+        error: Optional[BaseException] = None
+        if is_root:
+            if in_place:
+                target = msg.array
+            else:
+                target, error = _root_target(recvbuf, msg)
+        st = comm_state(self)
+        dtype = msg.array.dtype
+        plan = st.plan(msg.count, dtype.itemsize, cfg.reduce_segment_size)
+        tree_set = st.trees(cfg.reduce_algorithm, root, rank_ordered=ordered_needed)
+        local = target if in_place else msg.array
+        ordered = ordered_needed or cfg.reproducible
+        operation = Operation(keep=(sendbuf, recvbuf))
+        join = Join(len(tree_set), operation.complete)
+        sw, rw = cfg.reduce_send_window, cfg.reduce_recv_window
+        pool = st.pool(dtype)
+        for k, tree in enumerate(tree_set):
+            Reduce(st.transport, _NUMPY, pool, tree.parent(rank), tree.children(rank), local, target, rop, plan,
+                   _segs(plan.nseg, k, len(tree_set)), sw, rw, cfg.sync_sends, ordered, join.part_done).start()
+        join.start()
+        counters.record(name)
+        if error is not None:  # the root's recvbuf was bad: the others' data was drained, now report
+            engine().wait_for(lambda: operation.done)
+            raise error
+        return operation
+
+    def Reduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, root: int = 0) -> None:
+        """Reduce to `root` (mpi4py signature and semantics; non-root `recvbuf` is ignored)."""
+        operation = self._start_reduce("Reduce", sendbuf, recvbuf, op, root)
+        if operation is None:
+            return super().Reduce(sendbuf, recvbuf, op, root)
+        if not operation.done:
+            engine().wait_for(lambda: operation.done)
+        return None
+
+    def Ireduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, root: int = 0) -> Request:
+        """Nonblocking reduce; returns an adaptcoll Request (which keeps the buffers alive)."""
+        operation = self._start_reduce("Ireduce", sendbuf, recvbuf, op, root)
+        if operation is None:
+            return NativeRequest(super().Ireduce(sendbuf, recvbuf, op, root), keep=(sendbuf, recvbuf))
+        return Request(operation)
+
+    # -- allreduce -----------------------------------------------------------------------------
+    def _start_allreduce(self, name: str, sendbuf: Any, recvbuf: Any, op: Any) -> Optional[Operation]:
+        cfg = settings.current()
+        if not isinstance(op, MPI.Op):
+            return _native(name, "invalid arguments")
+        if cfg.allreduce_algorithm == "native":
+            return _native(name, "algorithm=native")
+        in_place = sendbuf is _IN_PLACE or sendbuf is recvbuf
+        rmsg = buffers.parse(recvbuf, writable=True)
+        if isinstance(rmsg, str):
+            return _native(name, rmsg)
+        if in_place:
+            local = rmsg.array
+        else:
+            smsg = buffers.parse(sendbuf, writable=False)
+            if isinstance(smsg, str):
+                return _native(name, smsg)
+            if smsg.count != rmsg.count or smsg.array.dtype != rmsg.array.dtype:
+                return _native(name, "invalid arguments")
+            if np.shares_memory(smsg.array, rmsg.array):
+                return _native(name, "invalid arguments")
+            local = smsg.array
+        why = _reduce_unserved(rmsg, op, cfg.native_below)
+        if isinstance(why, str):
+            return _native(name, why)
+        rop, ordered_needed = why
+        st = comm_state(self)
+        rank = self.Get_rank()
+        dtype = rmsg.array.dtype
+        plan = st.plan(rmsg.count, dtype.itemsize, cfg.allreduce_segment_size)
+        tree_set = st.trees(cfg.allreduce_algorithm, 0, rank_ordered=ordered_needed)
+        ordered = ordered_needed or cfg.reproducible
+        operation = Operation(keep=(sendbuf, recvbuf))
+        join = Join(len(tree_set), operation.complete)
+        sw, rw = cfg.reduce_send_window, cfg.reduce_recv_window
+        pool = st.pool(dtype)
+        for k, tree in enumerate(tree_set):
+            Allreduce(st.transport, _NUMPY, pool, tree.parent(rank), tree.children(rank), local, rmsg.array, rop,
+                      plan, _segs(plan.nseg, k, len(tree_set)), sw, rw, cfg.sync_sends, ordered,
+                      join.part_done).start()
+        join.start()
+        counters.record(name)
+        return operation
+
+    def Allreduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM) -> None:
+        """Allreduce (mpi4py signature; `sendbuf is recvbuf` is treated as IN_PLACE)."""
+        operation = self._start_allreduce("Allreduce", sendbuf, recvbuf, op)
+        if operation is None:
+            return super().Allreduce(sendbuf, recvbuf, op)
+        if not operation.done:
+            engine().wait_for(lambda: operation.done)
+        return None
+
+    def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM) -> Request:
+        """Nonblocking allreduce; returns an adaptcoll Request (which keeps the buffers alive)."""
+        operation = self._start_allreduce("Iallreduce", sendbuf, recvbuf, op)
+        if operation is None:
+            return NativeRequest(super().Iallreduce(sendbuf, recvbuf, op), keep=(sendbuf, recvbuf))
+        return Request(operation)
+
+
+def _native(name: str, reason: str) -> None:
+    counters.record(name, reason)
+    return None
+
+
+def _reduce_unserved(msg: buffers.Message, op: MPI.Op, native_below: int) -> Any:
+    """(ReduceOp, needs rank order) if adaptcoll folds `op` on msg's type, else the reason it does not."""
+    if msg.nbytes < native_below:
+        return "below native_below"
+    rop = ops.reduce_op(op, msg.datatype)
+    if rop is None:
+        return "op not served"
+    if not _NUMPY.supports(rop, msg.array.dtype):
+        return "op/type not served"
+    return rop, not rop.commutative
+
+
+def _root_target(recvbuf: Any, msg: buffers.Message) -> tuple[np.ndarray, Optional[BaseException]]:
+    """The root's result array, or a scratch one plus the error mpi4py would raise for `recvbuf`."""
+    if recvbuf is None or recvbuf is _IN_PLACE:
+        return np.empty_like(msg.array), TypeError("message: expecting buffer or list/tuple")
+    rmsg = buffers.parse(recvbuf, writable=True)
+    if isinstance(rmsg, str):
+        exc: BaseException = (BufferError(f"recvbuf: {rmsg}") if "buffer" in rmsg
+                              else NotImplementedError(f"adaptcoll Reduce: recvbuf not served ({rmsg}); "
+                                                       "set ADAPTCOLL_REDUCE_ALGORITHM=native"))
+        return np.empty_like(msg.array), exc
+    if rmsg.count != msg.count:
+        return np.empty_like(msg.array), ValueError(
+            f"mismatch in send count {msg.count} and receive count {rmsg.count}")
+    if rmsg.array.dtype != msg.array.dtype:
+        return np.empty_like(msg.array), ValueError("mismatch in send and receive MPI datatypes")
+    if np.shares_memory(rmsg.array, msg.array):
+        return np.empty_like(msg.array), ValueError("sendbuf and recvbuf overlap (use MPI.IN_PLACE)")
+    return rmsg.array, None
