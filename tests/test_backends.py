@@ -11,7 +11,7 @@ import pytest
 
 from adaptcoll.backends.base import PREDEFINED_OPS, ReduceOp
 from adaptcoll.backends.deferred import DeferredBackend, InputModifiedError
-from adaptcoll.backends.numpy_backend import NumpyBackend
+from adaptcoll.backends.numpy_backend import UFUNC_BY_OP, NumpyBackend
 
 INT_TYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
 FLOAT_TYPES = ["float16", "float32", "float64"]
@@ -410,3 +410,158 @@ def test_cupy_copy_user_op_and_staging() -> None:
     staging.release(pinned)
     assert staging.acquire(4096, np.int64) is pinned  # pooled
     synchronize_producer(back, backend.stream)
+
+
+# ---- CupyBackend's host-side logic against a fake CuPy (runs everywhere) -------------------------
+
+
+class _FakeDeviceArray(np.ndarray):
+    """Host memory posing as a cupy.ndarray: `.data.ptr` is the address of the first element."""
+
+    @property
+    def data(self):  # type: ignore[override]
+        return type("Pointer", (), {"ptr": self.ctypes.data})()
+
+
+def make_fake_cupy(launches: list) -> tuple[object, object]:
+    """A stand-in `cupy`/`cupyx` pair whose kernels fold with NumPy and record how they were launched."""
+    import ctypes
+    import types
+
+    current = {"stream": None}
+
+    class Stream:
+        def __init__(self, non_blocking: bool = False) -> None:
+            self.ptr, self.synchronized = 4242, 0
+
+        def __enter__(self):
+            self.previous, current["stream"] = current["stream"], self
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            current["stream"] = self.previous
+
+        def synchronize(self) -> None:
+            self.synchronized += 1
+
+    class Device:
+        def __init__(self, device_id: int | None = None) -> None:
+            self.id = device_id or 0
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+    class Event:
+        def __init__(self, block: bool = False, disable_timing: bool = False) -> None:
+            self.recorded_on = None
+
+        def record(self, stream: Stream) -> None:
+            self.recorded_on = stream
+
+        @property
+        def done(self) -> bool:
+            return self.recorded_on is not None
+
+    class RawModule:
+        def __init__(self, code: str, options: tuple = ()) -> None:
+            assert "extern \"C\" __global__" in code and "ADAPTCOLL_ALL_OPS(int8" in code
+
+        def compile(self) -> None:
+            pass
+
+        def get_function(self, name: str):
+            _, op, dtype = name.split("_", 2)
+
+            def kernel(grid: tuple, block: tuple, args: tuple, *, shared_mem: int = 0) -> None:
+                acc, incoming, count = args
+                assert isinstance(acc, _FakeDeviceArray) and isinstance(incoming, _FakeDeviceArray)
+                assert acc.dtype == np.dtype(dtype) and count == acc.size == incoming.size
+                launches.append((name, grid, block, current["stream"]))
+                with np.errstate(over="ignore"):
+                    UFUNC_BY_OP[op.upper()](acc, incoming, out=acc)
+
+            return kernel
+
+    def memcpy_async(dst: int, src: int, size: int, kind: int, stream: int) -> None:
+        ctypes.memmove(dst, src, size)
+
+    runtime = types.SimpleNamespace(
+        getDeviceCount=lambda: 1, getDeviceProperties=lambda i: {"multiProcessorCount": 2},
+        memcpyAsync=memcpy_async, memcpyDefault=4, memcpyDeviceToDevice=3,
+        streamSynchronize=lambda ptr: launches.append(("streamSynchronize", ptr)),
+    )
+    cupy = types.ModuleType("cupy")
+    cupy.ndarray = _FakeDeviceArray
+    cupy.cuda = types.SimpleNamespace(Stream=Stream, Device=Device, Event=Event, runtime=runtime)
+    cupy.RawModule = RawModule
+    cupy.asarray = lambda x: np.asarray(x).view(_FakeDeviceArray)
+    cupy.empty = lambda count, dtype: np.empty(count, dtype).view(_FakeDeviceArray)
+    cupy.asnumpy = lambda x, stream=None: np.array(x).view(np.ndarray)
+    cupyx = types.ModuleType("cupyx")
+    cupyx.empty_pinned = lambda shape, dtype: np.empty(shape, dtype)
+    return cupy, cupyx
+
+
+def test_cupy_backend_logic_with_fake_cupy(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from adaptcoll.backends import cupy_backend
+
+    launches: list = []
+    cupy, cupyx = make_fake_cupy(launches)
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monkeypatch.setitem(sys.modules, "cupyx", cupyx)
+    monkeypatch.setattr(cupy_backend, "_MODULES", {})
+    monkeypatch.setattr(cupy_backend, "_KERNELS", {})
+
+    backend = cupy_backend.CupyBackend(blocks_per_sm=3)
+    for op, dtype_name in op_type_pairs():
+        for target in ("third", "lower", "higher"):
+            lower = cupy.asarray(sample(dtype_name, 300, 1))
+            higher = cupy.asarray(sample(dtype_name, 300, 2))
+            out = {"third": backend.empty(300, dtype_name), "lower": lower, "higher": higher}[target]
+            expected = reference(op, sample(dtype_name, 300, 1), sample(dtype_name, 300, 2))
+            poll = backend.combine(ReduceOp(op), lower, higher, out)
+            assert poll is not None and poll() is True
+            np.testing.assert_array_equal(np.asarray(out), expected, err_msg=f"{op} {dtype_name} {target}")
+            name, grid, block, stream = launches[-1]
+            assert name == cupy_backend.kernel_name(op, dtype_name)
+            assert stream is backend.stream  # launched on the backend's stream, not the default one
+            assert 1 <= grid[0] <= 6 and block == (256,)
+
+    big = cupy.asarray(np.ones(1 << 16, np.float32))
+    backend.combine(ReduceOp("SUM"), big, big.copy(), big)
+    assert launches[-1][1] == (6,)  # 16 Ki packs, capped at 2 SMs x 3 blocks
+
+    src, dst = cupy.asarray(np.arange(10.0)), backend.empty(10, "float64")
+    synced = backend.stream.synchronized
+    backend.copy(dst, src)
+    assert np.asarray(dst).tolist() == list(range(10)) and backend.stream.synchronized > synced
+    with pytest.raises(ValueError, match="size mismatch"):
+        backend.copy(dst, src[:5])
+
+    user = ReduceOp("USER", commutative=False, user_fold=lambda lo, hi: hi.__setitem__(..., 10 * lo + hi))
+    lower, higher, out = cupy.asarray(np.ones(4)), cupy.asarray(np.full(4, 2.0)), backend.empty(4, "float64")
+    assert backend.combine(user, lower, higher, out) is None
+    assert np.asarray(out).tolist() == [12.0] * 4 and np.asarray(higher).tolist() == [2.0] * 4
+    assert backend.supports(user, "float64") and not backend.supports(ReduceOp("MAX"), "complex64")
+    assert not backend.supports(ReduceOp("SUM"), ">f8")
+
+    staging = cupy_backend.HostStaging()
+    device = cupy.asarray(np.arange(64, dtype=np.int32))
+    host, poll = staging.to_host(device)
+    assert poll() and host.tolist() == list(range(64))
+    host[:] = -host
+    assert staging.to_device(host, device)() and np.asarray(device).tolist() == [-i for i in range(64)]
+    staging.release(host)
+    assert staging.acquire(64, "int32") is host
+
+    class Produced:
+        __cuda_array_interface__ = {"shape": (1,), "typestr": "<f4", "data": (0, False), "version": 3,
+                                    "stream": 77}
+
+    cupy_backend.synchronize_producer(Produced(), backend.stream)
+    assert launches[-1] == ("streamSynchronize", 77)

@@ -195,8 +195,8 @@ class CupyBackend(ArrayBackend):
         count = acc.size
         packs = (count * acc.itemsize + 15) // 16
         blocks = min(self.max_blocks, max(1, (packs + self.block_size - 1) // self.block_size))
-        with self.device:
-            kernel((blocks,), (self.block_size,), (acc, incoming, np.uint64(count)), stream=self.stream)
+        with self.device, self.stream:  # RawKernel launches on the current stream
+            kernel((blocks,), (self.block_size,), (acc, incoming, np.uint64(count)))
             event = cupy.cuda.Event(block=False, disable_timing=True)
             event.record(self.stream)
         return _event_poll(event)
