@@ -1,0 +1,233 @@
+"""adaptcoll's Bcast/Reduce/Allreduce against native MPI on 1..8 ranks, every tree, several roots and sizes.
+
+Each test is one launch that loops over many cases (a launch costs seconds on 2 cores); every case
+compares with the native collective on the same data and checks that adaptcoll served the call.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import adaptcoll
+
+RANKS = [1, 2, 3, 4, 5, 8]
+TREES = ["binomial", "in_order_binomial", "binary", "pipeline", "chain", "linear", "knomial", "two_tree", "topo"]
+SEG_BYTES = 64  # small segments: many segments per message, so the windows and queues are exercised
+
+
+def _roots(size: int) -> list[int]:
+    return sorted({0, size - 1, size // 2})
+
+
+def _counts(itemsize: int) -> list[int]:
+    seg = max(1, SEG_BYTES // itemsize)
+    return [0, 1, seg - 1, seg, seg + 1, 7 * seg + 3]
+
+
+def _data(rank: int, count: int, dtype: str, salt: int) -> np.ndarray:
+    """Small values so that sums/products are exact in every dtype on up to 8 ranks."""
+    rng = np.random.default_rng(1000 * salt + rank)
+    dt = np.dtype(dtype)
+    if dt.kind == "b":
+        return rng.integers(0, 2, count).astype(dt)
+    if dt.kind == "u":
+        return rng.integers(0, 3, count).astype(dt)
+    if dt.kind == "c":
+        return (rng.integers(-2, 3, count) + 1j * rng.integers(-2, 3, count)).astype(dt)
+    return rng.integers(-2, 3, count).astype(dt)
+
+
+def _serving(comm: MPI.Intracomm, tree: str):
+    """Settings that make adaptcoll serve every size with small segments on `tree`."""
+    topo = f"nodes={min(3, comm.Get_size())}" if comm.Get_size() > 1 else ""
+    return adaptcoll.configured(
+        bcast_algorithm=tree, reduce_algorithm=tree, allreduce_algorithm=tree,
+        bcast_segment_size=SEG_BYTES, reduce_segment_size=SEG_BYTES, allreduce_segment_size=SEG_BYTES,
+        native_below=0, topology=topo)
+
+
+def _served(name: str) -> int:
+    return adaptcoll.stats().get(name, {}).get("adaptcoll", 0)
+
+
+@pytest.mark.mpi(ranks=RANKS, timeout=240)
+def test_bcast_equals_native(mpi_ranks):
+    world = MPI.COMM_WORLD
+    comm = adaptcoll.Intracomm(world)
+    rank, size = world.Get_rank(), world.Get_size()
+    before = _served("Bcast")
+    calls = 0
+    for tree in TREES:
+        with _serving(world, tree):
+            for root, dtype in itertools.product(_roots(size), ["f8", "i1", "c16", "u2"]):
+                for count in _counts(np.dtype(dtype).itemsize):
+                    ref = _data(root, count, dtype, 7) if rank == root else np.zeros(count, dtype)
+                    got = ref.copy()
+                    world.Bcast(ref, root)
+                    comm.Bcast(got, root)
+                    calls += 1
+                    np.testing.assert_array_equal(got, ref, err_msg=f"{tree} root={root} count={count} {dtype}")
+    assert _served("Bcast") - before == calls
+
+
+OP_TYPES = {
+    "SUM": ["i1", "u1", "i2", "u2", "i4", "u4", "i8", "u8", "f2", "f4", "f8", "c8", "c16"],
+    "PROD": ["i1", "u2", "i4", "i8", "f4", "f8", "c16"],
+    "MAX": ["i1", "u1", "i2", "u4", "i8", "u8", "f2", "f4", "f8"],
+    "MIN": ["i1", "u2", "i4", "u8", "f4", "f8"],
+    "LAND": ["i4", "u1", "?"],
+    "LOR": ["i2", "u8", "?"],
+    "LXOR": ["i8", "u4", "?"],
+    "BAND": ["i1", "u2", "i4", "u8"],
+    "BOR": ["u1", "i2", "u4", "i8"],
+    "BXOR": ["i1", "u2", "i4", "u8"],
+}
+
+
+def _check_reduce(comm, world, rank, root, op, dtype, count, salt, label):
+    mine = _data(rank, count, dtype, salt)
+    ref = np.zeros(count, dtype)
+    got = np.zeros(count, dtype)
+    world.Reduce(mine, ref, getattr(MPI, op), root)
+    comm.Reduce(mine, got, getattr(MPI, op), root)
+    if rank == root:
+        np.testing.assert_array_equal(got, ref, err_msg=f"Reduce {label}")
+    ref_all = np.zeros(count, dtype)
+    got_all = np.zeros(count, dtype)
+    world.Allreduce(mine, ref_all, getattr(MPI, op))
+    comm.Allreduce(mine, got_all, getattr(MPI, op))
+    np.testing.assert_array_equal(got_all, ref_all, err_msg=f"Allreduce {label}")
+
+
+@pytest.mark.mpi(ranks=RANKS, timeout=240)
+def test_reduce_allreduce_trees_roots_sizes(mpi_ranks):
+    world = MPI.COMM_WORLD
+    comm = adaptcoll.Intracomm(world)
+    rank, size = world.Get_rank(), world.Get_size()
+    before = _served("Reduce"), _served("Allreduce")
+    calls = 0
+    for tree in TREES:
+        with _serving(world, tree):
+            for root, (op, dtype) in itertools.product(_roots(size), [("SUM", "f8"), ("BXOR", "i4"), ("MAX", "f2")]):
+                for count in _counts(np.dtype(dtype).itemsize):
+                    _check_reduce(comm, world, rank, root, op, dtype, count, root + count,
+                                  f"{tree} root={root} {op} {dtype} count={count}")
+                    calls += 1
+    assert (_served("Reduce") - before[0], _served("Allreduce") - before[1]) == (calls, calls)
+
+
+@pytest.mark.mpi(ranks=[1, 3, 4, 8], timeout=240)
+def test_every_op_and_type(mpi_ranks):
+    world = MPI.COMM_WORLD
+    comm = adaptcoll.Intracomm(world)
+    rank, size = world.Get_rank(), world.Get_size()
+    before = _served("Reduce")
+    calls = 0
+    for reproducible in (False, True):
+        with _serving(world, "binomial"), adaptcoll.configured(reproducible=reproducible):
+            for op, dtypes in OP_TYPES.items():
+                for dtype in dtypes:
+                    count = 3 * max(1, SEG_BYTES // np.dtype(dtype).itemsize) + 1
+                    _check_reduce(comm, world, rank, size - 1, op, dtype, count, 3,
+                                  f"{op} {dtype} reproducible={reproducible}")
+                    calls += 1
+    assert _served("Reduce") - before == calls
+
+
+def _matmul_fold(lower: np.ndarray, higher: np.ndarray) -> None:
+    """higher = lower @ higher for 2x2 matrices mod 251 packed 4 x 8 bits in a uint32 (non-commutative)."""
+    def unpack(x):
+        return [(x >> (8 * k)) & 0xFF for k in range(4)]
+    a, b, c, d = unpack(lower.astype(np.uint64))
+    e, f, g, h = unpack(higher.astype(np.uint64))
+    out = [(a * e + b * g) % 251, (a * f + b * h) % 251, (c * e + d * g) % 251, (c * f + d * h) % 251]
+    higher[...] = (out[0] | (out[1] << 8) | (out[2] << 16) | (out[3] << 24)).astype(np.uint32)
+
+
+def _matmul_mpi(inbuf, inoutbuf, datatype):
+    lower = np.frombuffer(inbuf, dtype=np.uint32)
+    higher = np.frombuffer(inoutbuf, dtype=np.uint32)
+    _matmul_fold(lower, higher)
+
+
+@pytest.mark.mpi(ranks=[2, 3, 5, 8], timeout=180)
+def test_noncommutative_user_op_rank_order(mpi_ranks):
+    world = MPI.COMM_WORLD
+    comm = adaptcoll.Intracomm(world)
+    rank = world.Get_rank()
+    op = MPI.Op.Create(_matmul_mpi, commute=False)
+    try:
+        rng = np.random.default_rng(rank)
+        before = _served("Reduce"), _served("Allreduce")
+        with _serving(world, "binomial"):
+            for count in (1, 15, 16, 17, 100):
+                m = rng.integers(0, 251, (count, 4)).astype(np.uint32)
+                mine = m[:, 0] | (m[:, 1] << 8) | (m[:, 2] << 16) | (m[:, 3] << 24)
+                ref, got = np.zeros(count, np.uint32), np.zeros(count, np.uint32)
+                world.Reduce(mine, ref, op, 0)
+                comm.Reduce(mine, got, op, 0)
+                if rank == 0:
+                    np.testing.assert_array_equal(got, ref)
+                world.Allreduce(mine, ref, op)
+                comm.Allreduce(mine, got, op)
+                np.testing.assert_array_equal(got, ref)
+                # root != 0: handed to native (counted), still correct
+                comm.Reduce(mine, got, op, world.Get_size() - 1)
+                world.Reduce(mine, ref, op, world.Get_size() - 1)
+                if rank == world.Get_size() - 1:
+                    np.testing.assert_array_equal(got, ref)
+        assert _served("Reduce") - before[0] == 5 and _served("Allreduce") - before[1] == 5
+        assert adaptcoll.stats()["Reduce"]["native_reasons"].get("non-commutative op with root != 0", 0) >= 5
+    finally:
+        op.Free()
+
+
+@pytest.mark.mpi(ranks=[2, 4], timeout=180)
+def test_in_place_and_aliased(mpi_ranks):
+    world = MPI.COMM_WORLD
+    comm = adaptcoll.Intracomm(world)
+    rank, size = world.Get_rank(), world.Get_size()
+    with _serving(world, "binomial"):
+        for count in (1, 9, 100):
+            mine = _data(rank, count, "i8", 5)
+            ref = np.zeros(count, "i8")
+            world.Allreduce(mine, ref, MPI.SUM)
+            buf = mine.copy()
+            comm.Allreduce(MPI.IN_PLACE, buf, MPI.SUM)
+            np.testing.assert_array_equal(buf, ref)
+            buf = mine.copy()
+            comm.Allreduce(buf, buf, MPI.SUM)  # sendbuf is recvbuf: treated as IN_PLACE
+            np.testing.assert_array_equal(buf, ref)
+            for root in _roots(size):
+                world.Reduce(mine, ref, MPI.SUM, root)
+                buf = mine.copy()
+                if rank == root:
+                    comm.Reduce(MPI.IN_PLACE, buf, MPI.SUM, root)
+                    np.testing.assert_array_equal(buf, ref)
+                else:
+                    comm.Reduce(buf, None, MPI.SUM, root)
+                    np.testing.assert_array_equal(buf, mine)  # a non-root's sendbuf is never written
+
+
+@pytest.mark.mpi(ranks=[3, 4], timeout=120)
+def test_large_messages_default_settings(mpi_ranks):
+    world = MPI.COMM_WORLD
+    comm = adaptcoll.Intracomm(world)
+    rank = world.Get_rank()
+    with adaptcoll.configured(native_below=0):
+        for nbytes in (1 << 20, 5 * (1 << 20) + 8):
+            n = nbytes // 8
+            a = np.arange(n, dtype="f8") if rank == 1 else np.zeros(n)
+            comm.Bcast(a, 1)
+            np.testing.assert_array_equal(a, np.arange(n, dtype="f8"))
+            mine = np.full(n, rank + 1.0)
+            out = np.zeros(n)
+            comm.Reduce(mine, out, MPI.SUM, 2)
+            if rank == 2:
+                assert (out == sum(range(1, world.Get_size() + 1))).all()
+            comm.Allreduce(mine, out, MPI.MAX)
+            assert (out == world.Get_size()).all()
