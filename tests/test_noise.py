@@ -356,15 +356,17 @@ def test_calibration_fwq_slowdown_matches_detour_fraction():
 def test_cli_run_wraps_mpi_ranks_and_reports_detours():
     env = dict(os.environ, ADAPTCOLL_NOISE="200Hz x 100us, poisson")
     app = "from mpi4py import MPI; c = MPI.COMM_WORLD; print('sum', c.allreduce(c.rank))"
-    out = subprocess.run(["timeout", "120", "mpiexec", "-n", "2", sys.executable, "-m", "adaptcoll.noise",
+    from adaptcoll.noise.__main__ import SAFE_PYTHON_C
+
+    out = subprocess.run(["timeout", "120", "mpiexec", "-n", "2", sys.executable, "-c", SAFE_PYTHON_C,
                           "run", "--", sys.executable, "-c", app], capture_output=True, text=True, env=env,
                          timeout=150, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert out.stdout.count("sum 1") == 2
     assert "adaptcoll.noise rank 0" in out.stderr and "adaptcoll.noise rank 1" in out.stderr
-    bad = subprocess.run([sys.executable, "-m", "adaptcoll.noise", "run", "--", "true"], capture_output=True,
+    bad = subprocess.run([sys.executable, "-c", SAFE_PYTHON_C, "run", "--", "true"], capture_output=True,
                          text=True, env=dict(os.environ, ADAPTCOLL_NOISE="loud"), cwd=ROOT)
     assert bad.returncode == 2 and "ADAPTCOLL_NOISE='loud'" in bad.stderr
-    failing = subprocess.run([sys.executable, "-m", "adaptcoll.noise", "run", "--spec", "off", "--",
+    failing = subprocess.run([sys.executable, "-c", SAFE_PYTHON_C, "run", "--spec", "off", "--",
                               sys.executable, "-c", "raise SystemExit(3)"], cwd=ROOT)
     assert failing.returncode == 3

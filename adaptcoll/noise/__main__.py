@@ -8,8 +8,8 @@
 ... -- python app.py`): it never initializes MPI itself, starts a Detours process pinned to the
 CPUs the launcher bound it to, runs the command with every file descriptor and variable of the
 launcher (so the command is the MPI rank), forwards SIGINT/SIGTERM, then prints the detour statistics
-to stderr and exits with the command's status. The wrapper must not initialize MPI: if importing
-`adaptcoll` ever imports mpi4py.MPI, start it with mpi4py.rc.initialize = False (jobscripts do).
+to stderr and exits with the command's status. The wrapper must not initialize MPI: while importing
+`adaptcoll` imports mpi4py.MPI, start it as `python -c "$SAFE_PYTHON_C" run ...` (the jobscripts do).
 """
 
 from __future__ import annotations
@@ -22,12 +22,31 @@ import sys
 from .calibrate import calibrate
 from .spec import ENV_VAR, parse_spec, rank_from_env
 
-__all__ = ["main"]
+__all__ = ["main", "SAFE_PYTHON_C"]
+
+SAFE_PYTHON_C = ("import importlib.util, sys, types; spec = importlib.util.find_spec('adaptcoll'); "
+                 "pkg = types.ModuleType('adaptcoll'); pkg.__path__ = list(spec.submodule_search_locations); "
+                 "sys.modules['adaptcoll'] = pkg; from adaptcoll.noise.__main__ import main; "
+                 "raise SystemExit(main())")
+"""`python -c SAFE_PYTHON_C run ...` loads adaptcoll.noise without running adaptcoll/__init__.py (which
+imports mpi4py.MPI), so the wrapper never touches MPI."""
+
+
+def _mpi_initialized_here() -> bool:
+    """True if this wrapper process has initialized MPI (then the wrapped rank could not)."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    return bool(mpi is not None and mpi.Is_initialized())
 
 
 def _run(args: argparse.Namespace) -> int:
     import os
 
+    from .spec import RANK_VARIABLES
+
+    if _mpi_initialized_here() and any(v in os.environ for v in RANK_VARIABLES):
+        raise SystemExit("adaptcoll.noise run: MPI was initialized in the wrapper (importing adaptcoll "
+                         "imported mpi4py.MPI), so the wrapped rank could not join the job. Start the "
+                         f"wrapper as: python -c '{SAFE_PYTHON_C}' run ...")
     text = args.spec if args.spec is not None else os.environ.get(ENV_VAR, "")
     name = "--spec" if args.spec is not None else ENV_VAR
     spec = parse_spec(text, name)

@@ -18,7 +18,7 @@ from typing import Mapping
 
 from .detours import PATTERNS, Detours
 
-__all__ = ["NoiseSpec", "ENV_VAR", "parse_spec", "from_spec", "from_env", "rank_from_env"]
+__all__ = ["NoiseSpec", "ENV_VAR", "RANK_VARIABLES", "parse_spec", "from_spec", "from_env", "rank_from_env"]
 
 ENV_VAR = "ADAPTCOLL_NOISE"
 _OFF = {"", "off", "none", "0", "no", "false"}
