@@ -1,0 +1,796 @@
+"""OSU-style latency benchmark for Bcast/Reduce/Allreduce and Ibcast/Ireduce/Iallreduce, native MPI vs
+adaptcoll, with the implementations interleaved call by call in one launch so that both see the same
+machine state (noise, other jobs, thermal state).
+
+    mpiexec -n 4 python bench/osu.py -c bcast -m 4K:16M --impl native --impl adaptcoll
+    mpiexec -n 4 python bench/osu.py -c iallreduce -m 1M -f --impl native \
+        --impl "adaptcoll:allreduce_algorithm=chain;allreduce_segment_size=64K" --json bench/out/x.json
+
+Per iteration and implementation: native barrier, then the timed call; per-rank times are gathered
+after the timing loop. The tables use OSU's definitions (Avg = mean over ranks of each rank's mean,
+Min/Max = min/max over ranks of those means); the JSON keeps every per-iteration max-over-ranks
+sample with median, p95 and p99. Not part of the adaptcoll package: a script with importable helpers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import platform
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+__all__ = [
+    "COLLECTIVES",
+    "NONBLOCKING",
+    "ImplSpec",
+    "SkewSpec",
+    "parse_size",
+    "parse_size_range",
+    "sizes_between",
+    "parse_impl",
+    "parse_skew",
+    "default_iterations",
+    "overlap_percent",
+    "percentile",
+    "summarize_samples",
+    "format_table",
+    "build_parser",
+    "main",
+]
+
+COLLECTIVES = ("bcast", "reduce", "allreduce", "ibcast", "ireduce", "iallreduce")
+NONBLOCKING = frozenset({"ibcast", "ireduce", "iallreduce"})
+LARGE_MESSAGE_SIZE = 8192  # OSU: above this, the "large" iteration counts apply
+OSU_ITERATIONS = (1000, 100)  # (small, large)
+OSU_WARMUP = (100, 10)
+_SIZE_SUFFIX = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*([kKmMgG]?)(?:i?[bB])?\s*$")
+_SETTING_SHORTHANDS = ("algorithm", "segment_size")
+
+
+# -- argument parsing (no MPI) -------------------------------------------------------------------
+
+def parse_size(text: str) -> int:
+    """Bytes from '4096', '4K', '4KiB', '1M', '1MB' (binary multiples); ValueError otherwise."""
+    match = _SIZE_RE.match(text)
+    if not match:
+        raise ValueError(f"bad size {text!r}: expected bytes such as 4096, 4K or 1M")
+    return int(match.group(1)) * _SIZE_SUFFIX[match.group(2).lower()]
+
+
+def parse_size_range(text: str) -> tuple[int, int]:
+    """OSU's -m argument: 'max' or 'min:max' (both in bytes, K/M/G suffixes ok) -> (min, max)."""
+    lo_text, sep, hi_text = text.partition(":")
+    if not sep:
+        return 0, parse_size(lo_text)
+    lo = parse_size(lo_text) if lo_text.strip() else 0
+    hi = parse_size(hi_text)
+    if lo > hi:
+        raise ValueError(f"bad size range {text!r}: min {lo} > max {hi}")
+    return lo, hi
+
+
+def sizes_between(lo: int, hi: int, smallest: int = 1) -> list[int]:
+    """Powers of two from max(lo, smallest) up to hi, as OSU sweeps (min rounded up to a power of two)."""
+    size = 1
+    start = max(lo, smallest, 1)
+    while size < start:
+        size *= 2
+    out = []
+    while size <= hi:
+        out.append(size)
+        size *= 2
+    return out
+
+
+def default_iterations(size: int, iterations: int | None, warmup: int | None) -> tuple[int, int]:
+    """(iterations, warm-up) for a message size: OSU's 1000/100, or 100/10 above 8 KiB, unless given."""
+    large = size > LARGE_MESSAGE_SIZE
+    iters = iterations if iterations is not None else OSU_ITERATIONS[large]
+    skip = warmup if warmup is not None else OSU_WARMUP[large]
+    return iters, skip
+
+
+@dataclass(frozen=True)
+class ImplSpec:
+    """One implementation to time: native MPI, or adaptcoll with setting overrides (label = as given)."""
+
+    label: str
+    kind: str  # "native" | "adaptcoll"
+    settings: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def overrides(self) -> dict[str, str]:
+        return dict(self.settings)
+
+
+def parse_impl(text: str) -> ImplSpec:
+    """'native', 'adaptcoll' or 'adaptcoll:KEY=VALUE[;KEY=VALUE]'. KEY 'algorithm'/'segment_size'
+    without a collective prefix sets it for bcast, reduce and allreduce alike."""
+    label = text.strip()
+    kind, sep, rest = label.partition(":")
+    kind = kind.strip()
+    if kind == "native":
+        if sep:
+            raise ValueError(f"--impl {text!r}: native takes no settings")
+        return ImplSpec(label, "native")
+    if kind != "adaptcoll":
+        raise ValueError(f"--impl {text!r}: expected native, adaptcoll or adaptcoll:KEY=VALUE[;KEY=VALUE]")
+    pairs: list[tuple[str, str]] = []
+    for item in rest.split(";") if rest.strip() else []:
+        if not item.strip():
+            continue
+        key, eq, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not eq or not key or not value:
+            raise ValueError(f"--impl {text!r}: settings are KEY=VALUE separated by ';', got {item!r}")
+        if key in _SETTING_SHORTHANDS:
+            pairs.extend((f"{c}_{key}", value) for c in ("bcast", "reduce", "allreduce"))
+        else:
+            pairs.append((key, value))
+    return ImplSpec(label, "adaptcoll", tuple(pairs))
+
+
+@dataclass(frozen=True)
+class SkewSpec:
+    """Arrival skew: --skew 'DIST:SCALE[,p=PROB][,ranks=I+J][,seed=N][,mode=spin|sleep]'."""
+
+    distribution: str
+    scale_s: float
+    probability: float = 1.0
+    slow_ranks: tuple[int, ...] = ()
+    seed: int = 0
+    mode: str = "spin"
+
+
+_TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+
+
+def _parse_seconds(text: str) -> float:
+    t = text.strip().lower()
+    for unit in ("ms", "us", "ns", "s"):
+        if t.endswith(unit):
+            return float(t[: -len(unit)]) * _TIME_UNITS[unit]
+    raise ValueError(f"bad duration {text!r}: expected e.g. 100us, 2.5ms, 0.01s")
+
+
+def parse_skew(text: str) -> SkewSpec | None:
+    """Parse --skew ('off'/'' -> None); e.g. 'uniform:200us', 'fixed:1ms,ranks=1+3,mode=sleep'."""
+    if text is None or text.strip().lower() in ("", "off", "none", "0"):
+        return None
+    head, *options = [part.strip() for part in text.split(",")]
+    dist, sep, scale = head.partition(":")
+    dist = dist.strip().lower()
+    if not sep or dist not in ("uniform", "exponential", "fixed"):
+        raise ValueError(f"--skew {text!r}: expected DIST:SCALE with DIST uniform, exponential or fixed")
+    fields: dict[str, Any] = {}
+    for option in options:
+        key, eq, value = (s.strip().lower() for s in option.partition("="))
+        if not eq:
+            raise ValueError(f"--skew {text!r}: options are key=value, got {option!r}")
+        if key in ("p", "probability"):
+            fields["probability"] = float(value)
+        elif key == "ranks":
+            fields["slow_ranks"] = tuple(sorted({int(r) for r in value.split("+")}))
+        elif key == "seed":
+            fields["seed"] = int(value)
+        elif key == "mode" and value in ("spin", "sleep"):
+            fields["mode"] = value
+        else:
+            raise ValueError(f"--skew {text!r}: unknown option {option!r}")
+    return SkewSpec(dist, _parse_seconds(scale), **fields)
+
+
+def parse_rank_list(text: str) -> tuple[int, ...] | None:
+    """'all' -> None; '1+3' or '1,3' -> (1, 3)."""
+    if text.strip().lower() in ("", "all"):
+        return None
+    return tuple(sorted({int(r) for r in text.replace(",", "+").split("+")}))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (OSU flags plus --impl, --json, --noise, --skew, ...)."""
+    p = argparse.ArgumentParser(prog="osu.py", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-c", "--collective", default="bcast",
+                   help=f"comma-separated list of: {', '.join(COLLECTIVES)} (default bcast)")
+    p.add_argument("-m", "--message-size", default="1:1M", metavar="[MIN:]MAX",
+                   help="message sizes in bytes, powers of two from MIN to MAX (default 1:1M)")
+    p.add_argument("-i", "--iterations", type=int, default=None,
+                   help="timed iterations per size (default OSU: 1000, or 100 above 8 KiB)")
+    p.add_argument("-x", "--warmup", type=int, default=None,
+                   help="warm-up iterations per size (default OSU: 100, or 10 above 8 KiB)")
+    p.add_argument("-f", "--full", action="store_true", help="add Min/Max Latency(us) and Iterations columns")
+    p.add_argument("-t", "--num-test-calls", type=int, default=100,
+                   help="I-forms: Test calls spread over the dummy compute (default 100; OSU's default is 0)")
+    p.add_argument("--root", type=int, default=0, help="root of Bcast/Reduce (default 0)")
+    p.add_argument("--impl", action="append", default=None,
+                   help="native | adaptcoll | adaptcoll:KEY=VALUE[;KEY=VALUE] (repeatable; default native "
+                        "and adaptcoll)")
+    p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                   help="cap the time per size: fewer iterations (never below --min-iterations) when the "
+                        "warm-up says the full count would take longer (not in OSU)")
+    p.add_argument("--min-iterations", type=int, default=10)
+    p.add_argument("--json", default=None, metavar="FILE", help="write every sample and summary to FILE")
+    p.add_argument("--noise", default=None, metavar="SPEC",
+                   help="detour noise around each size's warm-up and timed loop, e.g. '1kHz x 25us, poisson' "
+                        "(adaptcoll.noise spec)")
+    p.add_argument("--noise-ranks", default="all", metavar="RANKS",
+                   help="ranks that get detours: all, or a list such as 1+3 (default all)")
+    p.add_argument("--skew", default=None, metavar="SPEC",
+                   help="arrival skew before each timed call: DIST:SCALE[,p=P][,ranks=1+3][,seed=N]"
+                        "[,mode=spin|sleep], DIST uniform|exponential|fixed")
+    p.add_argument("--net-noise", default=None, metavar="BYTES",
+                   help="background exchanges of BYTES between rank pairs (i, i+P/2) around each timed loop")
+    p.add_argument("--seed", type=int, default=0, help="seed for noise phases and skew")
+    p.add_argument("--no-check", action="store_true", help="skip the per-size result check against native")
+    p.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
+    return p
+
+
+def parse_collectives(text: str) -> list[str]:
+    """'bcast,ireduce' -> ['bcast', 'ireduce'] (validated, order kept, duplicates dropped)."""
+    out: list[str] = []
+    for name in text.lower().replace(" ", "").split(","):
+        if not name:
+            continue
+        if name not in COLLECTIVES:
+            raise ValueError(f"unknown collective {name!r}; choose from {', '.join(COLLECTIVES)}")
+        if name not in out:
+            out.append(name)
+    if not out:
+        raise ValueError("no collective given")
+    return out
+
+
+# -- statistics and output (no MPI) ---------------------------------------------------------------
+
+def overlap_percent(overall_us: float, compute_us: float, test_us: float, pure_us: float) -> float:
+    """OSU's overlap: max(0, 100 - (overall - (compute - test)) / pure * 100)."""
+    if pure_us <= 0:
+        return 0.0
+    return max(0.0, 100.0 - (overall_us - (compute_us - test_us)) / pure_us * 100.0)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100) with linear interpolation (NumPy's default)."""
+    return float(np.percentile(np.asarray(values, dtype=float), q))
+
+
+def summarize_samples(samples_us: Sequence[float]) -> dict[str, float]:
+    """median, p95, p99, mean, min, max of a list of per-iteration times (us)."""
+    a = np.asarray(samples_us, dtype=float)
+    return {"median_us": float(np.median(a)), "p95_us": percentile(a, 95), "p99_us": percentile(a, 99),
+            "mean_us": float(a.mean()), "min_us": float(a.min()), "max_us": float(a.max())}
+
+
+def format_table(collective: str, impl_label: str, rows: Sequence[dict[str, Any]], full: bool, ranks: int) -> str:
+    """One OSU-style table for one (collective, implementation)."""
+    name = {"bcast": "Broadcast", "reduce": "Reduce", "allreduce": "Allreduce", "ibcast": "Non-blocking Broadcast",
+            "ireduce": "Non-blocking Reduce", "iallreduce": "Non-blocking Allreduce"}[collective]
+    lines = [f"# OSU MPI {name} Latency Test (adaptcoll bench/osu.py)", f"# Implementation: {impl_label}",
+             f"# Ranks: {ranks}"]
+    if collective in NONBLOCKING:
+        head = f"{'# Size':<10}{'Overall(us)':>17}{'Compute(us)':>17}{'Pure Comm.(us)':>20}{'Overlap(%)':>17}"
+        if full:
+            head += f"{'Min Latency(us)':>17}{'Max Latency(us)':>17}{'Iterations':>12}"
+        lines.append(head)
+        for r in rows:
+            line = (f"{r['size']:<10}{r['overall_us']:>17.2f}{r['compute_us']:>17.2f}{r['pure_us']:>20.2f}"
+                    f"{r['overlap_pct']:>17.2f}")
+            if full:
+                line += f"{r['osu_min_us']:>17.2f}{r['osu_max_us']:>17.2f}{r['iterations']:>12}"
+            lines.append(line)
+    else:
+        head = f"{'# Size':<10}{'Avg Latency(us)':>17}"
+        if full:
+            head += f"{'Min Latency(us)':>17}{'Max Latency(us)':>17}{'Iterations':>12}"
+        lines.append(head)
+        for r in rows:
+            line = f"{r['size']:<10}{r['osu_avg_us']:>17.2f}"
+            if full:
+                line += f"{r['osu_min_us']:>17.2f}{r['osu_max_us']:>17.2f}{r['iterations']:>12}"
+            lines.append(line)
+    return "\n".join(lines)
+
+
+class Progress:
+    """A progress bar on stderr (rank 0 only): redrawn in place every 0.2 s on a terminal, else one
+    line every 10 s (so captured logs stay short)."""
+
+    def __init__(self, total: float, enabled: bool) -> None:
+        self.total = max(total, 1e-9)
+        self.done = 0.0
+        self.enabled = enabled
+        self.started = time.perf_counter()
+        self._drawn = self.started
+        self._tty = sys.stderr.isatty()
+        self._every = 0.2 if self._tty else 10.0
+
+    def advance(self, amount: float, label: str = "") -> None:
+        self.done += amount
+        if not self.enabled:
+            return
+        now = time.perf_counter()
+        if now - self._drawn < self._every:
+            return
+        self._drawn = now
+        frac = min(1.0, self.done / self.total)
+        bar = "#" * int(frac * 30)
+        elapsed = now - self.started
+        eta = elapsed / frac - elapsed if frac > 0 else 0.0
+        line = f"[{bar:<30}] {frac * 100:5.1f}% {elapsed:6.1f}s eta {eta:6.1f}s {label:<28}"
+        sys.stderr.write("\r" + line if self._tty else line + "\n")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled and self._tty:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+# -- MPI part ------------------------------------------------------------------------------------
+
+def _import_adaptcoll() -> Any:
+    try:
+        import adaptcoll
+    except ImportError:  # a source checkout that is not installed (e.g. the Open MPI venv)
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        import adaptcoll
+    return adaptcoll
+
+
+@dataclass
+class Impl:
+    """A runnable implementation: its communicator and the adaptcoll settings object to apply."""
+
+    spec: ImplSpec
+    comm: Any
+    settings: Any = None  # adaptcoll Settings for kind == "adaptcoll"
+
+
+@dataclass
+class Buffers:
+    """Send/receive buffers of one (collective, size)."""
+
+    send: np.ndarray
+    recv: np.ndarray
+
+
+def _dtype_for(collective: str) -> np.dtype:
+    return np.dtype(np.uint8) if collective.endswith("bcast") else np.dtype(np.float32)
+
+
+def _make_buffers(collective: str, size: int) -> Buffers:
+    dt = _dtype_for(collective)
+    count = size // dt.itemsize
+    return Buffers(np.ones(count, dtype=dt), np.zeros(count, dtype=dt))
+
+
+def _starter(collective: str, comm: Any, bufs: Buffers, root: int, MPI: Any) -> Callable[[], Any]:
+    """A zero-argument function that runs (blocking) or starts (I-form) the collective."""
+    send, recv = bufs.send, bufs.recv
+    if collective == "bcast":
+        return lambda: comm.Bcast(send, root)
+    if collective == "reduce":
+        return lambda: comm.Reduce(send, recv, MPI.SUM, root)
+    if collective == "allreduce":
+        return lambda: comm.Allreduce(send, recv, MPI.SUM)
+    if collective == "ibcast":
+        return lambda: comm.Ibcast(send, root)
+    if collective == "ireduce":
+        return lambda: comm.Ireduce(send, recv, MPI.SUM, root)
+    if collective == "iallreduce":
+        return lambda: comm.Iallreduce(send, recv, MPI.SUM)
+    raise AssertionError(collective)
+
+
+class SettingsSwitch:
+    """Applies an implementation's adaptcoll settings only when they differ from those in force."""
+
+    def __init__(self, adaptcoll: Any) -> None:
+        self.adaptcoll = adaptcoll
+        self.current: Any = None
+
+    def apply(self, impl: Impl) -> None:
+        if impl.settings is None or impl.settings is self.current:
+            return
+        self.adaptcoll.configure(**dataclasses.asdict(impl.settings))
+        self.current = impl.settings
+
+
+def _check_results(collective: str, size: int, impls: list[Impl], root: int, MPI: Any, world: Any,
+                   switch: SettingsSwitch) -> str | None:
+    """Run each implementation once on rank-dependent data and compare with native MPI's result.
+
+    Returns None if all agree on every rank, else a message (the same on all ranks)."""
+    rank, nranks = world.Get_rank(), world.Get_size()
+    dt = _dtype_for(collective)
+    count = size // dt.itemsize
+    if collective.endswith("bcast"):
+        def fresh() -> np.ndarray:
+            if rank == root:
+                return ((np.arange(count, dtype=np.int64) * 7 + size) % 251).astype(dt)
+            return np.full(count, 0xEE, dtype=dt)
+    else:
+        base = ((np.arange(count, dtype=np.int64) + 3 * rank) % 17).astype(dt)  # small ints: exact sums
+
+        def fresh() -> np.ndarray:
+            return base.copy()
+
+    def run(comm: Any) -> np.ndarray:
+        buf = fresh()
+        out = np.full(count, np.nan, dtype=np.float32)  # only the reductions use it
+        if collective == "bcast":
+            comm.Bcast(buf, root)
+            return buf
+        if collective == "ibcast":
+            comm.Ibcast(buf, root).Wait()
+            return buf
+        if collective == "reduce":
+            comm.Reduce(buf, out, MPI.SUM, root)
+        elif collective == "ireduce":
+            comm.Ireduce(buf, out, MPI.SUM, root).Wait()
+        elif collective == "allreduce":
+            comm.Allreduce(buf, out, MPI.SUM)
+        else:
+            comm.Iallreduce(buf, out, MPI.SUM).Wait()
+        return out
+
+    expected = run(world)
+    meaningful = not collective.endswith("reduce") or collective.endswith("allreduce") or rank == root
+    problems = []
+    for impl in impls:
+        if impl.spec.kind == "native":
+            continue
+        switch.apply(impl)
+        got = run(impl.comm)
+        bad = int(np.count_nonzero(got != expected)) if meaningful else 0
+        first = int(np.flatnonzero(got != expected)[0]) if bad else -1
+        detail = (rank, bad, first, float(got[first]) if bad else 0.0, float(expected[first]) if bad else 0.0)
+        everyone = world.allgather(detail)
+        wrong = [d for d in everyone if d[1]]
+        if wrong:
+            r, n, i, g, e = wrong[0]
+            problems.append(f"RESULT MISMATCH: {collective} size {size} B impl {impl.spec.label!r}: "
+                            f"{len(wrong)} of {nranks} ranks differ from native MPI (rank {r}: {n} of {count} "
+                            f"elements, first at index {i}: got {g}, expected {e})")
+    return "\n".join(problems) or None
+
+
+class Noise:
+    """The noise injectors of one launch (detours, skew, network noise), the same for every implementation."""
+
+    def __init__(self, args: argparse.Namespace, world: Any) -> None:
+        self.rank = world.Get_rank()
+        self.world = world
+        self.detour_spec = None
+        self.detours: Any = None
+        self.detour_stats: list[dict[str, Any]] = []
+        noisy = parse_rank_list(args.noise_ranks)
+        if args.noise:
+            from adaptcoll.noise import parse_spec
+
+            spec = parse_spec(args.noise, "--noise")
+            if spec is not None and (noisy is None or self.rank in noisy):
+                self.detour_spec = spec
+        self.skew: Any = None
+        skew = parse_skew(args.skew) if args.skew else None
+        if skew is not None:
+            from adaptcoll.noise import Skew
+
+            self.skew = Skew(skew.distribution, skew.scale_s, skew.probability, skew.seed or args.seed,
+                             self.rank, skew.slow_ranks, skew.mode)
+        self.net_bytes = parse_size(args.net_noise) if args.net_noise else 0
+        self.net: Any = None
+        self.net_stats: list[dict[str, Any]] = []
+        self.seed = args.seed
+
+    def start(self, label: str) -> None:
+        if self.detour_spec is not None:
+            self.detours = self.detour_spec.detours(self.rank, self.seed)
+            self.detours.start()
+        if self.net_bytes:
+            from adaptcoll.noise import NetworkNoise
+
+            self.net = NetworkNoise(self.world, None, self.net_bytes).start()
+        self._label = label
+
+    def stop(self) -> None:
+        if self.detours is not None:
+            stats = self.detours.stop()
+            if stats is not None:
+                row = dataclasses.asdict(stats)
+                row.update(at=self._label, achieved_frequency_hz=stats.achieved_frequency_hz,
+                           noise_fraction=stats.noise_fraction, cpus=self.detours.child_cpus)
+                self.detour_stats.append(row)
+            self.detours = None
+        if self.net is not None:
+            st = self.net.stop()
+            self.net_stats.append({"at": self._label, **dataclasses.asdict(st), "bandwidth_Bps": st.bandwidth_Bps})
+            self.net = None
+
+    def delay(self, iteration: int) -> None:
+        if self.skew is not None:
+            self.skew.delay(iteration)
+
+
+def _dummy_compute(seconds: float, request: Any, num_tests: int) -> float:
+    """OSU's dummy_compute: busy for `seconds` (wall), calling request.Test() `num_tests` times spread
+    over it; returns the seconds spent inside Test."""
+    clock = time.perf_counter
+    start = clock()
+    end = start + seconds
+    test_time = 0.0
+    if num_tests <= 0:
+        while clock() < end:
+            pass
+        return 0.0
+    step = seconds / num_tests
+    for k in range(1, num_tests + 1):
+        chunk_end = start + k * step
+        while clock() < chunk_end:
+            pass
+        t = clock()
+        request.Test()
+        test_time += clock() - t
+    while clock() < end:
+        pass
+    return test_time
+
+
+def _time_blocking(calls: list[Callable[[], Any]], impls: list[Impl], switch: SettingsSwitch, barrier: Callable,
+                   iters: int, noise: Noise, progress_cb: Callable[[int], None]) -> np.ndarray:
+    """times[impl, iteration] in seconds on this rank, implementations interleaved per iteration."""
+    n = len(impls)
+    times = np.zeros((n, iters))
+    clock = time.perf_counter
+    for it in range(iters):
+        for k in range(n):
+            switch.apply(impls[k])
+            barrier()
+            noise.delay(it)
+            t0 = clock()
+            calls[k]()
+            times[k, it] = clock() - t0
+        progress_cb(1)
+    return times
+
+
+def _time_pure_nonblocking(starts: list[Callable[[], Any]], impls: list[Impl], switch: SettingsSwitch,
+                           barrier: Callable, iters: int, noise: Noise,
+                           progress_cb: Callable[[int], None]) -> np.ndarray:
+    n = len(impls)
+    times = np.zeros((n, iters))
+    clock = time.perf_counter
+    for it in range(iters):
+        for k in range(n):
+            switch.apply(impls[k])
+            barrier()
+            noise.delay(it)
+            t0 = clock()
+            starts[k]().Wait()
+            times[k, it] = clock() - t0
+        progress_cb(1)
+    return times
+
+
+def _time_overlap(starts: list[Callable[[], Any]], impls: list[Impl], switch: SettingsSwitch, barrier: Callable,
+                  iters: int, compute_s: Sequence[float], num_tests: int, noise: Noise,
+                  progress_cb: Callable[[int], None]) -> np.ndarray:
+    """[4, impl, iteration]: overall, compute (incl. tests), test, wait seconds on this rank."""
+    n = len(impls)
+    out = np.zeros((4, n, iters))
+    clock = time.perf_counter
+    for it in range(iters):
+        for k in range(n):
+            switch.apply(impls[k])
+            barrier()
+            noise.delay(it)
+            t0 = clock()
+            req = starts[k]()
+            tc = clock()
+            test = _dummy_compute(compute_s[k], req, num_tests)
+            tw = clock()
+            req.Wait()
+            t1 = clock()
+            out[:, k, it] = (t1 - t0, tw - tc, test, t1 - tw)
+        progress_cb(1)
+    return out
+
+
+def _warmup(calls: list[Callable[[], Any]], impls: list[Impl], switch: SettingsSwitch, barrier: Callable,
+            count: int, nonblocking: bool) -> np.ndarray:
+    """Run `count` interleaved warm-up rounds; returns this rank's mean seconds per call per impl."""
+    clock = time.perf_counter
+    spent = np.zeros(len(impls))
+    for _ in range(count):
+        for k, impl in enumerate(impls):
+            switch.apply(impl)
+            barrier()
+            t0 = clock()
+            r = calls[k]()
+            if nonblocking:
+                r.Wait()
+            spent[k] += clock() - t0
+    return spent / max(count, 1)
+
+
+def _osu_row(per_rank_means_us: np.ndarray) -> dict[str, float]:
+    return {"osu_avg_us": float(per_rank_means_us.mean()), "osu_min_us": float(per_rank_means_us.min()),
+            "osu_max_us": float(per_rank_means_us.max())}
+
+
+def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """The benchmark proper (every rank). Returns the exit code."""
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    rank, nranks = world.Get_rank(), world.Get_size()
+    collectives = parse_collectives(args.collective)
+    lo, hi = parse_size_range(args.message_size)
+    specs = [parse_impl(t) for t in (args.impl or ["native", "adaptcoll"])]
+    if len({s.label for s in specs}) != len(specs):
+        raise ValueError("--impl given twice with the same text")
+    if not 0 <= args.root < nranks:
+        raise ValueError(f"--root {args.root} out of range for {nranks} ranks")
+    need_adaptcoll = any(s.kind == "adaptcoll" for s in specs) or args.noise or args.skew or args.net_noise
+    adaptcoll = _import_adaptcoll() if need_adaptcoll else None
+    impls: list[Impl] = []
+    for s in specs:
+        if s.kind == "native":
+            impls.append(Impl(s, world))
+        else:
+            with adaptcoll.configured(**s.overrides) as cfg:
+                impls.append(Impl(s, adaptcoll.Intracomm(world), cfg))
+    if adaptcoll is not None:
+        adaptcoll.reset_stats()
+    switch = SettingsSwitch(adaptcoll)
+    noise = Noise(args, world)
+    barrier = world.Barrier
+    plan = []  # (collective, size, iterations, warmup)
+    for coll in collectives:
+        smallest = _dtype_for(coll).itemsize
+        for size in sizes_between(lo, hi, smallest):
+            iters, skip = default_iterations(size, args.iterations, args.warmup)
+            plan.append((coll, size, iters, skip))
+    progress = Progress(sum(it + sk for _, _, it, sk in plan) * len(impls), rank == 0 and not args.quiet)
+    results: list[dict[str, Any]] = []
+    rows_by_table: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for coll, size, iters, skip in plan:
+        nonblocking = coll in NONBLOCKING
+        bufs = [_make_buffers(coll, size) for _ in impls]
+        calls = [_starter(coll, impl.comm, b, args.root, MPI) for impl, b in zip(impls, bufs)]
+        if not args.no_check:
+            problem = _check_results(coll, size, impls, args.root, MPI, world, switch)
+            if problem:
+                progress.close()
+                if rank == 0:
+                    print(problem, file=sys.stderr, flush=True)
+                return 3
+        noise.start(f"{coll}:{size}")
+        try:
+            label = f"{coll} {size} B"
+            first = _warmup(calls, impls, switch, barrier, 1 if skip else 0, nonblocking)
+            if args.budget is not None:  # one interleaved round's cost, agreed by all ranks
+                per_round = max(world.allreduce(float(first.sum()), op=MPI.MAX), 1e-9)
+                skip = min(skip, max(1, int(0.1 * args.budget / per_round)))
+                iters = max(min(iters, args.min_iterations), min(iters, int(args.budget / per_round)))
+            _warmup(calls, impls, switch, barrier, max(skip - 1, 0), nonblocking)
+            tick = lambda k: progress.advance(k * len(impls), label)  # noqa: E731
+            progress.advance(skip * len(impls), label)
+            if nonblocking:
+                pure = _time_pure_nonblocking(calls, impls, switch, barrier, iters, noise, lambda k: None)
+                compute_s = pure.mean(axis=1)  # each rank computes for its own pure latency, as OSU
+                over = _time_overlap(calls, impls, switch, barrier, iters, compute_s, args.num_test_calls, noise,
+                                     tick)
+                local = np.concatenate([pure[None], over])  # [5, impl, iter]
+            else:
+                local = _time_blocking(calls, impls, switch, barrier, iters, noise, tick)[None]  # [1, impl, iter]
+        finally:
+            noise.stop()
+        gathered = world.gather(local, root=0)
+        if rank != 0:
+            continue
+        allr = np.stack(gathered) * 1e6  # [rank, kind, impl, iter] in us
+        for k, impl in enumerate(impls):
+            if nonblocking:
+                pure_r, over_r, comp_r, test_r, wait_r = (allr[:, j, k, :] for j in range(5))
+                samples = over_r.max(axis=0)
+                row = {"overall_us": float(over_r.mean()), "compute_us": float(comp_r.mean()),
+                       "pure_us": float(pure_r.mean()), "test_us": float(test_r.mean()),
+                       "wait_us": float(wait_r.mean())}
+                row["overlap_pct"] = overlap_percent(row["overall_us"], row["compute_us"], row["test_us"],
+                                                     row["pure_us"])
+                row.update(_osu_row(over_r.mean(axis=1)))
+                row["pure_samples_us"] = pure_r.max(axis=0).tolist()
+                row["pure_median_us"] = float(np.median(pure_r.max(axis=0)))
+            else:
+                t = allr[:, 0, k, :]
+                samples = t.max(axis=0)
+                row = _osu_row(t.mean(axis=1))
+            row.update(collective=coll, size=size, impl=impl.spec.label, iterations=iters, warmup=skip,
+                       **summarize_samples(samples), samples_us=samples.tolist())
+            results.append(row)
+            rows_by_table.setdefault((coll, impl.spec.label), []).append(row)
+    progress.close()
+    all_stats = world.gather(adaptcoll.stats() if adaptcoll is not None else {}, root=0)
+    detour_stats = world.gather(noise.detour_stats, root=0)
+    net_stats = world.gather(noise.net_stats, root=0)
+    if rank == 0:
+        for coll in collectives:
+            for impl in impls:
+                rows = rows_by_table.get((coll, impl.spec.label), [])
+                print(format_table(coll, impl.spec.label, rows, args.full, nranks))
+                print()
+        sys.stdout.flush()
+        if args.json:
+            doc = {
+                "tool": "bench/osu.py",
+                "command": [sys.executable, *argv],
+                "argv": list(argv),
+                "mpi_library": MPI.Get_library_version().strip(),
+                "mpi_version": list(MPI.Get_version()),
+                "mpi4py": __import__("mpi4py").__version__,
+                "adaptcoll": getattr(adaptcoll, "__version__", None),
+                "ranks": nranks,
+                "host": platform.node(),
+                "cpus": os.cpu_count(),
+                "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "options": {k: v for k, v in vars(args).items() if k != "impl"},
+                "impls": [{"label": i.spec.label, "kind": i.spec.kind, "overrides": i.spec.overrides,
+                           "settings": dataclasses.asdict(i.settings) if i.settings is not None else None}
+                          for i in impls],
+                "results": results,
+                "adaptcoll_stats": all_stats,
+                "noise": {"detours": args.noise, "noise_ranks": args.noise_ranks, "skew": args.skew,
+                          "net_noise": args.net_noise, "detour_stats": detour_stats, "net_stats": net_stats},
+            }
+            path = Path(args.json)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(path.suffix + ".tmp")
+            tmp.write_text(json.dumps(doc, indent=1))
+            tmp.replace(path)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the command line, run, and turn any error on any rank into a clean exit of the whole job."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:  # validate the plain flags before MPI starts, so a typo costs no launch
+        parse_collectives(args.collective)
+        parse_size_range(args.message_size)
+        [parse_impl(t) for t in (args.impl or [])]
+        parse_skew(args.skew) if args.skew else None
+        parse_rank_list(args.noise_ranks)
+        if args.net_noise:
+            parse_size(args.net_noise)
+    except ValueError as exc:
+        parser.error(str(exc))
+    try:
+        return run(args, argv)
+    except Exception:
+        import traceback
+
+        traceback.print_exc()
+        sys.stderr.flush()
+        from mpi4py import MPI
+
+        MPI.COMM_WORLD.Abort(1)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
