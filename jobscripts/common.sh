@@ -21,7 +21,7 @@ Common arguments (any order):
 Common parameters:
   NP                 MPI ranks (default: SLURM_NTASKS, lines of PBS_NODEFILE, else 2)
   LAUNCHER           srun | mpiexec (default: srun inside a Slurm job, else mpiexec)
-  MPIEXEC            mpiexec command (default mpiexec); MPIEXEC_BIND binding flags
+  MPIEXEC            mpiexec command, split on spaces (default mpiexec); MPIEXEC_BIND binding flags
                      (default "--bind-to core", accepted by Open MPI and MPICH/Hydra)
   SRUN_BIND          srun binding flag (default --cpu-bind=cores)
   PYTHON             Python of the environment with mpi4py + adaptcoll (default python3)
@@ -62,13 +62,14 @@ parse_common() {
 
 # launch_prefix: the launcher words for NP ranks, one per array element, into LAUNCH.
 launch_prefix() {
-    local -a bind
+    local -a bind mpiexec
     if [[ "$LAUNCHER" == srun ]]; then
         read -r -a bind <<< "$SRUN_BIND"
         LAUNCH=(srun -n "$NP" "${bind[@]}")
     else
         read -r -a bind <<< "$MPIEXEC_BIND"
-        LAUNCH=("$MPIEXEC" -n "$NP" "${bind[@]}")
+        read -r -a mpiexec <<< "$MPIEXEC"
+        LAUNCH=("${mpiexec[@]}" -n "$NP" "${bind[@]}")
     fi
 }
 
@@ -110,4 +111,79 @@ describe_job() {
         echo "NP=$NP LAUNCHER=$LAUNCHER"
         "$PYTHON" -c 'import mpi4py; mpi4py.rc.initialize = False; from mpi4py import MPI; print("mpi4py", mpi4py.__version__); print(MPI.Get_library_version().strip())' 2>&1 || true
     } > "$RESULTS/job-info.txt"
+}
+
+# ---- job bodies --------------------------------------------------------------------------------
+
+# Correctness: adaptcoll vs native Bcast/Reduce/Allreduce on NP ranks (SMOKE_PYTEST=1 adds pytest -k mpi).
+job_smoke() {
+    local root
+    root=$(adaptcoll_root)
+    launch_prefix
+    describe_job
+    run "$RESULTS/smoke.txt" "${LAUNCH[@]}" "$PYTHON" -m mpi4py "$root/jobscripts/smoke_check.py" || return
+    if [[ "${SMOKE_PYTEST:-0}" == 1 ]]; then
+        # pytest-isolate-mpi starts its own mpiexec per test, so pytest itself runs outside the launcher.
+        run "$RESULTS/pytest-mpi.txt" "$PYTHON" -m pytest "$root/tests" -k mpi -p no:cacheprovider
+    fi
+}
+
+# osu_args: the OSU flags shared by the sweep and the noise grid, into OSU_ARGS.
+osu_args() {
+    local impl
+    OSU_ARGS=(-m "${SIZES:-1:4M}")
+    [[ -n "${ITERS:-}" ]] && OSU_ARGS+=(-i "$ITERS")
+    [[ -n "${WARMUP:-}" ]] && OSU_ARGS+=(-x "$WARMUP")
+    [[ "${FULL:-1}" == 1 ]] && OSU_ARGS+=(-f)
+    for impl in ${IMPLS:-native adaptcoll}; do
+        OSU_ARGS+=(--impl "$impl")
+    done
+    read -r -a extra <<< "${OSU_EXTRA:-}"
+    OSU_ARGS+=("${extra[@]}")
+}
+
+# OSU-style sweep: one launch per collective, native and adaptcoll side by side in the same launch.
+job_osu() {
+    local root coll
+    root=$(adaptcoll_root)
+    launch_prefix
+    osu_args
+    describe_job
+    for coll in ${COLLS:-bcast reduce allreduce}; do
+        run "$RESULTS/osu-$coll.txt" "${LAUNCH[@]}" "$PYTHON" "$root/bench/osu.py" -c "$coll" "${OSU_ARGS[@]}" \
+            --json "$RESULTS/osu-$coll.json" || return
+    done
+}
+
+# Noise grid: the 2.5% patterns of Ferreira et al. (and a noise-free baseline) for every collective.
+# NOISE_MODE=flag passes the spec to bench/osu.py --noise (detours around each size, stats in the JSON);
+# NOISE_MODE=wrap runs every rank under the adaptcoll.noise wrapper (detours for the whole launch).
+job_noise() {
+    local root coll spec tag full
+    local -a grid
+    root=$(adaptcoll_root)
+    launch_prefix
+    osu_args
+    noise_wrap
+    describe_job
+    IFS=';' read -r -a grid <<< "${GRID:-off;10Hz x 2.5ms;100Hz x 250us;1kHz x 25us}"
+    for coll in ${COLLS:-bcast reduce allreduce}; do
+        for spec in "${grid[@]}"; do
+            spec=$(echo "$spec" | sed 's/^ *//; s/ *$//')
+            tag=$(echo "$spec" | tr -c 'A-Za-z0-9.\n' '_')
+            full="$spec"
+            [[ "$spec" != off ]] && full="$spec, ${PATTERN:-poisson}, seed=${SEED:-0}"
+            if [[ "${NOISE_MODE:-flag}" == wrap ]]; then
+                run "$RESULTS/noise-$coll-$tag.txt" "${LAUNCH[@]}" "${NOISE_WRAP[@]}" --spec "$full" -- \
+                    "$PYTHON" "$root/bench/osu.py" -c "$coll" "${OSU_ARGS[@]}" --seed "${SEED:-0}" \
+                    --json "$RESULTS/noise-$coll-$tag.json" || return
+            else
+                local -a noise_flag=()
+                [[ "$spec" != off ]] && noise_flag=(--noise "$full" --noise-ranks "${NOISE_RANKS:-all}")
+                run "$RESULTS/noise-$coll-$tag.txt" "${LAUNCH[@]}" "$PYTHON" "$root/bench/osu.py" -c "$coll" \
+                    "${OSU_ARGS[@]}" "${noise_flag[@]}" --seed "${SEED:-0}" \
+                    --json "$RESULTS/noise-$coll-$tag.json" || return
+            fi
+        done
+    done
 }
