@@ -206,6 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"comma-separated list of: {', '.join(COLLECTIVES)} (default bcast)")
     p.add_argument("-m", "--message-size", default="1:1M", metavar="[MIN:]MAX",
                    help="message sizes in bytes, powers of two from MIN to MAX (default 1:1M)")
+    p.add_argument("--sizes", default=None, metavar="LIST",
+                   help="explicit comma-separated sizes instead of -m, e.g. 4K,1M,16M (not in OSU)")
     p.add_argument("-i", "--iterations", type=int, default=None,
                    help="timed iterations per size (default OSU: 1000, or 100 above 8 KiB)")
     p.add_argument("-x", "--warmup", type=int, default=None,
@@ -659,9 +661,12 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     noise = Noise(args, world)
     barrier = world.Barrier
     plan = []  # (collective, size, iterations, warmup)
+    explicit = [parse_size(t) for t in args.sizes.split(",")] if args.sizes else None
     for coll in collectives:
         smallest = _dtype_for(coll).itemsize
-        for size in sizes_between(lo, hi, smallest):
+        for size in explicit if explicit is not None else sizes_between(lo, hi, smallest):
+            if size < smallest or size % smallest:
+                raise ValueError(f"--sizes: {size} B is not a whole number of {coll} elements")
             iters, skip = default_iterations(size, args.iterations, args.warmup)
             plan.append((coll, size, iters, skip))
     progress = Progress(sum(it + sk for _, _, it, sk in plan) * len(impls), rank == 0 and not args.quiet)
@@ -737,7 +742,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         if args.json:
             doc = {
                 "tool": "bench/osu.py",
-                "command": [sys.executable, *argv],
+                "command": [sys.executable, str(Path(__file__)), *argv],
                 "argv": list(argv),
                 "mpi_library": MPI.Get_library_version().strip(),
                 "mpi_version": list(MPI.Get_version()),
@@ -775,6 +780,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         [parse_impl(t) for t in (args.impl or [])]
         parse_skew(args.skew) if args.skew else None
         parse_rank_list(args.noise_ranks)
+        [parse_size(t) for t in args.sizes.split(",")] if args.sizes else None
         if args.net_noise:
             parse_size(args.net_noise)
     except ValueError as exc:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import runpy
 import shlex
@@ -152,12 +153,14 @@ def _kill_session(proc: subprocess.Popen) -> None:
             return
 
 
-def run_launch(command: Sequence[str], timeout_s: float, log_path: Path, env: dict[str, str] | None = None
-               ) -> tuple[int | None, bool, float]:
-    """Run one launch in its own session; (returncode or None, timed out?, seconds). Leaves nothing behind."""
+def run_launch(command: Sequence[str], timeout_s: float, log_path: Path, env: dict[str, str] | None = None,
+               grace_s: float = 15.0) -> tuple[int | None, bool, float]:
+    """Run one launch in its own session; (returncode or None, timed out?, seconds). Leaves nothing behind.
+
+    The launcher gets MPIEXEC_TIMEOUT=timeout_s; if it is still alive grace_s later, its session is killed."""
     full_env = dict(os.environ)
     full_env.update(env or {})
-    full_env.setdefault("MPIEXEC_TIMEOUT", str(int(timeout_s)))  # Hydra and Open MPI end the job themselves
+    full_env["MPIEXEC_TIMEOUT"] = str(max(1, math.ceil(timeout_s)))  # Hydra and Open MPI end the job themselves
     start = time.perf_counter()
     with open(log_path, "w") as log:
         log.write("$ " + shlex.join(command) + "\n")
@@ -166,7 +169,7 @@ def run_launch(command: Sequence[str], timeout_s: float, log_path: Path, env: di
                                 start_new_session=True)
         timed_out = False
         try:
-            code: int | None = proc.wait(timeout=timeout_s + 15)
+            code: int | None = proc.wait(timeout=timeout_s + grace_s)
         except subprocess.TimeoutExpired:
             timed_out = True
             code = None

@@ -1,0 +1,268 @@
+"""bench/osu.py and bench/sweep.py: flag parsing, statistics, the overlap formula, sweep aggregation on
+synthetic launch documents, launch timeouts, and real 2-rank launches (mpiexec under a timeout)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH = REPO / "bench"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+osu = _load("osu")
+sweep = _load("sweep")
+
+
+# -- osu.py flags --------------------------------------------------------------------------------
+
+def test_sizes_and_ranges_follow_osu():
+    assert osu.parse_size("4096") == 4096
+    assert osu.parse_size("4K") == osu.parse_size("4KiB") == osu.parse_size("4kb") == 4096
+    assert osu.parse_size("64M") == 64 << 20
+    for bad in ("", "K", "4Q", "-4", "1.5M"):
+        with pytest.raises(ValueError):
+            osu.parse_size(bad)
+    assert osu.parse_size_range("1M") == (0, 1 << 20)
+    assert osu.parse_size_range("4K:64M") == (4096, 64 << 20)
+    assert osu.parse_size_range(":8") == (0, 8)
+    with pytest.raises(ValueError):
+        osu.parse_size_range("8K:4K")
+    assert osu.sizes_between(0, 16) == [1, 2, 4, 8, 16]
+    assert osu.sizes_between(0, 16, smallest=4) == [4, 8, 16]  # float reductions start at 4 bytes
+    assert osu.sizes_between(3, 40) == [4, 8, 16, 32]  # min rounded up to a power of two
+    assert osu.sizes_between(4096, 64 << 20)[-1] == 64 << 20 and len(osu.sizes_between(4096, 64 << 20)) == 15
+
+
+def test_default_iterations_are_osus():
+    assert osu.default_iterations(8192, None, None) == (1000, 100)
+    assert osu.default_iterations(8193, None, None) == (100, 10)
+    assert osu.default_iterations(1 << 20, 7, 2) == (7, 2)
+
+
+def test_impl_parsing():
+    assert osu.parse_impl("native") == osu.ImplSpec("native", "native")
+    plain = osu.parse_impl("adaptcoll")
+    assert plain.kind == "adaptcoll" and plain.overrides == {}
+    spec = osu.parse_impl("adaptcoll:bcast_algorithm=chain:chains=2;bcast_segment_size=64K")
+    assert spec.label == "adaptcoll:bcast_algorithm=chain:chains=2;bcast_segment_size=64K"
+    assert spec.overrides == {"bcast_algorithm": "chain:chains=2", "bcast_segment_size": "64K"}
+    short = osu.parse_impl("adaptcoll:algorithm=two_tree;segment_size=32K")
+    assert short.overrides == {f"{c}_{k}": v for c in ("bcast", "reduce", "allreduce")
+                               for k, v in (("algorithm", "two_tree"), ("segment_size", "32K"))}
+    for bad in ("mpich", "native:x=1", "adaptcoll:nokey", "adaptcoll:=3"):
+        with pytest.raises(ValueError):
+            osu.parse_impl(bad)
+
+
+def test_collectives_skew_and_rank_lists():
+    assert osu.parse_collectives("bcast, IREDUCE,bcast") == ["bcast", "ireduce"]
+    with pytest.raises(ValueError):
+        osu.parse_collectives("gather")
+    assert osu.parse_skew("off") is None
+    skew = osu.parse_skew("fixed:1.5ms,ranks=3+1,p=0.5,seed=4,mode=sleep")
+    assert skew == osu.SkewSpec("fixed", 1.5e-3, 0.5, (1, 3), 4, "sleep")
+    assert osu.parse_skew("uniform:200us").scale_s == pytest.approx(200e-6)
+    for bad in ("gauss:1ms", "uniform", "uniform:1ms,color=red", "uniform:3 parsecs"):
+        with pytest.raises(ValueError):
+            osu.parse_skew(bad)
+    assert osu.parse_rank_list("all") is None and osu.parse_rank_list("3+1,2") == (1, 2, 3)
+
+
+def test_command_line_flags_parse_like_osu():
+    args = osu.build_parser().parse_args(["-m", "4K:1M", "-i", "10", "-x", "2", "-f", "-c", "ibcast",
+                                          "--impl", "native", "--impl", "adaptcoll:algorithm=chain"])
+    assert (args.message_size, args.iterations, args.warmup, args.full, args.collective) == \
+        ("4K:1M", 10, 2, True, "ibcast")
+    assert args.impl == ["native", "adaptcoll:algorithm=chain"]
+    with pytest.raises(SystemExit):  # a typo is caught before MPI starts
+        osu.main(["-c", "gather"])
+
+
+# -- statistics ----------------------------------------------------------------------------------
+
+def test_overlap_formula():
+    # overall 150, compute 100 of which 10 in Test, pure comm 100: 100 - (150 - 90) / 100 * 100 = 40
+    assert osu.overlap_percent(150.0, 100.0, 10.0, 100.0) == pytest.approx(40.0)
+    assert osu.overlap_percent(100.0, 100.0, 0.0, 100.0) == pytest.approx(100.0)  # comm fully hidden
+    assert osu.overlap_percent(300.0, 100.0, 0.0, 100.0) == 0.0  # worse than serial: clamped
+    assert osu.overlap_percent(10.0, 5.0, 0.0, 0.0) == 0.0
+
+
+def test_summaries_match_numpy():
+    rng = np.random.default_rng(3)
+    x = rng.exponential(10.0, 501)
+    s = osu.summarize_samples(x)
+    assert s["median_us"] == pytest.approx(np.median(x))
+    assert s["p95_us"] == pytest.approx(np.percentile(x, 95))
+    assert s["p99_us"] == pytest.approx(np.percentile(x, 99))
+    assert s["min_us"] == x.min() and s["max_us"] == x.max()
+
+
+def test_dummy_compute_tests_periodically_and_lasts():
+    class FakeRequest:
+        calls = 0
+
+        def Test(self):
+            FakeRequest.calls += 1
+            time.sleep(0.0002)
+            return False
+
+    start = time.perf_counter()
+    spent_in_test = osu._dummy_compute(0.02, FakeRequest(), 10)
+    elapsed = time.perf_counter() - start
+    assert FakeRequest.calls == 10
+    assert 10 * 0.0002 <= spent_in_test < elapsed
+    assert elapsed >= 0.02
+
+
+def test_osu_tables_have_osu_columns():
+    row = {"size": 4, "osu_avg_us": 1.0, "osu_min_us": 0.5, "osu_max_us": 2.0, "iterations": 10,
+           "overall_us": 3.0, "compute_us": 2.0, "pure_us": 1.5, "overlap_pct": 20.0}
+    blocking = osu.format_table("bcast", "native", [row], full=True, ranks=2)
+    assert "Avg Latency(us)" in blocking and "Min Latency(us)" in blocking and "Iterations" in blocking
+    nb = osu.format_table("iallreduce", "adaptcoll", [row], full=False, ranks=2)
+    for col in ("Overall(us)", "Compute(us)", "Pure Comm.(us)", "Overlap(%)"):
+        assert col in nb
+    assert "Min Latency(us)" not in nb
+
+
+# -- sweep aggregation on synthetic launch documents -----------------------------------------------
+
+def _doc(ranks: int, rows: list[tuple[str, str, int, float, float]]) -> dict:
+    return {"ranks": ranks, "mpi_library": "synthetic", "results": [
+        {"collective": c, "impl": i, "size": s, "median_us": m, "p95_us": p, "p99_us": p * 1.5, "osu_avg_us": m}
+        for c, i, s, m, p in rows]}
+
+
+def test_aggregate_medians_over_launches_and_ratios():
+    launches = [("core", _doc(4, [("bcast", "native", 4096, nm, nm * 2), ("bcast", "adaptcoll", 4096, am, am * 3)]))
+                for nm, am in ((10.0, 5.0), (30.0, 20.0), (20.0, 8.0))]
+    launches.append(("core", _doc(2, [("bcast", "native", 4096, 7.0, 9.0)])))
+    rows = sweep.aggregate(launches)
+    by = {(r["ranks"], r["impl"]): r for r in rows}
+    nat, ada = by[(4, "native")], by[(4, "adaptcoll")]
+    assert (nat["median_us"], ada["median_us"]) == (20.0, 8.0)
+    assert nat["launches"] == 3 and (ada["min_median_us"], ada["max_median_us"]) == (5.0, 20.0)
+    assert ada["p95_us"] == 24.0 and nat["p95_us"] == 40.0
+    assert ada["ratio"] == pytest.approx(20.0 / 8.0) and nat["ratio"] == pytest.approx(1.0)
+    assert ada["ratio_p95"] == pytest.approx(40.0 / 24.0)
+    assert by[(2, "native")]["median_us"] == 7.0
+    md = sweep.format_markdown(rows, "t")
+    assert "### core: bcast, 4 ranks" in md and "| 4K | 20.0 | 40.0 | 8.0 | 24.0 | 2.50 | 1.67 |" in md
+    assert md.index("native median") < md.index("adaptcoll median")
+
+
+def test_aggregate_keeps_variants_apart_and_handles_missing_native():
+    rows = sweep.aggregate([("quiet", _doc(2, [("reduce", "native", 1 << 20, 10.0, 11.0),
+                                              ("reduce", "adaptcoll", 1 << 20, 5.0, 6.0)])),
+                            ("noisy", _doc(2, [("reduce", "adaptcoll", 1 << 20, 50.0, 60.0)]))])
+    by = {(r["variant"], r["impl"]): r for r in rows}
+    assert by[("quiet", "adaptcoll")]["ratio"] == 2.0
+    assert by[("noisy", "adaptcoll")]["ratio"] is None  # no native in that variant
+    assert "| 1M | 50.0 | 60.0 |" in sweep.format_markdown(rows)
+    assert [sweep.format_size(s) for s in (100, 4096, 3 << 20, 1 << 30)] == ["100", "4K", "3M", "1G"]
+
+
+def test_experiment_files_load(tmp_path):
+    for path in sorted((BENCH / "experiments").glob("*")):
+        if path.suffix in (".json", ".py"):
+            exp = sweep.load_experiment(path)
+            assert exp.runs and exp.launches >= 1
+            for run in exp.runs:  # every run's arguments are valid osu.py flags
+                args = osu.build_parser().parse_args(list(run.args))
+                osu.parse_collectives(args.collective)
+                [osu.parse_impl(t) for t in args.impl or []]
+                osu.parse_skew(args.skew) if args.skew else None
+    f = tmp_path / "x.json"
+    f.write_text(json.dumps({"name": "x", "runs": [{"name": "a", "args": []}, {"name": "a", "args": []}]}))
+    with pytest.raises(ValueError):
+        sweep.load_experiment(f)
+
+
+def test_hung_launch_is_killed_with_its_children(tmp_path):
+    naps = [f"{30 + k}.{os.getpid()}" for k in range(3)]  # unique command lines to look for afterwards
+    cmd = ["sh", "-c", f"sleep {naps[0]} & sleep {naps[1]} & sleep {naps[2]}"]
+    code, hung, secs = sweep.run_launch(cmd, 0.5, tmp_path / "log", grace_s=0.5)
+    assert hung and code is None and secs < 10
+    for nap in naps:
+        assert subprocess.run(["pgrep", "-f", f"sleep {nap}"], capture_output=True).stdout == b""
+    code, hung, _ = sweep.run_launch(["sh", "-c", "exit 3"], 5, tmp_path / "log2", grace_s=0.5)
+    assert (code, hung) == (3, False)
+
+
+# -- real launches -------------------------------------------------------------------------------
+
+MPIEXEC = shutil.which("mpiexec")
+
+
+@pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec on PATH")
+def test_osu_two_ranks_tables_and_json(tmp_path):
+    out = tmp_path / "r.json"
+    cmd = ["timeout", "120", MPIEXEC, "-n", "2", sys.executable, str(BENCH / "osu.py"), "-c", "bcast,iallreduce",
+           "-m", "4:64", "-i", "6", "-x", "2", "-f", "--impl", "native", "--impl",
+           "adaptcoll:bcast_algorithm=chain;bcast_segment_size=16", "--json", str(out)]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=130, cwd=REPO)
+    assert res.returncode == 0, res.stderr[-2000:]
+    text = res.stdout
+    assert text.count("# Size") == 4  # one table per (collective, impl)
+    for col in ("Avg Latency(us)", "Min Latency(us)", "Max Latency(us)", "Iterations", "Overall(us)",
+                "Compute(us)", "Pure Comm.(us)", "Overlap(%)"):
+        assert col in text
+    doc = json.loads(out.read_text())
+    assert doc["ranks"] == 2 and "MPICH" in doc["mpi_library"] or doc["mpi_library"]
+    assert doc["command"][1].endswith("osu.py")
+    rows = doc["results"]
+    assert {(r["collective"], r["impl"]) for r in rows} == {
+        (c, i) for c in ("bcast", "iallreduce") for i in ("native", "adaptcoll:bcast_algorithm=chain;bcast_segment_size=16")}
+    assert sorted({r["size"] for r in rows if r["collective"] == "bcast"}) == [4, 8, 16, 32, 64]
+    assert sorted({r["size"] for r in rows if r["collective"] == "iallreduce"}) == [4, 8, 16, 32, 64]
+    for r in rows:
+        assert len(r["samples_us"]) == r["iterations"] == 6
+        assert r["median_us"] == pytest.approx(float(np.median(r["samples_us"])))
+        assert r["min_us"] <= r["median_us"] <= r["p95_us"] <= r["p99_us"] <= r["max_us"]
+        if r["collective"] == "iallreduce":
+            assert 0.0 <= r["overlap_pct"] <= 100.0 and len(r["pure_samples_us"]) == 6
+    chain = next(i for i in doc["impls"] if i["kind"] == "adaptcoll")
+    assert chain["settings"]["bcast_algorithm"] == "chain" and chain["settings"]["bcast_segment_size"] == 16
+    # adaptcoll served its calls on every rank: 1 check + 2 warm-up + 6 timed per size, 5 sizes
+    for per_rank in doc["adaptcoll_stats"]:
+        assert per_rank["Bcast"]["adaptcoll"] == 5 * (1 + 2 + 6) and per_rank["Bcast"]["native"] == 0
+        assert per_rank["Iallreduce"]["adaptcoll"] == 5 * (1 + 2 + 6 + 6)
+
+
+@pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec on PATH")
+def test_sweep_runs_launches_and_summarizes(tmp_path):
+    cmd = [sys.executable, str(BENCH / "sweep.py"), "--ranks", "2", "--launches", "2", "--timeout", "100",
+           "--launcher-args", "", "--name", "tiny", "--out", str(tmp_path / "o"), "--json",
+           str(tmp_path / "s.json"), "--markdown", str(tmp_path / "s.md"), "--quiet", "--",
+           "-c", "reduce", "-m", "4:8", "-i", "3", "-x", "1"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=260, cwd=REPO)
+    assert res.returncode == 0, res.stderr[-2000:]
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert [r["ok"] for r in summary["launches"]] == [True, True] and summary["failures"] == []
+    rows = summary["rows"]
+    assert {(r["impl"], r["size"], r["launches"]) for r in rows} == {
+        (i, s, 2) for i in ("native", "adaptcoll") for s in (4, 8)}
+    docs = [json.loads(Path(r["json_path"]).read_text()) for r in summary["launches"]]
+    for r in rows:  # the summary is the median of the two launches' medians
+        meds = [x["median_us"] for d in docs for x in d["results"] if (x["impl"], x["size"]) == (r["impl"], r["size"])]
+        assert r["median_us"] == pytest.approx(float(np.median(meds)))
+    assert "native/adaptcoll" in (tmp_path / "s.md").read_text()
