@@ -130,7 +130,12 @@ class Intracomm(MPI.Intracomm):
         return super().__new__(cls, comm)
 
     # -- broadcast -----------------------------------------------------------------------------
-    def _start_bcast(self, name: str, buf: Any, root: Any) -> Optional[Operation]:
+    def _start_bcast(self, *args: Any) -> Optional[Operation]:
+        _prepare(self, "bcast")
+        with engine().lock:
+            return self._start_bcast_locked(*args)
+
+    def _start_bcast_locked(self, name: str, buf: Any, root: Any) -> Optional[Operation]:
         cfg = settings.current()
         size = self.Get_size()
         if not _root_ok(root, size):
@@ -177,7 +182,12 @@ class Intracomm(MPI.Intracomm):
         return Request(op)
 
     # -- reduce --------------------------------------------------------------------------------
-    def _start_reduce(self, name: str, sendbuf: Any, recvbuf: Any, op: Any, root: Any) -> Optional[Operation]:
+    def _start_reduce(self, *args: Any) -> Optional[Operation]:
+        _prepare(self, "reduce")
+        with engine().lock:
+            return self._start_reduce_locked(*args)
+
+    def _start_reduce_locked(self, name: str, sendbuf: Any, recvbuf: Any, op: Any, root: Any) -> Optional[Operation]:
         cfg = settings.current()
         size = self.Get_size()
         if not isinstance(op, MPI.Op) or not _root_ok(root, size):
@@ -246,7 +256,12 @@ class Intracomm(MPI.Intracomm):
         return Request(operation)
 
     # -- allreduce -----------------------------------------------------------------------------
-    def _start_allreduce(self, name: str, sendbuf: Any, recvbuf: Any, op: Any) -> Optional[Operation]:
+    def _start_allreduce(self, *args: Any) -> Optional[Operation]:
+        _prepare(self, "allreduce")
+        with engine().lock:
+            return self._start_allreduce_locked(*args)
+
+    def _start_allreduce_locked(self, name: str, sendbuf: Any, recvbuf: Any, op: Any) -> Optional[Operation]:
         cfg = settings.current()
         if not isinstance(op, MPI.Op):
             return _native(name, "invalid arguments")
@@ -304,6 +319,14 @@ class Intracomm(MPI.Intracomm):
         if operation is None:
             return NativeRequest(super().Iallreduce(sendbuf, recvbuf, op), keep=(sendbuf, recvbuf))
         return Request(operation)
+
+
+def _prepare(comm: MPI.Intracomm, collective: str) -> None:
+    """Do the collective set-up steps (private Dup, topology discovery) before the engine lock is
+    taken: another thread may hold the lock while it waits for this rank in its own collective."""
+    state = comm_state(comm)
+    if settings.current().algorithm(collective).startswith("topo"):
+        state.topology()
 
 
 def _native(name: str, reason: str) -> None:

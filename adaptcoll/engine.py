@@ -35,15 +35,22 @@ class Engine:
         self.sweeps = 0
         self.events = 0
 
+    @property
+    def lock(self) -> threading.RLock:
+        """Held while a sweep runs; hold it while starting an operation so no callback races the start."""
+        return self._lock
+
     def add(self, req: MPI.Request, callback: Callback, expect_bytes: int = -1) -> None:
         """Track `req`; call `callback()` from a later sweep once it has completed."""
-        self._reqs.append(req)
-        self._cbs.append(callback)
-        self._expect.append(expect_bytes)
+        with self._lock:
+            self._reqs.append(req)
+            self._cbs.append(callback)
+            self._expect.append(expect_bytes)
 
     def watch(self, poll: Poll, callback: Callback) -> None:
         """Call `callback()` from a later sweep once `poll()` returns True."""
-        self._watches.append((poll, callback))
+        with self._lock:
+            self._watches.append((poll, callback))
 
     @property
     def pending(self) -> int:

@@ -152,7 +152,8 @@ def _check_spanning(size: int, root: int, children: tuple[tuple[int, ...], ...])
     for p, kids in enumerate(children):
         for c in kids:
             if not 0 <= c < size or c == root or parents[c] != -2:
-                raise RuntimeError(f"tree builder bug: rank {c} (child of {p}) is out of range, the root or has two parents")
+                raise RuntimeError(f"tree builder bug: rank {c} (child of {p}) is out of range, "
+                                   "the root or has two parents")
             parents[c] = p
     level, depth, seen = [root], 0, 1
     while True:
@@ -487,7 +488,9 @@ def _dot(trees: Sequence[Tree]) -> str:
         levels = _topo_levels(dict(first.params)["levels"], first.size)
         lines.extend(_clusters(list(range(first.size)), levels, 0, "  ", dict(first.params)["levels"]))
     for index, tree in enumerate(trees):
-        style = "" if len(trees) == 1 else f", color={_COLORS[index % len(_COLORS)]}" + (", style=dashed" if index else "")
+        style = ""
+        if len(trees) > 1:
+            style = f", color={_COLORS[index % len(_COLORS)]}" + (", style=dashed" if index else "")
         for p in range(tree.size):
             for pos, c in enumerate(tree.children(p), 1):
                 extra = style

@@ -5,8 +5,8 @@ mpi4py -m pytest <test>`. This file makes a failing or hung rank end that launch
 report per rank, and no processes left behind:
 - a rank whose test fails writes its report, prints it to stderr tagged with its rank, and aborts the
   job (the other ranks would otherwise wait forever in a collective);
-- a rank still running T-8 s after the test began dumps every thread's stack (faulthandler) and exits,
-  which makes mpiexec kill the rest;
+- a rank still running T-8 s after the test began dumps every thread's stack (faulthandler) to a
+  per-rank file and exits, which makes mpiexec kill the rest; the stacks are attached to the report;
 - as a last line, Hydra's MPIEXEC_TIMEOUT kills the whole job at T-3 s, before the plugin's own timeout
   (which would SIGKILL mpiexec alone and could orphan ranks).
 """
@@ -14,9 +14,12 @@ report per rank, and no processes left behind:
 from __future__ import annotations
 
 import faulthandler
+import glob
 import os
 import pickle
+import shutil
 import sys
+import tempfile
 import time
 
 import pytest
@@ -40,13 +43,30 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
         return
     previous = os.environ.get("MPIEXEC_TIMEOUT")
     os.environ["MPIEXEC_TIMEOUT"] = str(max(5, int(timeout) - 3))
+    stacks = tempfile.mkdtemp(prefix="adaptcoll-stacks-")
+    os.environ["ADAPTCOLL_TEST_STACKS"] = stacks
     try:
         yield
     finally:
+        os.environ.pop("ADAPTCOLL_TEST_STACKS", None)
+        shutil.rmtree(stacks, ignore_errors=True)
         if previous is None:
             os.environ.pop("MPIEXEC_TIMEOUT", None)
         else:
             os.environ["MPIEXEC_TIMEOUT"] = previous
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Attach the stacks of ranks that timed out to the failing report."""
+    stacks = os.environ.get("ADAPTCOLL_TEST_STACKS")
+    if FORKED or not stacks or not report.failed:
+        return
+    for path in sorted(glob.glob(os.path.join(stacks, "rank*.txt"))):
+        with open(path, errors="replace") as f:
+            text = f.read()
+        if text.strip():
+            report.sections.append((f"stack of {os.path.basename(path)[:-4]} when it timed out", text))
 
 
 if FORKED:
@@ -54,12 +74,19 @@ if FORKED:
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(item: pytest.Item):
         timeout = _mpi_timeout(item)
-        if timeout is not None:
-            faulthandler.dump_traceback_later(max(2.0, timeout - 8), exit=True, file=sys.stderr)
+        stacks = os.environ.get("ADAPTCOLL_TEST_STACKS")
+        dump = None
+        if timeout is not None and stacks:
+            from mpi4py import MPI
+
+            dump = open(os.path.join(stacks, f"rank{MPI.COMM_WORLD.Get_rank()}.txt"), "w")
+            faulthandler.dump_traceback_later(max(2.0, timeout - 8), exit=True, file=dump)
         try:
             yield
         finally:
-            faulthandler.cancel_dump_traceback_later()
+            if dump is not None:
+                faulthandler.cancel_dump_traceback_later()
+                dump.close()
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
@@ -73,9 +100,6 @@ if FORKED:
         if comm.Get_size() == 1:
             return
         rank = comm.Get_rank()
-        fspath, lineno, domain = report.location
-        report.location = fspath, lineno, f"{domain}[rank={rank}]"
-        report.nodeid = f"{report.nodeid}[rank={rank}]"
         sys.stderr.write(f"\n[rank {rank}] FAILED {item.nodeid}\n{report.longreprtext}\n")
         sys.stderr.flush()
         path = os.environ.get("PYTEST_MPI_REPORTS_PATH")

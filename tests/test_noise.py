@@ -344,7 +344,7 @@ def test_calibration_fwq_slowdown_matches_detour_fraction():
         results.append(r.summary())
         excess, expected_excess = r.measured_slowdown - 1, r.expected_slowdown - 1
         if (abs(r.duration_s - 2e-3) < 0.1 * 2e-3 and 80 <= r.frequency_hz <= 110
-                and 0.5 * expected_excess <= excess <= 1.8 * expected_excess):
+                and 0.5 * expected_excess <= excess <= 3.0 * expected_excess):
             break
     else:
         pytest.fail("calibration out of tolerance: " + " | ".join(results))

@@ -235,7 +235,8 @@ def test_cache_and_hashable_params() -> None:
     assert trees.build("knomial", 50, 7, radix=4) is a
     assert a.params == (("radix", 4),)
     topo = parse("nodes=2", 10)
-    assert trees.build("topo", 10, 0, levels=topo) is trees.build("topo", 10, 0, levels=Topology(topo.levels, topo.names))
+    same = Topology(topo.levels, topo.names)
+    assert trees.build("topo", 10, 0, levels=topo) is trees.build("topo", 10, 0, levels=same)
     assert trees.build("topo", 10, 0, levels=[list(topo.levels[0])]) is trees.build("topo", 10, 0, levels=topo.levels)
 
 

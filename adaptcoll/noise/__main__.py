@@ -94,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     cal.add_argument("--cpu", type=int)
     cal.add_argument("--seconds", type=float, default=1.0)
     cal.add_argument("--rounds", type=int, default=5)
+    cal.add_argument("--realtime", action="store_true", help="detours at SCHED_FIFO (if permitted)")
     par = sub.add_parser("parse", help="check a spec and print what it means")
     par.add_argument("spec")
     args = parser.parse_args(argv)
@@ -102,9 +103,9 @@ def main(argv: list[str] | None = None) -> int:
             return _run(args)
         if args.action == "calibrate":
             result = calibrate(args.frequency, args.duration, args.pattern, cpu=args.cpu,
-                               seconds=args.seconds, rounds=args.rounds)
-            print(result.summary())
-            print(result.stats.summary())
+                               seconds=args.seconds, rounds=args.rounds, realtime=args.realtime)
+            print(result.summary(), flush=True)
+            print(result.stats.summary(), flush=True)
             return 0
         spec = parse_spec(args.spec, "spec")
         print("off" if spec is None else f"{spec} noise_fraction={spec.noise_fraction:g}")

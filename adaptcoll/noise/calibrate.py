@@ -75,7 +75,7 @@ class CalibrationResult:
 
 def calibrate(frequency_hz: float = 100.0, duration_s: float = 2e-3, pattern: str = "periodic",
               cpu: int | None = None, seconds: float = 1.0, quantum_s: float = 1e-3, rounds: int = 5,
-              seed: int = 0, budget: str = "cpu") -> CalibrationResult:
+              seed: int = 0, budget: str = "cpu", realtime: bool = False) -> CalibrationResult:
     """Pin this process and a Detours process to one CPU; compare FWQ slowdown with 1/(1 - f*d).
 
     Runs `rounds` pairs of (quiet, noisy) FWQ segments, `seconds` of noisy work in all, and takes the
@@ -94,7 +94,7 @@ def calibrate(frequency_hz: float = 100.0, duration_s: float = 2e-3, pattern: st
         for r in range(rounds):
             quiet = sum(fwq(quanta, iterations))
             with Detours(frequency_hz, duration_s, pattern, seed=seed, rank=r, cpus=[cpu],
-                         budget=budget) as detours:
+                         budget=budget, realtime=realtime) as detours:
                 noisy = sum(fwq(quanta, iterations))
             if detours.stats is None or detours.stats.detours == 0:
                 raise RuntimeError("the detour process reported no detours")

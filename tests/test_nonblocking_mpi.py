@@ -1,0 +1,121 @@
+"""Nonblocking adaptcoll collectives: several in flight at once, mixed with user point-to-point traffic."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import adaptcoll
+from adaptcoll import Request
+
+
+@pytest.mark.mpi(ranks=[2, 3, 4, 5], timeout=120)
+def test_many_in_flight_with_user_traffic(mpi_ranks):
+    world = MPI.COMM_WORLD
+    comm = adaptcoll.Intracomm(world)
+    rank, size = world.Get_rank(), world.Get_size()
+    with adaptcoll.configured(native_below=0, bcast_segment_size=256, reduce_segment_size=256,
+                              allreduce_segment_size=256):
+        # a pending user receive that matches anything: adaptcoll's traffic must never satisfy it
+        user_buf = np.zeros(4, "i8")
+        status = MPI.Status()
+        user_req = comm.Irecv(user_buf, MPI.ANY_SOURCE, MPI.ANY_TAG)
+        n = 1000
+        b1 = np.arange(n, dtype="f8") if rank == 0 else np.zeros(n)
+        b2 = np.full(n, 7, "i4") if rank == size - 1 else np.zeros(n, "i4")
+        contrib = np.arange(n, dtype="i8") + rank
+        red = np.zeros(n, "i8")
+        allr = np.zeros(n, "f4")
+        reqs = [
+            comm.Ibcast(b1, 0),
+            comm.Ireduce(contrib, red, MPI.SUM, size // 2),
+            comm.Iallreduce(np.full(n, rank, "f4"), allr, MPI.MAX),
+            comm.Ibcast(b2, size - 1),
+        ]
+        del contrib  # the request must keep its buffers alive
+        gc.collect()
+        Request.Waitall(reqs)
+        assert not user_req.Test(status), "adaptcoll traffic matched a user ANY_TAG receive"
+        np.testing.assert_array_equal(b1, np.arange(n, dtype="f8"))
+        np.testing.assert_array_equal(b2, np.full(n, 7, "i4"))
+        if rank == size // 2:
+            np.testing.assert_array_equal(red, size * np.arange(n) + sum(range(size)))
+        np.testing.assert_array_equal(allr, np.full(n, size - 1, "f4"))
+        # now the user's own message arrives and is the one that matches
+        world.Barrier()
+        if rank == (1 % size):
+            comm.Send(np.array([1, 2, 3, 4], "i8"), 0, tag=77)
+        if rank == 0:
+            user_req.Wait(status)
+            assert status.Get_tag() == 77 and list(user_buf) == [1, 2, 3, 4]
+        else:
+            user_req.Cancel()
+            user_req.Wait()
+        # Test / Get_status / Waitany / Testsome on adaptcoll requests
+        x = np.zeros(10) if rank else np.ones(10)
+        req = comm.Ibcast(x, 0)
+        while not req.Get_status():
+            pass
+        assert req.Test() and req.Wait()
+        assert (x == 1).all()
+        r1, r2 = comm.Ibcast(np.zeros(3) if rank else np.ones(3), 0), comm.Iallreduce(np.ones(5), np.zeros(5))
+        assert Request.Waitany([r1, r2]) in (0, 1)
+        Request.Waitall([r1, r2])
+        assert Request.Testsome([r1, r2]) == [0, 1]
+        served = adaptcoll.stats()
+        assert served["Ibcast"]["adaptcoll"] >= 4 and served["Iallreduce"]["adaptcoll"] >= 2
+
+
+@pytest.mark.mpi(ranks=[2, 4], timeout=120)
+def test_tag_space_wraps_and_more_segments_than_tags(mpi_ranks):
+    world = MPI.COMM_WORLD
+    comm = adaptcoll.Intracomm(world)
+    rank = world.Get_rank()
+    with adaptcoll.configured(native_below=0, tag_space=5, bcast_segment_size=8, reduce_segment_size=8,
+                              allreduce_segment_size=8):
+        for rep in range(7):  # the sequence wraps around the 5 tags many times
+            n = 3 + 11 * rep  # up to 69 segments of 8 bytes wanted; never more than 5 used
+            a = np.arange(n, dtype="f8") + rep if rank == 0 else np.zeros(n)
+            comm.Bcast(a, 0)
+            np.testing.assert_array_equal(a, np.arange(n) + rep)
+            out = np.zeros(n, "i8")
+            comm.Allreduce(np.arange(n, dtype="i8") * (rank + 1), out)
+            np.testing.assert_array_equal(out, np.arange(n) * sum(range(1, world.Get_size() + 1)))
+            reqs = [comm.Ibcast(np.zeros(n) if rank else np.ones(n), 0) for _ in range(3)]
+            Request.Waitall(reqs)
+
+
+@pytest.mark.mpi(ranks=[2, 3], timeout=120)
+def test_threads_on_different_communicators(mpi_ranks):
+    import threading
+
+    world = MPI.COMM_WORLD
+    rank, size = world.Get_rank(), world.Get_size()
+    comms = [adaptcoll.Intracomm(world.Dup()) for _ in range(3)]
+    errors = []
+
+    def work(k):
+        try:
+            c = comms[k]
+            for it in range(20):
+                out = np.zeros(500, "i8")
+                c.Allreduce(np.full(500, k + it + rank, "i8"), out)
+                assert (out == size * (k + it) + sum(range(size))).all()
+                b = np.full(300, k) if rank == 0 else np.zeros(300, "i8")
+                c.Bcast(b, 0)
+                assert (b == k).all()
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    with adaptcoll.configured(native_below=0, allreduce_segment_size=512, bcast_segment_size=512):
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    for c in comms:
+        MPI.Intracomm.Free(c)
+    assert not errors, errors
