@@ -67,7 +67,15 @@ class Engine:
                 statuses = self._statuses
                 if len(statuses) < len(reqs):
                     statuses.extend(MPI.Status() for _ in range(len(reqs) - len(statuses)))
-                done = MPI.Request.Testsome(reqs, statuses)
+                try:
+                    done = MPI.Request.Testsome(reqs, statuses)
+                except MPI.Exception as exc:
+                    if exc.Get_error_class() in (MPI.ERR_IN_STATUS, MPI.ERR_TRUNCATE):
+                        raise MessageSizeError(
+                            "adaptcoll: a segment was larger than this rank expected (MPI: "
+                            f"{exc.Get_error_string().splitlines()[0]}): are the counts and datatypes the "
+                            "same on all ranks?") from exc
+                    raise
                 if done:
                     cbs, expect = self._cbs, self._expect
                     for j, i in enumerate(done):
