@@ -301,27 +301,35 @@ def viewer(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "adaptcoll.trees", *args], capture_output=True, text=True, timeout=60)
 
 
-def test_viewer_text_every_kind() -> None:
-    for kind in trees.KINDS:
-        out = viewer("--kind", kind, "--size", "8", "--root", "2")
-        assert out.returncode == 0, out.stderr
+def test_viewer_text_every_kind(capsys) -> None:
+    for kind in trees.KINDS:  # in-process: each subprocess start costs about a second here
+        assert trees.main(["--kind", kind, "--size", "8", "--root", "2"]) == 0
         expect = trees.build_all(kind, 8, 2)
-        assert out.stdout == "\n\n".join(map(str, expect)) + "\n"
-        assert f"depth={expect[0].depth} max_fanout={expect[0].max_fanout}" in out.stdout
+        out = capsys.readouterr().out
+        assert out == "\n\n".join(map(str, expect)) + "\n"
+        assert f"depth={expect[0].depth} max_fanout={expect[0].max_fanout}" in out
 
 
-def test_viewer_topo_and_dot(tmp_path) -> None:
+def test_viewer_subprocess_text_and_dot(tmp_path) -> None:
     out = viewer("--kind", "topo", "--size", "16", "--root", "3", "--topology", "nodes=4", "--inner", "chain")
     assert out.returncode == 0, out.stderr
     t = trees.build("topo", 16, 3, levels=parse("nodes=4", 16), inner="chain")
-    assert out.stdout.startswith(t.header())
+    assert out.stdout == str(t) + "\n"
+    assert out.stdout.startswith("topo(inner=chain, intra=binomial, levels=Topology(4 nodes)) size=16 root=3 depth=")
     dot_file = tmp_path / "t.dot"
     out = viewer("--kind", "knomial", "--size", "20", "--param", "radix=3", "--dot", "--output", str(dot_file))
     assert out.returncode == 0 and out.stdout == ""
     t = trees.build("knomial", 20, 0, radix=3)
     assert dot_file.read_text() == t.to_dot()
-    out = viewer("--kind", "two_tree", "--size", "6", "--dot")
-    assert out.stdout.startswith("digraph") and out.stdout.count("->") == 2 * 5
+    assert set(re.findall(r"(\d+) -> (\d+)", t.to_dot())) == {(str(p), str(c)) for p in range(20) for c in t.children(p)}
+    out = viewer("--kind", "knomial", "--size", "8", "--param", "radix=1")
+    assert out.returncode == 2 and "radix must be" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_viewer_two_tree_dot(capsys) -> None:
+    assert trees.main(["--kind", "two_tree", "--size", "6", "--dot"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("digraph") and out.count("->") == 2 * 5 and out.count("style=dashed") == 5
 
 
 @pytest.mark.parametrize("args,message", [
@@ -333,7 +341,8 @@ def test_viewer_topo_and_dot(tmp_path) -> None:
     (["--kind", "binomial", "--size", "8", "--inner", "chain"], "only apply to --kind topo"),
     (["--kind", "topo", "--size", "8", "--topology", "nodes=x"], "ADAPTCOLL_TOPOLOGY"),
 ])
-def test_viewer_bad_arguments(args: list[str], message: str) -> None:
-    out = viewer(*args)
-    assert out.returncode == 2
-    assert message in out.stderr and "Traceback" not in out.stderr
+def test_viewer_bad_arguments(args: list[str], message: str, capsys) -> None:
+    with pytest.raises(SystemExit) as info:
+        trees.main(args)
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err
