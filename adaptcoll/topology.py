@@ -40,6 +40,10 @@ class Topology:
             raise ValueError("Topology levels must all list one group id per rank (same length)")
         object.__setattr__(self, "levels", levels)
         object.__setattr__(self, "names", names)
+        object.__setattr__(self, "_hash", hash((levels, names)))
+
+    def __hash__(self) -> int:  # cached: trees.build hashes its params on every call
+        return self._hash  # type: ignore[attr-defined,no-any-return]
 
     @property
     def size(self) -> int | None:

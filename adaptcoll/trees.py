@@ -409,9 +409,10 @@ def build(kind: str = "binomial", size: int = 1, root: int = 0, **params: Any) -
     full = _normalize_params(kind, params)
     if kind == "topo":
         levels = full["levels"]
-        _topo_levels(levels, size)
         if not isinstance(levels, Topology):
             full["levels"] = _topo_levels(levels, size)
+        elif levels.size not in (None, size):
+            raise ValueError(f"topo levels has {levels.size} group ids per level but the tree has {size} ranks")
     return _build_cached(kind, size, root, tuple(sorted(full.items())))
 
 
