@@ -55,9 +55,22 @@ class CalibrationResult:
     round_slowdowns: tuple[float, ...]
     quiet_s: float
     noisy_s: float
+    quiet_cpu_share: float
     quanta: int
     quantum_s: float
     stats: DetourStats
+
+    @property
+    def disturbed(self) -> bool:
+        """True when outside load took over 20% of the CPU in the quiet segments."""
+        return self.quiet_cpu_share < 0.8
+
+    @property
+    def expected_slowdown_loaded(self) -> float:
+        """1 / (1 - f*d / S), S = the FWQ's CPU share when quiet: on a shared machine (cgroup fair
+        share) the detours' CPU comes out of this process group's share S, not out of a whole CPU."""
+        load = self.noise_fraction / max(self.quiet_cpu_share, 1e-9)
+        return 1.0 / (1.0 - load) if load < 1.0 else float("inf")
 
     @property
     def relative_error(self) -> float:
@@ -68,7 +81,8 @@ class CalibrationResult:
         """One human-readable line."""
         return (f"cpu {self.cpu}: f = {self.frequency_hz:.1f} Hz, d = {self.duration_s * 1e6:.1f} us, "
                 f"f*d = {self.noise_fraction:.4f}; FWQ slowdown {self.measured_slowdown:.4f} vs expected "
-                f"{self.expected_slowdown:.4f} ({self.relative_error:+.2%}; rounds "
+                f"{self.expected_slowdown:.4f} ({self.relative_error:+.2%}), {self.expected_slowdown_loaded:.4f} "
+                f"adjusted for the quiet CPU share {self.quiet_cpu_share:.2f}; rounds "
                 f"{', '.join(f'{r:.3f}' for r in self.round_slowdowns)}); quiet {self.quiet_s:.3f} s, "
                 f"noisy {self.noisy_s:.3f} s, {self.quanta} quanta of {self.quantum_s * 1e3:.2f} ms")
 
@@ -87,12 +101,14 @@ def calibrate(frequency_hz: float = 100.0, duration_s: float = 2e-3, pattern: st
     cpu = max(saved) if cpu is None else cpu
     os.sched_setaffinity(0, {cpu})
     ratios, all_stats = [], []
-    quiet_total = noisy_total = 0.0
+    quiet_total = noisy_total = quiet_cpu = 0.0
     try:
         iterations = _iterations_for(quantum_s)
         quanta = max(10, int(seconds / rounds / quantum_s))
         for r in range(rounds):
+            cpu0 = time.thread_time()
             quiet = sum(fwq(quanta, iterations))
+            quiet_cpu += time.thread_time() - cpu0
             with Detours(frequency_hz, duration_s, pattern, seed=seed, rank=r, cpus=[cpu],
                          budget=budget, realtime=realtime) as detours:
                 noisy = sum(fwq(quanta, iterations))
@@ -110,7 +126,7 @@ def calibrate(frequency_hz: float = 100.0, duration_s: float = 2e-3, pattern: st
                              duration_s=stats.mean_duration_s, noise_fraction=fraction,
                              expected_slowdown=1.0 / (1.0 - fraction),
                              measured_slowdown=statistics.median(ratios), round_slowdowns=tuple(ratios),
-                             quiet_s=quiet_total, noisy_s=noisy_total, quanta=quanta * rounds,
+                             quiet_s=quiet_total, noisy_s=noisy_total, quiet_cpu_share=quiet_cpu / quiet_total, quanta=quanta * rounds,
                              quantum_s=quiet_total / (quanta * rounds), stats=stats)
 
 
