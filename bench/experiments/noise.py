@@ -6,7 +6,7 @@ run interleaved under the same injector in each launch. Skew sleeps (mode=sleep)
 """
 
 SIZES = "4K,1M,16M"
-BASE = ["-c", "bcast,reduce,allreduce", "--sizes", SIZES, "--budget", "1.5", "--min-iterations", "10",
+BASE = ["-c", "bcast,reduce,allreduce", "--sizes", SIZES, "--budget", "1.0", "--min-iterations", "10",
         "--seed", "1", "--impl", "native", "--impl", "adaptcoll"]
 VARIANTS = {
     "quiet": [],
