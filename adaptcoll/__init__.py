@@ -2,23 +2,30 @@
 
 `adaptcoll.Intracomm(comm)` wraps an mpi4py communicator (sharing its handle) so that Bcast, Reduce,
 Allreduce and their nonblocking forms run adaptcoll's tree protocols; everything else is mpi4py's.
+Importing the package does not import MPI: the MPI-facing names load on first use, so tools such as
+`python -m adaptcoll.trees` and `python -m adaptcoll.noise` work outside an MPI job.
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 from . import settings as _settings
+from .counters import format_table as stats_table
+from .counters import reset_stats, stats
+from .settings import configure, configured
+from .settings import current as current_settings
 
 _settings.load_environ()
 
-from .comm import Intracomm  # noqa: E402
-from .counters import format_table as stats_table  # noqa: E402
-from .counters import reset_stats, stats  # noqa: E402
-from .engine import MessageSizeError  # noqa: E402
-from .requests import Request  # noqa: E402
-from .settings import configure, configured  # noqa: E402
-from .settings import current as current_settings  # noqa: E402
-
 __version__ = "0.1.0"
+
+_LAZY = {
+    "Intracomm": ("comm", "Intracomm"),
+    "Request": ("requests", "Request"),
+    "MessageSizeError": ("engine", "MessageSizeError"),
+}
 
 __all__ = [
     "Intracomm",
@@ -31,3 +38,12 @@ __all__ = [
     "configured",
     "current_settings",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    found = _LAZY.get(name)
+    if found is None:
+        raise AttributeError(f"module 'adaptcoll' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{found[0]}", __name__), found[1])
+    globals()[name] = value
+    return value
