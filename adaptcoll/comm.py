@@ -320,6 +320,94 @@ class Intracomm(MPI.Intracomm):
             return NativeRequest(super().Iallreduce(sendbuf, recvbuf, op), keep=(sendbuf, recvbuf))
         return Request(operation)
 
+    # -- communicators derived from an adaptcoll communicator are adaptcoll communicators ------
+    # (Dup/Clone/Idup/Dup_with_info already keep the subclass; these would return plain mpi4py ones.)
+    def Split(self, color: int = 0, key: int = 0) -> MPI.Intracomm:
+        """Split (mpi4py semantics); the new communicator is an adaptcoll one."""
+        from .dropin import adopt
+        return adopt(super().Split(color, key))
+
+    def Split_type(self, split_type: int, key: int = 0, info: MPI.Info = MPI.INFO_NULL) -> MPI.Intracomm:
+        """Split_type (mpi4py semantics); the new communicator is an adaptcoll one."""
+        from .dropin import adopt
+        return adopt(super().Split_type(split_type, key, info))
+
+    def Create(self, group: MPI.Group) -> MPI.Intracomm:
+        """Create (mpi4py semantics); the new communicator is an adaptcoll one."""
+        from .dropin import adopt
+        return adopt(super().Create(group))
+
+    def Create_group(self, group: MPI.Group, tag: int = 0) -> MPI.Intracomm:
+        """Create_group (mpi4py semantics); the new communicator is an adaptcoll one."""
+        from .dropin import adopt
+        return adopt(super().Create_group(group, tag))
+
+    @classmethod
+    def Create_from_group(cls, group: MPI.Group, stringtag: str = "org.mpi4py", info: MPI.Info = MPI.INFO_NULL,
+                          errhandler: Optional[MPI.Errhandler] = None) -> MPI.Intracomm:
+        """Create_from_group (mpi4py semantics); the new communicator is an adaptcoll one."""
+        from .dropin import adopt
+        return adopt(MPI.Intracomm.Create_from_group(group, stringtag, info, errhandler))
+
+    def Create_cart(self, dims: Sequence[int], periods: Optional[Sequence[bool]] = None,
+                    reorder: bool = False) -> MPI.Cartcomm:
+        """Create_cart (mpi4py semantics); the result is an adaptcoll Cartcomm."""
+        from .dropin import adopt
+        return adopt(super().Create_cart(dims, periods, reorder))
+
+    def Create_graph(self, index: Sequence[int], edges: Sequence[int], reorder: bool = False) -> MPI.Graphcomm:
+        """Create_graph (mpi4py semantics); the result is an adaptcoll Graphcomm."""
+        from .dropin import adopt
+        return adopt(super().Create_graph(index, edges, reorder))
+
+    def Create_dist_graph_adjacent(self, sources: Sequence[int], destinations: Sequence[int],
+                                   sourceweights: Any = None, destweights: Any = None,
+                                   info: MPI.Info = MPI.INFO_NULL, reorder: bool = False) -> MPI.Distgraphcomm:
+        """Create_dist_graph_adjacent (mpi4py semantics); the result is an adaptcoll Distgraphcomm."""
+        from .dropin import adopt
+        return adopt(super().Create_dist_graph_adjacent(sources, destinations, sourceweights, destweights,
+                                                        info, reorder))
+
+    def Create_dist_graph(self, sources: Sequence[int], degrees: Sequence[int], destinations: Sequence[int],
+                          weights: Any = None, info: MPI.Info = MPI.INFO_NULL,
+                          reorder: bool = False) -> MPI.Distgraphcomm:
+        """Create_dist_graph (mpi4py semantics); the result is an adaptcoll Distgraphcomm."""
+        from .dropin import adopt
+        return adopt(super().Create_dist_graph(sources, degrees, destinations, weights, info, reorder))
+
+    # -- persistent collectives (adaptcoll.persistent) -----------------------------------------
+    def Bcast_init(self, buf: Any, root: int = 0, info: MPI.Info = MPI.INFO_NULL) -> Any:
+        """Persistent broadcast: a request to Start() many times; tree, plan and buffers are set up once."""
+        from .persistent import bcast_init
+        return bcast_init(self, buf, root, info)
+
+    def Reduce_init(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, root: int = 0,
+                    info: MPI.Info = MPI.INFO_NULL) -> Any:
+        """Persistent reduce (see Bcast_init)."""
+        from .persistent import reduce_init
+        return reduce_init(self, sendbuf, recvbuf, op, root, info)
+
+    def Allreduce_init(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, info: MPI.Info = MPI.INFO_NULL) -> Any:
+        """Persistent allreduce (see Bcast_init)."""
+        from .persistent import allreduce_init
+        return allreduce_init(self, sendbuf, recvbuf, op, info)
+
+    # -- pickle-based collectives (adaptcoll.pickled) ------------------------------------------
+    def bcast(self, obj: Any, root: int = 0) -> Any:
+        """Broadcast a Python object; large ones travel as segmented out-of-band pickle buffers."""
+        from .pickled import bcast
+        return bcast(self, obj, root)
+
+    def reduce(self, sendobj: Any, op: Any = MPI.SUM, root: int = 0) -> Any:
+        """Reduce Python objects with an MPI.Op or any callable (rank order kept); None on non-roots."""
+        from .pickled import reduce
+        return reduce(self, sendobj, op, root)
+
+    def allreduce(self, sendobj: Any, op: Any = MPI.SUM) -> Any:
+        """Allreduce Python objects: reduce to rank 0, then the pickled broadcast of the result."""
+        from .pickled import allreduce
+        return allreduce(self, sendobj, op)
+
 
 def _prepare(comm: MPI.Intracomm, collective: str) -> None:
     """Do the collective set-up steps (private Dup, topology discovery) before the engine lock is

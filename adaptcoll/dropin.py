@@ -1,0 +1,137 @@
+"""Drop-in plumbing: adaptcoll versions of COMM_WORLD/COMM_SELF, of every communicator derived from
+them, and `install()`/`uninstall()`, which swap them into mpi4py.MPI for unchanged programs.
+
+(Named `dropin`, not `install`: a submodule called `install` would shadow the function
+`adaptcoll.install` as soon as anything imported the submodule.)
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Optional
+
+from mpi4py import MPI
+
+from .comm import Intracomm
+
+__all__ = [
+    "Cartcomm",
+    "Graphcomm",
+    "Distgraphcomm",
+    "adopt",
+    "world",
+    "self_comm",
+    "install",
+    "uninstall",
+    "installed",
+]
+
+
+class Cartcomm(MPI.Cartcomm, Intracomm):
+    """An mpi4py Cartcomm (same handle) with adaptcoll's collectives."""
+
+    def __new__(cls, comm: Optional[MPI.Cartcomm] = None) -> "Cartcomm":
+        return MPI.Cartcomm.__new__(cls, MPI.COMM_NULL if comm is None else comm)
+
+    def Sub(self, remain_dims: Any) -> MPI.Cartcomm:
+        """Sub (mpi4py semantics); the result is an adaptcoll Cartcomm."""
+        return adopt(super().Sub(remain_dims))
+
+
+class Graphcomm(MPI.Graphcomm, Intracomm):
+    """An mpi4py Graphcomm (same handle) with adaptcoll's collectives."""
+
+    def __new__(cls, comm: Optional[MPI.Graphcomm] = None) -> "Graphcomm":
+        return MPI.Graphcomm.__new__(cls, MPI.COMM_NULL if comm is None else comm)
+
+
+class Distgraphcomm(MPI.Distgraphcomm, Intracomm):
+    """An mpi4py Distgraphcomm (same handle) with adaptcoll's collectives."""
+
+    def __new__(cls, comm: Optional[MPI.Distgraphcomm] = None) -> "Distgraphcomm":
+        return MPI.Distgraphcomm.__new__(cls, MPI.COMM_NULL if comm is None else comm)
+
+
+_WRAPPERS: tuple[tuple[type, type], ...] = (
+    (MPI.Cartcomm, Cartcomm),
+    (MPI.Graphcomm, Graphcomm),
+    (MPI.Distgraphcomm, Distgraphcomm),
+    (MPI.Intracomm, Intracomm),
+)
+
+
+def adopt(comm: Any) -> Any:
+    """`comm` as an adaptcoll communicator sharing its handle; intercommunicators, COMM_NULL and
+    non-communicators come back unchanged (adaptcoll serves intracommunicators only)."""
+    if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
+        return comm
+    for plain, wrapper in _WRAPPERS:
+        if isinstance(comm, wrapper):
+            return comm
+        if isinstance(comm, plain):
+            return wrapper(comm)
+    return comm  # pragma: no cover - every Intracomm matches the last entry
+
+
+_lock = threading.Lock()
+_world: Optional[Intracomm] = None
+_self: Optional[Intracomm] = None
+_saved: Optional[tuple[Any, Any]] = None
+
+
+def _plain(name: str) -> MPI.Intracomm:
+    """mpi4py's own predefined communicator `name` (even while installed)."""
+    if _saved is not None:
+        return _saved[0] if name == "COMM_WORLD" else _saved[1]
+    return getattr(MPI, name)
+
+
+def world() -> Intracomm:
+    """The adaptcoll COMM_WORLD (one object per process, shared by adaptcoll.MPI and install())."""
+    global _world
+    if _world is None:
+        with _lock:
+            if _world is None:
+                _world = Intracomm(_plain("COMM_WORLD"))
+    return _world
+
+
+def self_comm() -> Intracomm:
+    """The adaptcoll COMM_SELF (one object per process)."""
+    global _self
+    if _self is None:
+        with _lock:
+            if _self is None:
+                _self = Intracomm(_plain("COMM_SELF"))
+    return _self
+
+
+def install() -> None:
+    """Make mpi4py.MPI.COMM_WORLD and COMM_SELF adaptcoll communicators (and so everything derived
+    from them); code that reads `MPI.COMM_WORLD` afterwards gets adaptcoll's. Idempotent."""
+    global _saved
+    with _lock:
+        if _saved is not None:
+            return
+        plain = (MPI.COMM_WORLD, MPI.COMM_SELF)
+    wrapped = (world(), self_comm())
+    with _lock:
+        if _saved is None:
+            _saved = plain
+            MPI.COMM_WORLD, MPI.COMM_SELF = wrapped
+
+
+def uninstall() -> None:
+    """Put mpi4py's own COMM_WORLD and COMM_SELF back. Communicators already derived from the
+    adaptcoll ones stay adaptcoll communicators. Idempotent."""
+    global _saved
+    with _lock:
+        if _saved is None:
+            return
+        MPI.COMM_WORLD, MPI.COMM_SELF = _saved
+        _saved = None
+
+
+def installed() -> bool:
+    """Whether install() is in effect."""
+    return _saved is not None
