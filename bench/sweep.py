@@ -224,13 +224,20 @@ def aggregate(launches: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str, 
     """Rows per (variant, collective, ranks, size, impl) over launches of (variant, osu.py JSON document).
 
     median_us / p95_us / p99_us: median over launches of each launch's median / p95 / p99 (of the
-    per-iteration max-over-ranks times); ratio: native median_us / this impl's median_us in the same group.
+    per-iteration max-over-ranks times); ratio: native median_us / this impl's median_us in the same group;
+    launch_ratio: median over launches of the ratio within each launch (native and impl interleaved there,
+    so each launch's ratio compares like with like even when launches differ a lot).
     """
     groups: dict[tuple[str, str, int, int, str], list[dict[str, Any]]] = {}
+    launch_ratios: dict[tuple[str, str, int, int, str], list[float]] = {}
     for variant, doc in launches:
+        native_here = {(r["collective"], r["size"]): r["median_us"] for r in doc["results"] if r["impl"] == "native"}
         for r in doc["results"]:
             key = (variant, r["collective"], int(doc["ranks"]), int(r["size"]), r["impl"])
             groups.setdefault(key, []).append(r)
+            base = native_here.get((r["collective"], r["size"]))
+            if base is not None and r["median_us"] > 0:  # same launch, interleaved: same conditions
+                launch_ratios.setdefault(key, []).append(base / r["median_us"])
     rows = []
     for (variant, coll, ranks, size, impl), rs in sorted(groups.items()):
         meds = [r["median_us"] for r in rs]
@@ -240,6 +247,9 @@ def aggregate(launches: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str, 
             "p99_us": _median(r["p99_us"] for r in rs), "min_median_us": min(meds), "max_median_us": max(meds),
             "osu_avg_us": _median(r["osu_avg_us"] for r in rs),
         }
+        ratios = launch_ratios.get((variant, coll, ranks, size, impl))
+        row["launch_ratio"] = _median(ratios) if ratios else None
+        row["launch_ratios"] = ratios or []
         if "overlap_pct" in rs[0]:
             row["overlap_pct"] = _median(r["overlap_pct"] for r in rs)
             row["pure_median_us"] = _median(r["pure_median_us"] for r in rs)
@@ -270,7 +280,8 @@ def _fmt(value: float | None, digits: int = 1) -> str:
 
 def format_markdown(rows: Sequence[dict[str, Any]], title: str = "") -> str:
     """One Markdown table per (variant, collective, ranks): size, then per impl median and p95 (us),
-    then native/impl ratios of medians (and of p95) for every non-native impl."""
+    then for every non-native impl native/impl ratios of the medians, of the p95s, and the median of the
+    per-launch ratios."""
     out = [f"## {title}", ""] if title else []
     tables: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
     for r in rows:
@@ -288,7 +299,7 @@ def format_markdown(rows: Sequence[dict[str, Any]], title: str = "") -> str:
             head += [f"{i} median", f"{i} p95"]
         if has_native:
             for i in others:
-                head += [f"native/{i}", f"p95 native/{i}"]
+                head += [f"native/{i}", f"p95 native/{i}", f"per-launch native/{i}"]
         out.append("| " + " | ".join(head) + " |")
         out.append("|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|")
         by_size: dict[int, dict[str, dict[str, Any]]] = {}
@@ -302,7 +313,8 @@ def format_markdown(rows: Sequence[dict[str, Any]], title: str = "") -> str:
             if has_native:
                 for i in others:
                     r = by_size[size].get(i)
-                    cells += [_fmt(r["ratio"], 2) if r else "-", _fmt(r["ratio_p95"], 2) if r else "-"]
+                    cells += [_fmt(r["ratio"], 2) if r else "-", _fmt(r["ratio_p95"], 2) if r else "-",
+                              _fmt(r["launch_ratio"], 2) if r else "-"]
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
     return "\n".join(out)
