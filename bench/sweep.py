@@ -4,6 +4,7 @@ median over launches of the per-launch medians, the same for p95, and native/imp
     python bench/sweep.py --ranks 2,4 --launches 3 --name quick -- -c bcast -m 4K:1M --budget 1
     python bench/sweep.py --experiment bench/experiments/core.json --markdown bench/results/core.md
     python bench/sweep.py --summarize bench/out/core/*.json --markdown table.md   # no new launches
+    python bench/sweep.py --summarize bench/results/core.json --json ... # re-aggregate a sweep's launches
 
 Every launch runs under a timeout (MPIEXEC_TIMEOUT for Hydra/Open MPI, plus our own kill of the whole
 process session a little later); a failed or hung launch is reported and retried once.
@@ -293,10 +294,16 @@ def format_markdown(rows: Sequence[dict[str, Any]], title: str = "") -> str:
         launches = sorted({r["launches"] for r in rs})
         out.append(f"### {variant}: {coll}, {ranks} ranks "
                    f"(median over {'/'.join(map(str, launches))} launches; times in us)")
+        if any("overlap_pct" in r for r in rs):
+            out += ["", "median/p95/ratios: OSU's Overall time (I-call, dummy compute as long as that "
+                    "implementation's pure comm., Wait); pure comm.: I-call + Wait alone."]
         out.append("")
+        nonblocking = any("overlap_pct" in r for r in rs)
         head = ["size"]
         for i in impls:
             head += [f"{i} median", f"{i} p95"]
+            if nonblocking:
+                head += [f"{i} pure comm. median", f"{i} overlap %"]
         if has_native:
             for i in others:
                 head += [f"native/{i}", f"p95 native/{i}", f"per-launch native/{i}"]
@@ -310,6 +317,8 @@ def format_markdown(rows: Sequence[dict[str, Any]], title: str = "") -> str:
             for i in impls:
                 r = by_size[size].get(i)
                 cells += [_fmt(r["median_us"]) if r else "-", _fmt(r["p95_us"]) if r else "-"]
+                if nonblocking:
+                    cells += [_fmt(r.get("pure_median_us")) if r else "-", _fmt(r.get("overlap_pct")) if r else "-"]
             if has_native:
                 for i in others:
                     r = by_size[size].get(i)
@@ -379,9 +388,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.summarize:
-        rows = aggregate(load_launch_jsons(args.summarize))
-        _write_outputs(rows, [], args, "", {"inputs": args.summarize})
+    if args.summarize:  # osu.py JSONs, or earlier sweep summaries (their launches are re-read and kept)
+        paths: list[str] = []
+        records: list[LaunchRecord] = []
+        extra: dict[str, Any] = {"inputs": args.summarize}
+        for name in args.summarize:
+            doc = json.loads(Path(name).read_text())
+            if "launches" in doc and "rows" in doc:
+                records += [LaunchRecord(**r) for r in doc["launches"]]
+                paths += [r["json_path"] for r in doc["launches"] if r["ok"]]
+                extra.update({k: doc[k] for k in ("experiment", "description", "mpi_library", "launch_commands")
+                              if k in doc})
+            else:
+                paths.append(name)
+        rows = aggregate(load_launch_jsons(paths))
+        title = f"{extra.get('experiment', '')}: {extra.get('description', '')}".strip(": ")
+        _write_outputs(rows, records, args, title, extra)
         return 0
     if args.experiment:
         exp = load_experiment(args.experiment)
