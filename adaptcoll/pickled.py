@@ -1,0 +1,204 @@
+"""Pickle-based collectives (lower-case bcast/reduce/allreduce) for adaptcoll communicators.
+
+Objects are pickled with protocol 5 and out-of-band buffers (as mpi4py.util.pkl5 does), so a large
+NumPy array inside an object travels without an in-band copy. bcast sends a small header with
+mpi4py's own bcast: a small object rides inside it (one native call, nothing more); a large one sends
+only its piece sizes there, and the bytes follow in one segmented adaptcoll broadcast. reduce folds
+in rank order up a binomial tree (op(lower ranks, higher ranks), so any associative callable works)
+with out-of-band pickled point-to-point messages on adaptcoll's private communicator; allreduce is
+that reduce to rank 0 followed by the pickled bcast of the result.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+from mpi4py import MPI
+
+from . import counters, settings
+from .engine import engine
+
+if TYPE_CHECKING:
+    from .comm import Intracomm
+
+__all__ = ["bcast", "reduce", "allreduce", "INLINE_BELOW"]
+
+INLINE_BELOW = settings.parse_size(os.environ.get("ADAPTCOLL_PICKLE_INLINE_BELOW", "64K"),
+                                   "ADAPTCOLL_PICKLE_INLINE_BELOW")
+"""Pickled objects (in-band plus out-of-band bytes) smaller than this travel inside the native header
+bcast; larger ones go through adaptcoll's segmented Bcast. Same on all ranks (only the root decides,
+but keep it equal anyway). Set ADAPTCOLL_PICKLE_INLINE_BELOW or assign adaptcoll.pickled.INLINE_BELOW."""
+
+_pickle = MPI.Pickle()
+_NATIVE_BCAST = MPI.Intracomm.bcast
+_NATIVE_REDUCE = MPI.Intracomm.reduce
+_NATIVE_ALLREDUCE = MPI.Intracomm.allreduce
+
+
+def _root_ok(root: Any, size: int) -> bool:
+    return isinstance(root, (int, np.integer)) and not isinstance(root, bool) and 0 <= int(root) < size
+
+
+def _flat(buf: Any) -> np.ndarray:
+    """A flat uint8 view of an out-of-band buffer (mpi4py hands out MPI.buffer objects)."""
+    return np.frombuffer(memoryview(buf).cast("B"), np.uint8) if memoryview(buf).nbytes else np.empty(0, np.uint8)
+
+
+# -- bcast -------------------------------------------------------------------------------------
+def _bcast_bytes(comm: "Intracomm", name: str, data: np.ndarray, root: int) -> None:
+    """Broadcast one flat byte array with adaptcoll's Bcast (native if the settings say so)."""
+    op = comm._start_bcast(name, data, root)
+    if op is None:
+        MPI.Intracomm.Bcast(comm, data, root)
+    elif not op.done:
+        engine().wait_for(lambda: op.done)
+
+
+def _bcast_object(comm: "Intracomm", obj: Any, root: int, name: str) -> Any:
+    """The broadcast itself; records `name` once (served unless the object went inline)."""
+    is_root = comm.Get_rank() == root
+    pieces: list[np.ndarray] = []
+    if is_root:
+        data, bufs = _pickle.dumps_oob(obj)
+        flats = [_flat(b) for b in bufs]
+        total = len(data) + sum(f.nbytes for f in flats)
+        if total < INLINE_BELOW:
+            header: Any = ("inline", data, [f.tobytes() for f in flats])
+        else:
+            inline_data = len(data) < INLINE_BELOW
+            sizes = [f.nbytes for f in flats]
+            if not inline_data:
+                pieces.append(np.frombuffer(data, np.uint8))
+            pieces.extend(flats)
+            header = ("oob", data if inline_data else len(data), sizes)
+    else:
+        header = None
+    header = _NATIVE_BCAST(comm, header, root)
+    if header[0] == "inline":
+        counters.record(name, "small object: native header bcast")
+        data, bufs = header[1], header[2]
+        return _pickle.loads_oob(data, [bytearray(b) for b in bufs])
+    _, data, sizes = header
+    lengths = ([] if isinstance(data, bytes) else [data]) + list(sizes)
+    total = sum(lengths)
+    if is_root:
+        # one contiguous buffer: copy several pieces together; a single piece goes as it is
+        wire = pieces[0] if len(pieces) == 1 else (np.concatenate(pieces) if pieces else np.empty(0, np.uint8))
+    else:
+        wire = np.empty(total, np.uint8)
+    _bcast_bytes(comm, name, wire, root)
+    if is_root:  # like mpi4py, the root gets a copy, not the object itself
+        wire = wire.copy()
+    views, at = [], 0
+    for n in lengths:
+        views.append(wire[at:at + n])
+        at += n
+    if not isinstance(data, bytes):
+        data = views.pop(0)
+    return _pickle.loads_oob(data, views)
+
+
+def bcast(comm: "Intracomm", obj: Any, root: int = 0) -> Any:
+    """comm.bcast(obj, root) with large objects sent through adaptcoll's segmented Bcast."""
+    if not _root_ok(root, comm.Get_size()):
+        counters.record("bcast", "invalid arguments")
+        return _NATIVE_BCAST(comm, obj, root)
+    if settings.current().bcast_algorithm == "native":
+        counters.record("bcast", "algorithm=native")
+        return _NATIVE_BCAST(comm, obj, root)
+    return _bcast_object(comm, obj, int(root), "bcast")
+
+
+# -- point-to-point with out-of-band buffers, waited on politely -------------------------------
+def _wait(reqs: list[MPI.Request]) -> None:
+    progress, sched_yield = engine().progress, os.sched_yield
+    while not MPI.Request.Testall(reqs):
+        if not progress():
+            sched_yield()
+
+
+def _send(dup: MPI.Intracomm, obj: Any, dest: int, tag: int) -> None:
+    data, bufs = _pickle.dumps_oob(obj)
+    flats = [_flat(b) for b in bufs]
+    header = np.array([len(data)] + [f.nbytes for f in flats], np.int64)
+    reqs = [dup.Isend(header, dest, tag), dup.Isend(np.frombuffer(data, np.uint8), dest, tag)]
+    reqs += [dup.Isend(f, dest, tag) for f in flats]
+    _wait(reqs)
+
+
+def _recv(dup: MPI.Intracomm, source: int, tag: int) -> Any:
+    status = MPI.Status()
+    progress, sched_yield = engine().progress, os.sched_yield
+    while True:
+        message = dup.Improbe(source, tag, status)
+        if message is not None:
+            break
+        if not progress():
+            sched_yield()
+    header = np.empty(status.Get_count(MPI.INT64_T), np.int64)
+    message.Recv(header)
+    pieces = [np.empty(int(n), np.uint8) for n in header]
+    _wait([dup.Irecv(p, source, tag) for p in pieces])
+    return _pickle.loads_oob(pieces[0], pieces[1:])
+
+
+# -- reduce / allreduce ------------------------------------------------------------------------
+def _check_op(op: Any) -> None:
+    if not (isinstance(op, MPI.Op) or callable(op)):
+        raise TypeError(f"reduction operation must be an MPI.Op or a callable, got {type(op).__name__}")
+
+
+def _reduce_to_zero(comm: "Intracomm", obj: Any, op: Callable[[Any, Any], Any], root: int) -> Any:
+    """Fold in rank order up an in-order binomial tree to rank 0, then hand the result to `root`.
+    Returns the result on `root`, None elsewhere."""
+    from .comm import comm_state
+
+    st = comm_state(comm)
+    with engine().lock:
+        tag = st.plan(1, 1, 1).tag(0)
+    dup, rank, size = st.dup, st.rank, st.size
+    acc = obj
+    mask = 1
+    while mask < size:
+        if rank & mask:
+            _send(dup, acc, rank - mask, tag)
+            acc = None
+            break
+        if rank + mask < size:
+            acc = op(acc, _recv(dup, rank + mask, tag))
+        mask <<= 1
+    if root != 0:
+        if rank == 0:
+            _send(dup, acc, root, tag)
+            return None
+        if rank == root:
+            return _recv(dup, 0, tag)
+    if rank == 0 and size == 1:  # like mpi4py: the caller gets a new object, not its own
+        acc = _pickle.loads_oob(*_pickle.dumps_oob(acc))
+    return acc if rank == root else None
+
+
+def reduce(comm: "Intracomm", sendobj: Any, op: Any = MPI.SUM, root: int = 0) -> Any:
+    """comm.reduce(sendobj, op, root): any associative MPI.Op or callable, folded in rank order."""
+    _check_op(op)
+    if not _root_ok(root, comm.Get_size()):
+        counters.record("reduce", "invalid arguments")
+        return _NATIVE_REDUCE(comm, sendobj, op, root)
+    if settings.current().reduce_algorithm == "native":
+        counters.record("reduce", "algorithm=native")
+        return _NATIVE_REDUCE(comm, sendobj, op, root)
+    result = _reduce_to_zero(comm, sendobj, op, int(root))
+    counters.record("reduce")
+    return result
+
+
+def allreduce(comm: "Intracomm", sendobj: Any, op: Any = MPI.SUM) -> Any:
+    """comm.allreduce(sendobj, op): the rank-ordered reduce to rank 0, then the pickled bcast."""
+    _check_op(op)
+    if settings.current().allreduce_algorithm == "native":
+        counters.record("allreduce", "algorithm=native")
+        return _NATIVE_ALLREDUCE(comm, sendobj, op)
+    result = _reduce_to_zero(comm, sendobj, op, 0)
+    return _bcast_object(comm, result, 0, "allreduce")
