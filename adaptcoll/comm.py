@@ -37,7 +37,7 @@ class CommState:
     (collectively) and freed with the communicator."""
 
     def __init__(self, comm: MPI.Intracomm) -> None:
-        self.dup = MPI.Intracomm.Dup(comm)
+        self.dup = MPI.Intracomm(MPI.Intracomm.Dup(comm))  # a plain mpi4py Intracomm, never a subclass
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
         self.transport = MPITransport(self.dup, engine())
