@@ -68,8 +68,8 @@ def _dtype_of(datatype: MPI.Datatype) -> np.dtype | None:
     return found
 
 
-def _as_bytes(buf: Any, writable: bool) -> Union[np.ndarray, str]:
-    """A flat uint8 view of `buf`'s memory, or a reason to go native."""
+def _as_bytes(buf: Any, writable: bool) -> Union[tuple[np.ndarray, np.dtype], str]:
+    """(a flat uint8 view of `buf`'s memory, its element dtype), or a reason to go native."""
     if isinstance(buf, np.ndarray):
         arr = buf
     elif hasattr(buf, "__cuda_array_interface__"):
@@ -77,7 +77,7 @@ def _as_bytes(buf: Any, writable: bool) -> Union[np.ndarray, str]:
     else:
         try:
             arr = np.asarray(memoryview(buf))
-        except TypeError:
+        except (TypeError, ValueError):
             if hasattr(buf, "__dlpack__"):
                 try:
                     device = buf.__dlpack_device__()
@@ -95,7 +95,8 @@ def _as_bytes(buf: Any, writable: bool) -> Union[np.ndarray, str]:
         return "non-contiguous buffer"
     if writable and not arr.flags.writeable:
         return "read-only buffer"
-    return arr.reshape(-1, order="A").view(np.uint8) if arr.ndim != 1 or arr.dtype != np.uint8 else arr
+    flat = arr.reshape(-1, order="A").view(np.uint8) if arr.ndim != 1 or arr.dtype != np.uint8 else arr
+    return flat, arr.dtype
 
 
 def parse(spec: Any, writable: bool) -> Union[Message, str]:
@@ -131,17 +132,11 @@ def parse(spec: Any, writable: bool) -> Union[Message, str]:
         buf = spec
     if buf is None or buf is MPI.BOTTOM:
         return "BOTTOM addressing"
-    raw = _as_bytes(buf, writable)
-    if isinstance(raw, str):
-        return raw
+    found = _as_bytes(buf, writable)
+    if isinstance(found, str):
+        return found
+    raw, dtype = found
     if datatype is None:
-        if isinstance(buf, np.ndarray):
-            dtype = buf.dtype
-        else:
-            try:
-                dtype = np.dtype(memoryview(buf).format)
-            except (TypeError, ValueError):
-                dtype = np.dtype(np.uint8)
         datatype = datatype_of(dtype)
         if datatype is None:
             return "unsupported dtype"
