@@ -56,8 +56,9 @@ def _bcast_bytes(comm: "Intracomm", name: str, data: np.ndarray, root: int) -> N
         engine().wait_for(lambda: op.done)
 
 
-def _bcast_object(comm: "Intracomm", obj: Any, root: int, name: str) -> Any:
-    """The broadcast itself; records `name` once (served unless the object went inline)."""
+def _bcast_object(comm: "Intracomm", obj: Any, root: int, name: str, inline_reason: str | None) -> Any:
+    """The broadcast itself; records `name` once: as the segmented Bcast went, or, for an object small
+    enough to ride the native header, as native with `inline_reason` (served if that is None)."""
     is_root = comm.Get_rank() == root
     pieces: list[np.ndarray] = []
     if is_root:
@@ -77,7 +78,7 @@ def _bcast_object(comm: "Intracomm", obj: Any, root: int, name: str) -> Any:
         header = None
     header = _NATIVE_BCAST(comm, header, root)
     if header[0] == "inline":
-        counters.record(name, "small object: native header bcast")
+        counters.record(name, inline_reason)
         data, bufs = header[1], header[2]
         return _pickle.loads_oob(data, [bytearray(b) for b in bufs])
     _, data, sizes = header
@@ -108,7 +109,7 @@ def bcast(comm: "Intracomm", obj: Any, root: int = 0) -> Any:
     if settings.current().bcast_algorithm == "native":
         counters.record("bcast", "algorithm=native")
         return _NATIVE_BCAST(comm, obj, root)
-    return _bcast_object(comm, obj, int(root), "bcast")
+    return _bcast_object(comm, obj, int(root), "bcast", "small object")
 
 
 # -- point-to-point with out-of-band buffers, waited on politely -------------------------------
@@ -201,4 +202,5 @@ def allreduce(comm: "Intracomm", sendobj: Any, op: Any = MPI.SUM) -> Any:
         counters.record("allreduce", "algorithm=native")
         return _NATIVE_ALLREDUCE(comm, sendobj, op)
     result = _reduce_to_zero(comm, sendobj, op, 0)
-    return _bcast_object(comm, result, 0, "allreduce")
+    # the fold was adaptcoll's, so a small result riding the native header still counts as served
+    return _bcast_object(comm, result, 0, "allreduce", None)
