@@ -167,6 +167,9 @@ class Intracomm(MPI.Intracomm):
 
     def Bcast(self, buf: Any, root: int = 0) -> None:
         """Broadcast `buf` from `root` (mpi4py signature and semantics)."""
+        if type(buf) is np.ndarray and buf.nbytes < settings.current().native_below:
+            counters.record("Bcast", "below native_below")
+            return super().Bcast(buf, root)
         op = self._start_bcast("Bcast", buf, root)
         if op is None:
             return super().Bcast(buf, root)
@@ -241,9 +244,12 @@ class Intracomm(MPI.Intracomm):
 
     def Reduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, root: int = 0) -> None:
         """Reduce to `root` (mpi4py signature and semantics; non-root `recvbuf` is ignored)."""
+        if _below_native_threshold(sendbuf, recvbuf):
+            counters.record("Reduce", "below native_below")
+            return super().Reduce(_aliased_to_in_place(self, sendbuf, recvbuf, root), recvbuf, op, root)
         operation = self._start_reduce("Reduce", sendbuf, recvbuf, op, root)
         if operation is None:
-            return super().Reduce(sendbuf, recvbuf, op, root)
+            return super().Reduce(_aliased_to_in_place(self, sendbuf, recvbuf, root), recvbuf, op, root)
         if not operation.done:
             engine().wait_for(lambda: operation.done)
         return None
@@ -252,7 +258,8 @@ class Intracomm(MPI.Intracomm):
         """Nonblocking reduce; returns an adaptcoll Request (which keeps the buffers alive)."""
         operation = self._start_reduce("Ireduce", sendbuf, recvbuf, op, root)
         if operation is None:
-            return NativeRequest(super().Ireduce(sendbuf, recvbuf, op, root), keep=(sendbuf, recvbuf))
+            return NativeRequest(super().Ireduce(_aliased_to_in_place(self, sendbuf, recvbuf, root), recvbuf, op, root),
+                                 keep=(sendbuf, recvbuf))
         return Request(operation)
 
     # -- allreduce -----------------------------------------------------------------------------
@@ -306,9 +313,12 @@ class Intracomm(MPI.Intracomm):
 
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM) -> None:
         """Allreduce (mpi4py signature; `sendbuf is recvbuf` is treated as IN_PLACE)."""
+        if _below_native_threshold(sendbuf, recvbuf):
+            counters.record("Allreduce", "below native_below")
+            return super().Allreduce(_IN_PLACE if sendbuf is recvbuf else sendbuf, recvbuf, op)
         operation = self._start_allreduce("Allreduce", sendbuf, recvbuf, op)
         if operation is None:
-            return super().Allreduce(sendbuf, recvbuf, op)
+            return super().Allreduce(_IN_PLACE if sendbuf is recvbuf else sendbuf, recvbuf, op)
         if not operation.done:
             engine().wait_for(lambda: operation.done)
         return None
@@ -317,7 +327,8 @@ class Intracomm(MPI.Intracomm):
         """Nonblocking allreduce; returns an adaptcoll Request (which keeps the buffers alive)."""
         operation = self._start_allreduce("Iallreduce", sendbuf, recvbuf, op)
         if operation is None:
-            return NativeRequest(super().Iallreduce(sendbuf, recvbuf, op), keep=(sendbuf, recvbuf))
+            return NativeRequest(super().Iallreduce(_IN_PLACE if sendbuf is recvbuf else sendbuf, recvbuf, op),
+                                 keep=(sendbuf, recvbuf))
         return Request(operation)
 
     # -- communicators derived from an adaptcoll communicator are adaptcoll communicators ------
@@ -407,6 +418,19 @@ class Intracomm(MPI.Intracomm):
         """Allreduce Python objects: reduce to rank 0, then the pickled broadcast of the result."""
         from .pickled import allreduce
         return allreduce(self, sendobj, op)
+
+
+def _aliased_to_in_place(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, root: Any) -> Any:
+    """At the root, `sendbuf is recvbuf` means IN_PLACE (as the next mpi4py treats it)."""
+    if sendbuf is recvbuf and sendbuf is not None and root == comm.Get_rank():
+        return _IN_PLACE
+    return sendbuf
+
+
+def _below_native_threshold(sendbuf: Any, recvbuf: Any) -> bool:
+    """Fast path for small plain arrays: below `native_below` bytes (decided in well under a microsecond)."""
+    buf = recvbuf if sendbuf is _IN_PLACE else sendbuf
+    return type(buf) is np.ndarray and buf.nbytes < settings.current().native_below
 
 
 def _prepare(comm: MPI.Intracomm, collective: str) -> None:

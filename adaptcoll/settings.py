@@ -48,10 +48,10 @@ class Settings:
     bcast_algorithm: str = "binomial"
     reduce_algorithm: str = "binomial"
     allreduce_algorithm: str = "binomial"
-    bcast_segment_size: int = 128 * 1024
-    reduce_segment_size: int = 128 * 1024
-    allreduce_segment_size: int = 128 * 1024
-    native_below: int = 0
+    bcast_segment_size: int = 512 * 1024
+    reduce_segment_size: int = 512 * 1024
+    allreduce_segment_size: int = 512 * 1024
+    native_below: int = 64 * 1024
     bcast_send_window: int = 2
     bcast_recv_window: int = 3
     reduce_send_window: int = 2
