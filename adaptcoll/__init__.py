@@ -25,12 +25,18 @@ _LAZY = {
     "Intracomm": ("comm", "Intracomm"),
     "Request": ("requests", "Request"),
     "MessageSizeError": ("engine", "MessageSizeError"),
+    "Prequest": ("persistent", "Prequest"),
+    "install": ("dropin", "install"),
+    "uninstall": ("dropin", "uninstall"),
 }
 
 __all__ = [
     "Intracomm",
     "Request",
     "MessageSizeError",
+    "Prequest",
+    "install",
+    "uninstall",
     "stats",
     "stats_table",
     "reset_stats",
