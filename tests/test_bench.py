@@ -219,7 +219,7 @@ def test_osu_two_ranks_tables_and_json(tmp_path):
     out = tmp_path / "r.json"
     cmd = ["timeout", "120", MPIEXEC, "-n", "2", sys.executable, str(BENCH / "osu.py"), "-c", "bcast,iallreduce",
            "-m", "4:64", "-i", "6", "-x", "2", "-f", "--impl", "native", "--impl",
-           "adaptcoll:bcast_algorithm=chain;bcast_segment_size=16", "--json", str(out),
+           "adaptcoll:bcast_algorithm=chain;bcast_segment_size=16;native_below=0", "--json", str(out),
            "--noise", "200Hz x 100us", "--noise-ranks", "1", "--skew", "fixed:20us,ranks=0,mode=sleep"]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=130, cwd=REPO)
     assert res.returncode == 0, res.stderr[-2000:]
@@ -233,7 +233,7 @@ def test_osu_two_ranks_tables_and_json(tmp_path):
     assert doc["command"][1].endswith("osu.py")
     rows = doc["results"]
     assert {(r["collective"], r["impl"]) for r in rows} == {
-        (c, i) for c in ("bcast", "iallreduce") for i in ("native", "adaptcoll:bcast_algorithm=chain;bcast_segment_size=16")}
+        (c, i) for c in ("bcast", "iallreduce") for i in ("native", "adaptcoll:bcast_algorithm=chain;bcast_segment_size=16;native_below=0")}
     assert sorted({r["size"] for r in rows if r["collective"] == "bcast"}) == [4, 8, 16, 32, 64]
     assert sorted({r["size"] for r in rows if r["collective"] == "iallreduce"}) == [4, 8, 16, 32, 64]
     for r in rows:
