@@ -47,6 +47,7 @@ class CommState:
         self._pools: dict[np.dtype, SegmentPool] = {}
         self._trees: dict[tuple[str, int, bool], tuple[trees.Tree, ...]] = {}
         self._topology: Any = None
+        self._device: Any = None
 
     def plan(self, count: int, itemsize: int, segment_bytes: int) -> SegmentPlan:
         """The segment plan of the next operation; advances this communicator's tag sequence."""
@@ -62,6 +63,21 @@ class CommState:
         if found is None:
             found = self._pools[dtype] = SegmentPool(_NUMPY, dtype)
         return found
+
+    def device(self) -> Any:
+        """The DeviceContext for device buffers (CuPy backend, device pools, staging if not CUDA-aware)."""
+        if self._device is None:
+            from .device import DeviceContext
+
+            self._device = DeviceContext(self.transport, self.dup)
+        return self._device
+
+    def kit(self, on_device: bool) -> tuple[Any, Any, Any]:
+        """(transport, backend, pool getter) for host or device segments."""
+        if on_device:
+            ctx = self.device()
+            return ctx.transport, ctx.backend, ctx.pool
+        return self.transport, _NUMPY, self.pool
 
     def topology(self) -> Any:
         """The topology used by `topo` trees: ADAPTCOLL_TOPOLOGY if set, else discovered (collective, once)."""
@@ -144,13 +160,14 @@ class Intracomm(MPI.Intracomm):
             return _native(name, "algorithm=native")
         root = int(root)
         rank = self.Get_rank()
-        msg = buffers.parse(buf, writable=rank != root)
+        msg, on_device = _parse(buf, writable=rank != root)
         if isinstance(msg, str):
             return _native(name, msg)
         nbytes = msg.nbytes
         if nbytes < cfg.native_below:
             return _native(name, "below native_below")
         st = comm_state(self)
+        transport = st.kit(on_device)[0]
         itemsize = msg.array.itemsize
         data = msg.array.view(np.uint8)
         plan = st.plan(nbytes, 1, max(itemsize, cfg.bcast_segment_size // itemsize * itemsize))
@@ -159,7 +176,7 @@ class Intracomm(MPI.Intracomm):
         join = Join(len(tree_set), op.complete)
         sw, rw = cfg.bcast_send_window, cfg.bcast_recv_window
         for k, tree in enumerate(tree_set):
-            Bcast(st.transport, tree.parent(rank), tree.children(rank), data, plan,
+            Bcast(transport, tree.parent(rank), tree.children(rank), data, plan,
                   _segs(plan.nseg, k, len(tree_set)), sw, rw, cfg.sync_sends, join.part_done).start()
         join.start()
         counters.record(name)
@@ -202,14 +219,16 @@ class Intracomm(MPI.Intracomm):
         is_root = rank == root
         in_place = is_root and (sendbuf is _IN_PLACE or (sendbuf is recvbuf and recvbuf is not None))
         if in_place:
-            msg = buffers.parse(recvbuf, writable=True)
+            msg, on_device = _parse(recvbuf, writable=True)
         elif sendbuf is _IN_PLACE:
             return _native(name, "invalid arguments")
         else:
-            msg = buffers.parse(sendbuf, writable=False)
+            msg, on_device = _parse(sendbuf, writable=False)
         if isinstance(msg, str):
             return _native(name, msg)
-        why = _reduce_unserved(msg, op, cfg.native_below)
+        st = comm_state(self)
+        transport, backend, pools = st.kit(on_device)
+        why = _reduce_unserved(msg, op, cfg.native_below, backend)
         if isinstance(why, str):
             return _native(name, why)
         rop, ordered_needed = why
@@ -221,8 +240,7 @@ class Intracomm(MPI.Intracomm):
             if in_place:
                 target = msg.array
             else:
-                target, error = _root_target(recvbuf, msg)
-        st = comm_state(self)
+                target, error = _root_target(recvbuf, msg, on_device, backend)
         dtype = msg.array.dtype
         plan = st.plan(msg.count, dtype.itemsize, cfg.reduce_segment_size)
         tree_set = st.trees(cfg.reduce_algorithm, root, rank_ordered=ordered_needed)
@@ -231,9 +249,9 @@ class Intracomm(MPI.Intracomm):
         operation = Operation(keep=(sendbuf, recvbuf))
         join = Join(len(tree_set), operation.complete)
         sw, rw = cfg.reduce_send_window, cfg.reduce_recv_window
-        pool = st.pool(dtype)
+        pool = pools(dtype)
         for k, tree in enumerate(tree_set):
-            Reduce(st.transport, _NUMPY, pool, tree.parent(rank), tree.children(rank), local, target, rop, plan,
+            Reduce(transport, backend, pool, tree.parent(rank), tree.children(rank), local, target, rop, plan,
                    _segs(plan.nseg, k, len(tree_set)), sw, rw, cfg.sync_sends, ordered, join.part_done).start()
         join.start()
         counters.record(name)
@@ -275,25 +293,28 @@ class Intracomm(MPI.Intracomm):
         if cfg.allreduce_algorithm == "native":
             return _native(name, "algorithm=native")
         in_place = sendbuf is _IN_PLACE or sendbuf is recvbuf
-        rmsg = buffers.parse(recvbuf, writable=True)
+        rmsg, on_device = _parse(recvbuf, writable=True)
         if isinstance(rmsg, str):
             return _native(name, rmsg)
         if in_place:
             local = rmsg.array
         else:
-            smsg = buffers.parse(sendbuf, writable=False)
+            smsg, send_on_device = _parse(sendbuf, writable=False)
             if isinstance(smsg, str):
                 return _native(name, smsg)
+            if send_on_device != on_device:
+                raise ValueError("adaptcoll Allreduce: sendbuf and recvbuf must both be host or both be device memory")
             if smsg.count != rmsg.count or smsg.array.dtype != rmsg.array.dtype:
                 return _native(name, "invalid arguments")
-            if np.shares_memory(smsg.array, rmsg.array):
+            if not on_device and np.shares_memory(smsg.array, rmsg.array):
                 return _native(name, "invalid arguments")
             local = smsg.array
-        why = _reduce_unserved(rmsg, op, cfg.native_below)
+        st = comm_state(self)
+        transport, backend, pools = st.kit(on_device)
+        why = _reduce_unserved(rmsg, op, cfg.native_below, backend)
         if isinstance(why, str):
             return _native(name, why)
         rop, ordered_needed = why
-        st = comm_state(self)
         rank = self.Get_rank()
         dtype = rmsg.array.dtype
         plan = st.plan(rmsg.count, dtype.itemsize, cfg.allreduce_segment_size)
@@ -302,9 +323,9 @@ class Intracomm(MPI.Intracomm):
         operation = Operation(keep=(sendbuf, recvbuf))
         join = Join(len(tree_set), operation.complete)
         sw, rw = cfg.reduce_send_window, cfg.reduce_recv_window
-        pool = st.pool(dtype)
+        pool = pools(dtype)
         for k, tree in enumerate(tree_set):
-            Allreduce(st.transport, _NUMPY, pool, tree.parent(rank), tree.children(rank), local, rmsg.array, rop,
+            Allreduce(transport, backend, pool, tree.parent(rank), tree.children(rank), local, rmsg.array, rop,
                       plan, _segs(plan.nseg, k, len(tree_set)), sw, rw, cfg.sync_sends, ordered,
                       join.part_done).start()
         join.start()
@@ -446,33 +467,47 @@ def _native(name: str, reason: str) -> None:
     return None
 
 
-def _reduce_unserved(msg: buffers.Message, op: MPI.Op, native_below: int) -> Any:
+def _parse(spec: Any, writable: bool) -> tuple[Any, bool]:
+    """(Message or reason, whether it is device memory served through CuPy)."""
+    msg = buffers.parse(spec, writable)
+    if msg == "device memory":
+        from .device import parse_device
+
+        return parse_device(spec, writable), True
+    return msg, False
+
+
+def _reduce_unserved(msg: buffers.Message, op: MPI.Op, native_below: int, backend: Any = _NUMPY) -> Any:
     """(ReduceOp, needs rank order) if adaptcoll folds `op` on msg's type, else the reason it does not."""
     if msg.nbytes < native_below:
         return "below native_below"
     rop = ops.reduce_op(op, msg.datatype)
     if rop is None:
         return "op not served"
-    if not _NUMPY.supports(rop, msg.array.dtype):
+    if not backend.supports(rop, msg.array.dtype):
         return "op/type not served"
     return rop, not rop.commutative
 
 
-def _root_target(recvbuf: Any, msg: buffers.Message) -> tuple[np.ndarray, Optional[BaseException]]:
+def _root_target(recvbuf: Any, msg: buffers.Message, on_device: bool = False, backend: Any = _NUMPY
+                 ) -> tuple[Any, Optional[BaseException]]:
     """The root's result array, or a scratch one plus the error mpi4py would raise for `recvbuf`."""
     if recvbuf is None or recvbuf is _IN_PLACE:
-        return np.empty_like(msg.array), TypeError("message: expecting buffer or list/tuple")
-    rmsg = buffers.parse(recvbuf, writable=True)
+        return backend.empty(msg.count, msg.array.dtype), TypeError("message: expecting buffer or list/tuple")
+    rmsg, recv_on_device = _parse(recvbuf, writable=True)
+    if not isinstance(rmsg, str) and recv_on_device != on_device:
+        return backend.empty(msg.count, msg.array.dtype), ValueError(
+            "adaptcoll Reduce: sendbuf and recvbuf must both be host or both be device memory")
     if isinstance(rmsg, str):
         exc: BaseException = (BufferError(f"recvbuf: {rmsg}") if "buffer" in rmsg
                               else NotImplementedError(f"adaptcoll Reduce: recvbuf not served ({rmsg}); "
                                                        "set ADAPTCOLL_REDUCE_ALGORITHM=native"))
-        return np.empty_like(msg.array), exc
+        return backend.empty(msg.count, msg.array.dtype), exc
     if rmsg.count != msg.count:
-        return np.empty_like(msg.array), ValueError(
+        return backend.empty(msg.count, msg.array.dtype), ValueError(
             f"mismatch in send count {msg.count} and receive count {rmsg.count}")
     if rmsg.array.dtype != msg.array.dtype:
-        return np.empty_like(msg.array), ValueError("mismatch in send and receive MPI datatypes")
-    if np.shares_memory(rmsg.array, msg.array):
-        return np.empty_like(msg.array), ValueError("sendbuf and recvbuf overlap (use MPI.IN_PLACE)")
+        return backend.empty(msg.count, msg.array.dtype), ValueError("mismatch in send and receive MPI datatypes")
+    if not on_device and np.shares_memory(rmsg.array, msg.array):
+        return backend.empty(msg.count, msg.array.dtype), ValueError("sendbuf and recvbuf overlap (use MPI.IN_PLACE)")
     return rmsg.array, None
