@@ -29,6 +29,10 @@ __all__ = ["Intracomm", "CommState", "comm_state"]
 
 _NUMPY = NumpyBackend()
 _IN_PLACE = MPI.IN_PLACE
+_NATIVE_BCAST = MPI.Intracomm.Bcast
+_NATIVE_REDUCE = MPI.Intracomm.Reduce
+_NATIVE_ALLREDUCE = MPI.Intracomm.Allreduce
+_BELOW = "below native_below"
 
 
 class CommState:
@@ -184,9 +188,9 @@ class Intracomm(MPI.Intracomm):
 
     def Bcast(self, buf: Any, root: int = 0) -> None:
         """Broadcast `buf` from `root` (mpi4py signature and semantics)."""
-        if type(buf) is np.ndarray and buf.nbytes < settings.current().native_below:
-            counters.record("Bcast", "below native_below")
-            return super().Bcast(buf, root)
+        if type(buf) is np.ndarray and buf.nbytes < settings._current.native_below:
+            counters.record("Bcast", _BELOW)
+            return _NATIVE_BCAST(self, buf, root)
         op = self._start_bcast("Bcast", buf, root)
         if op is None:
             return super().Bcast(buf, root)
@@ -263,8 +267,8 @@ class Intracomm(MPI.Intracomm):
     def Reduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, root: int = 0) -> None:
         """Reduce to `root` (mpi4py signature and semantics; non-root `recvbuf` is ignored)."""
         if _below_native_threshold(sendbuf, recvbuf):
-            counters.record("Reduce", "below native_below")
-            return super().Reduce(_aliased_to_in_place(self, sendbuf, recvbuf, root), recvbuf, op, root)
+            counters.record("Reduce", _BELOW)
+            return _NATIVE_REDUCE(self, _aliased_to_in_place(self, sendbuf, recvbuf, root), recvbuf, op, root)
         operation = self._start_reduce("Reduce", sendbuf, recvbuf, op, root)
         if operation is None:
             return super().Reduce(_aliased_to_in_place(self, sendbuf, recvbuf, root), recvbuf, op, root)
@@ -335,8 +339,8 @@ class Intracomm(MPI.Intracomm):
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM) -> None:
         """Allreduce (mpi4py signature; `sendbuf is recvbuf` is treated as IN_PLACE)."""
         if _below_native_threshold(sendbuf, recvbuf):
-            counters.record("Allreduce", "below native_below")
-            return super().Allreduce(_IN_PLACE if sendbuf is recvbuf else sendbuf, recvbuf, op)
+            counters.record("Allreduce", _BELOW)
+            return _NATIVE_ALLREDUCE(self, _IN_PLACE if sendbuf is recvbuf else sendbuf, recvbuf, op)
         operation = self._start_allreduce("Allreduce", sendbuf, recvbuf, op)
         if operation is None:
             return super().Allreduce(_IN_PLACE if sendbuf is recvbuf else sendbuf, recvbuf, op)
@@ -451,7 +455,7 @@ def _aliased_to_in_place(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, root: 
 def _below_native_threshold(sendbuf: Any, recvbuf: Any) -> bool:
     """Fast path for small plain arrays: below `native_below` bytes (decided in well under a microsecond)."""
     buf = recvbuf if sendbuf is _IN_PLACE else sendbuf
-    return type(buf) is np.ndarray and buf.nbytes < settings.current().native_below
+    return type(buf) is np.ndarray and buf.nbytes < settings._current.native_below
 
 
 def _prepare(comm: MPI.Intracomm, collective: str) -> None:

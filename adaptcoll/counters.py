@@ -2,37 +2,37 @@
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
 from typing import Any
 
 __all__ = ["record", "stats", "reset_stats", "format_table"]
 
-_served: Counter[str] = Counter()
-_native: Counter[str] = Counter()
-_reasons: defaultdict[str, Counter[str]] = defaultdict(Counter)
+_counts: dict[tuple[str, str | None], int] = {}
+"""(collective, native reason or None when adaptcoll served it) -> calls; one dict update per call,
+because the counter sits on the small-message path too."""
 
 
 def record(name: str, native_reason: str | None = None) -> None:
     """Count one call of collective `name`, served by adaptcoll unless `native_reason` is given."""
-    if native_reason is None:
-        _served[name] += 1
-    else:
-        _native[name] += 1
-        _reasons[name][native_reason] += 1
+    key = (name, native_reason)
+    _counts[key] = _counts.get(key, 0) + 1
 
 
 def stats() -> dict[str, dict[str, Any]]:
     """{collective: {"adaptcoll": n, "native": m, "native_reasons": {reason: k}}} for this process."""
-    names = sorted(set(_served) | set(_native))
-    return {n: {"adaptcoll": _served[n], "native": _native[n], "native_reasons": dict(_reasons[n])}
-            for n in names}
+    out: dict[str, dict[str, Any]] = {}
+    for (name, reason), n in sorted(_counts.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
+        row = out.setdefault(name, {"adaptcoll": 0, "native": 0, "native_reasons": {}})
+        if reason is None:
+            row["adaptcoll"] += n
+        else:
+            row["native"] += n
+            row["native_reasons"][reason] = n
+    return out
 
 
 def reset_stats() -> None:
     """Zero all counters."""
-    _served.clear()
-    _native.clear()
-    _reasons.clear()
+    _counts.clear()
 
 
 def format_table(data: dict[str, dict[str, Any]] | None = None) -> str:
