@@ -9,6 +9,7 @@ MPI requires to match across ranks, so all ranks always take the same path.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -53,13 +54,22 @@ class CommState:
         self._topology: Any = None
         self._device: Any = None
 
+    def plan_shape(self, count: int, itemsize: int, segment_bytes: int) -> SegmentPlan:
+        """The segment plan for a message under the current settings, with tag base 0."""
+        cfg = settings.current()
+        space = min(self.tag_space, cfg.tag_space) if cfg.tag_space else self.tag_space
+        return plan_segments(count, itemsize, segment_bytes, 0, space, cfg.max_segments)
+
+    def take_tags(self, shape: SegmentPlan) -> SegmentPlan:
+        """`shape` with the next tag base of this communicator's sequence (which it advances)."""
+        base = self.next_tag % shape.tag_space
+        self.next_tag = (base + max(1, shape.nseg)) % shape.tag_space
+        plan = dataclasses.replace(shape, tag_base=base)
+        return plan
+
     def plan(self, count: int, itemsize: int, segment_bytes: int) -> SegmentPlan:
         """The segment plan of the next operation; advances this communicator's tag sequence."""
-        limit = settings.current().tag_space
-        space = min(self.tag_space, limit) if limit else self.tag_space
-        plan = plan_segments(count, itemsize, segment_bytes, self.next_tag, space)
-        self.next_tag = (self.next_tag + max(1, plan.nseg)) % space
-        return plan
+        return self.take_tags(self.plan_shape(count, itemsize, segment_bytes))
 
     def pool(self, dtype: np.dtype) -> SegmentPool:
         """The segment-buffer pool for `dtype`."""
@@ -106,6 +116,21 @@ class CommState:
                 found = trees.build_all(kind, self.size, root, **params)
             self._trees[key] = found
         return found
+
+    def allreduce_trees(self, algorithm: str, roots: int, rank_ordered: bool = False) -> tuple[trees.Tree, ...]:
+        """Allreduce's trees: one (or two, for two_tree) per root, roots spread evenly over the ranks.
+
+        Segments are dealt round-robin over the returned trees, so with several roots the reduce and
+        broadcast work of the roots is shared out, as reduce-scatter + allgather shares it; `roots` 0
+        means one root per rank. Rank-ordered (non-commutative) folds use the single root 0.
+        """
+        if rank_ordered:
+            return self.trees(algorithm, 0, rank_ordered=True)
+        count = min(self.size, roots or self.size)
+        found: list[trees.Tree] = []
+        for k in range(count):
+            found.extend(self.trees(algorithm, (k * self.size) // count))
+        return tuple(found)
 
     def free(self) -> None:
         """Free the private duplicate."""
@@ -310,7 +335,7 @@ class Intracomm(MPI.Intracomm):
                 raise ValueError("adaptcoll Allreduce: sendbuf and recvbuf must both be host or both be device memory")
             if smsg.count != rmsg.count or smsg.array.dtype != rmsg.array.dtype:
                 return _native(name, "invalid arguments")
-            if not on_device and np.shares_memory(smsg.array, rmsg.array):
+            if not on_device and np.may_share_memory(smsg.array, rmsg.array):
                 return _native(name, "invalid arguments")
             local = smsg.array
         st = comm_state(self)
@@ -322,7 +347,7 @@ class Intracomm(MPI.Intracomm):
         rank = self.Get_rank()
         dtype = rmsg.array.dtype
         plan = st.plan(rmsg.count, dtype.itemsize, cfg.allreduce_segment_size)
-        tree_set = st.trees(cfg.allreduce_algorithm, 0, rank_ordered=ordered_needed)
+        tree_set = st.allreduce_trees(cfg.allreduce_algorithm, cfg.allreduce_roots, rank_ordered=ordered_needed)
         ordered = ordered_needed or cfg.reproducible
         operation = Operation(keep=(sendbuf, recvbuf))
         join = Join(len(tree_set), operation.complete)
@@ -512,6 +537,6 @@ def _root_target(recvbuf: Any, msg: buffers.Message, on_device: bool = False, ba
             f"mismatch in send count {msg.count} and receive count {rmsg.count}")
     if rmsg.array.dtype != msg.array.dtype:
         return backend.empty(msg.count, msg.array.dtype), ValueError("mismatch in send and receive MPI datatypes")
-    if not on_device and np.shares_memory(rmsg.array, msg.array):
+    if not on_device and np.may_share_memory(rmsg.array, msg.array):
         return backend.empty(msg.count, msg.array.dtype), ValueError("sendbuf and recvbuf overlap (use MPI.IN_PLACE)")
     return rmsg.array, None

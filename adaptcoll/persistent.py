@@ -16,7 +16,6 @@ from mpi4py import MPI
 from . import buffers, counters, settings
 from .comm import _NUMPY, _native, _prepare, _reduce_unserved, _root_ok, _root_target, _segs, comm_state
 from .engine import engine
-from .plan import SegmentPlan, plan_segments
 from .protocols.allreduce import Allreduce
 from .protocols.bcast import Bcast
 from .protocols.pieces import Join
@@ -96,21 +95,6 @@ class NativePrequest(Prequest):
         self._req = self._keep = None
 
 
-def _shape(st: Any, count: int, itemsize: int, segment_bytes: int) -> SegmentPlan:
-    """The segment plan of `count` elements with the tag space CommState.plan would use (tag base 0)."""
-    limit = settings.current().tag_space
-    space = min(st.tag_space, limit) if limit else st.tag_space
-    return plan_segments(count, itemsize, segment_bytes, 0, space)
-
-
-def _next_plan(st: Any, shape: SegmentPlan) -> SegmentPlan:
-    """`shape` with the next tag base of the communicator's sequence (advanced exactly as CommState.plan)."""
-    space = shape.tag_space
-    base = st.next_tag % space
-    st.next_tag = (base + max(1, shape.nseg)) % space
-    return SegmentPlan(shape.count, shape.seg_count, base, space)
-
-
 def _links(tree_set: Sequence[Any], rank: int, nseg: int) -> list[tuple[Optional[int], Sequence[int], Sequence[int]]]:
     n = len(tree_set)
     return [(tree.parent(rank), tuple(tree.children(rank)), _segs(nseg, k, n)) for k, tree in enumerate(tree_set)]
@@ -134,12 +118,12 @@ def _bcast_starter(comm: Any, buf: Any, root: Any) -> Starter | str:
     st = comm_state(comm)
     itemsize = msg.array.itemsize
     data = msg.array.view(np.uint8)
-    shape = _shape(st, msg.nbytes, 1, max(itemsize, cfg.bcast_segment_size // itemsize * itemsize))
+    shape = st.plan_shape(msg.nbytes, 1, max(itemsize, cfg.bcast_segment_size // itemsize * itemsize))
     links = _links(st.trees(cfg.bcast_algorithm, root), rank, shape.nseg)
     transport, sw, rw, sync = st.transport, cfg.bcast_send_window, cfg.bcast_recv_window, cfg.sync_sends
 
     def start() -> Operation:
-        plan = _next_plan(st, shape)
+        plan = st.take_tags(shape)
         op = Operation()
         join = Join(len(links), op.complete)
         for parent, children, segs in links:
@@ -194,7 +178,7 @@ def _reduce_starter(comm: Any, sendbuf: Any, recvbuf: Any, op: Any, root: Any
         target, error = (msg.array, None) if in_place else _root_target(recvbuf, msg)
     st = comm_state(comm)
     dtype = msg.array.dtype
-    shape = _shape(st, msg.count, dtype.itemsize, cfg.reduce_segment_size)
+    shape = st.plan_shape(msg.count, dtype.itemsize, cfg.reduce_segment_size)
     links = _links(st.trees(cfg.reduce_algorithm, root, rank_ordered=ordered_needed), rank, shape.nseg)
     local = target if in_place else msg.array
     ordered = ordered_needed or cfg.reproducible
@@ -202,7 +186,7 @@ def _reduce_starter(comm: Any, sendbuf: Any, recvbuf: Any, op: Any, root: Any
     transport, sw, rw, sync = st.transport, cfg.reduce_send_window, cfg.reduce_recv_window, cfg.sync_sends
 
     def start() -> Operation:
-        plan = _next_plan(st, shape)
+        plan = st.take_tags(shape)
         operation = Operation()
         join = Join(len(links), operation.complete)
         for parent, children, segs in links:
@@ -253,7 +237,7 @@ def _allreduce_starter(comm: Any, sendbuf: Any, recvbuf: Any, op: Any) -> Starte
             return smsg
         if smsg.count != rmsg.count or smsg.array.dtype != rmsg.array.dtype:
             return "invalid arguments"
-        if np.shares_memory(smsg.array, rmsg.array):
+        if np.may_share_memory(smsg.array, rmsg.array):
             return "invalid arguments"
         local = smsg.array
     why = _reduce_unserved(rmsg, op, cfg.native_below)
@@ -264,14 +248,15 @@ def _allreduce_starter(comm: Any, sendbuf: Any, recvbuf: Any, op: Any) -> Starte
     rank = comm.Get_rank()
     dtype = rmsg.array.dtype
     result = rmsg.array
-    shape = _shape(st, rmsg.count, dtype.itemsize, cfg.allreduce_segment_size)
-    links = _links(st.trees(cfg.allreduce_algorithm, 0, rank_ordered=ordered_needed), rank, shape.nseg)
+    shape = st.plan_shape(rmsg.count, dtype.itemsize, cfg.allreduce_segment_size)
+    links = _links(st.allreduce_trees(cfg.allreduce_algorithm, cfg.allreduce_roots, rank_ordered=ordered_needed),
+                   rank, shape.nseg)
     ordered = ordered_needed or cfg.reproducible
     pool = st.pool(dtype)
     transport, sw, rw, sync = st.transport, cfg.reduce_send_window, cfg.reduce_recv_window, cfg.sync_sends
 
     def start() -> Operation:
-        plan = _next_plan(st, shape)
+        plan = st.take_tags(shape)
         operation = Operation()
         join = Join(len(links), operation.complete)
         for parent, children, segs in links:

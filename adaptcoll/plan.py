@@ -36,15 +36,18 @@ class SegmentPlan:
         return (self.tag_base + s) % self.tag_space
 
 
-def plan_segments(count: int, itemsize: int, segment_bytes: int, tag_base: int, tag_space: int) -> SegmentPlan:
+def plan_segments(count: int, itemsize: int, segment_bytes: int, tag_base: int, tag_space: int,
+                  max_segments: int = 0) -> SegmentPlan:
     """Plan `count` elements of `itemsize` bytes in segments of about `segment_bytes` bytes.
 
-    Segments hold whole elements (at least one). If that would need more segments than there are
-    tags, segments grow so that nseg <= tag_space: the operation still works, with larger segments.
+    Segments hold whole elements (at least one). Segments grow when the message would otherwise need
+    more than `max_segments` (if set) or more segments than there are tags (nseg <= tag_space always):
+    the operation still works, with larger segments.
     """
     if tag_space < 1:
         raise ValueError("tag_space must be >= 1")
     seg_count = max(1, segment_bytes // max(1, itemsize))
-    if count and -(-count // seg_count) > tag_space:
-        seg_count = -(-count // tag_space)
+    cap = min(tag_space, max_segments) if max_segments > 0 else tag_space
+    if count and -(-count // seg_count) > cap:
+        seg_count = -(-count // cap)
     return SegmentPlan(count=count, seg_count=seg_count, tag_base=tag_base % tag_space, tag_space=tag_space)

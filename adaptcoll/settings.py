@@ -60,6 +60,8 @@ class Settings:
     reproducible: bool = False
     topology: str = ""
     tag_space: int = 0
+    allreduce_roots: int = 0
+    max_segments: int = 0
 
     def algorithm(self, collective: str) -> str:
         """The algorithm setting (tree kind, optionally with ':k=v' params, or 'native') for a collective."""
@@ -155,6 +157,10 @@ def _parse_field(field: str, value: Any, name: str) -> Any:
         return str(value).strip()
     if field == "tag_space":
         return parse_size(value, name)
+    if field in ("allreduce_roots", "max_segments"):
+        if str(value).strip() in ("0", "auto", "none"):
+            return 0
+        return _parse_window(value, name)
     raise AssertionError(field)
 
 
