@@ -193,8 +193,8 @@ class Intracomm(MPI.Intracomm):
         if isinstance(msg, str):
             return _native(name, msg)
         nbytes = msg.nbytes
-        if nbytes < cfg.native_below:
-            return _native(name, "below native_below")
+        if nbytes < cfg.threshold("bcast"):
+            return _native(name, _BELOW)
         st = comm_state(self)
         transport = st.kit(on_device)[0]
         itemsize = msg.array.itemsize
@@ -213,7 +213,7 @@ class Intracomm(MPI.Intracomm):
 
     def Bcast(self, buf: Any, root: int = 0) -> None:
         """Broadcast `buf` from `root` (mpi4py signature and semantics)."""
-        if type(buf) is np.ndarray and buf.nbytes < settings._current.native_below:
+        if type(buf) is np.ndarray and buf.nbytes < settings._current.thresholds["bcast"]:
             counters.record("Bcast", _BELOW)
             return _NATIVE_BCAST(self, buf, root)
         op = self._start_bcast("Bcast", buf, root)
@@ -257,7 +257,7 @@ class Intracomm(MPI.Intracomm):
             return _native(name, msg)
         st = comm_state(self)
         transport, backend, pools = st.kit(on_device)
-        why = _reduce_unserved(msg, op, cfg.native_below, backend)
+        why = _reduce_unserved(msg, op, cfg.threshold("reduce"), backend)
         if isinstance(why, str):
             return _native(name, why)
         rop, ordered_needed = why
@@ -291,7 +291,7 @@ class Intracomm(MPI.Intracomm):
 
     def Reduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, root: int = 0) -> None:
         """Reduce to `root` (mpi4py signature and semantics; non-root `recvbuf` is ignored)."""
-        if _below_native_threshold(sendbuf, recvbuf):
+        if _below_native_threshold(sendbuf, recvbuf, "reduce"):
             counters.record("Reduce", _BELOW)
             return _NATIVE_REDUCE(self, _aliased_to_in_place(self, sendbuf, recvbuf, root), recvbuf, op, root)
         operation = self._start_reduce("Reduce", sendbuf, recvbuf, op, root)
@@ -340,7 +340,7 @@ class Intracomm(MPI.Intracomm):
             local = smsg.array
         st = comm_state(self)
         transport, backend, pools = st.kit(on_device)
-        why = _reduce_unserved(rmsg, op, cfg.native_below, backend)
+        why = _reduce_unserved(rmsg, op, cfg.threshold("allreduce"), backend)
         if isinstance(why, str):
             return _native(name, why)
         rop, ordered_needed = why
@@ -363,7 +363,7 @@ class Intracomm(MPI.Intracomm):
 
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM) -> None:
         """Allreduce (mpi4py signature; `sendbuf is recvbuf` is treated as IN_PLACE)."""
-        if _below_native_threshold(sendbuf, recvbuf):
+        if _below_native_threshold(sendbuf, recvbuf, "allreduce"):
             counters.record("Allreduce", _BELOW)
             return _NATIVE_ALLREDUCE(self, _IN_PLACE if sendbuf is recvbuf else sendbuf, recvbuf, op)
         operation = self._start_allreduce("Allreduce", sendbuf, recvbuf, op)
@@ -477,10 +477,10 @@ def _aliased_to_in_place(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, root: 
     return sendbuf
 
 
-def _below_native_threshold(sendbuf: Any, recvbuf: Any) -> bool:
-    """Fast path for small plain arrays: below `native_below` bytes (decided in well under a microsecond)."""
+def _below_native_threshold(sendbuf: Any, recvbuf: Any, collective: str) -> bool:
+    """Fast path for small plain arrays: below the collective's native threshold (well under a microsecond)."""
     buf = recvbuf if sendbuf is _IN_PLACE else sendbuf
-    return type(buf) is np.ndarray and buf.nbytes < settings._current.native_below
+    return type(buf) is np.ndarray and buf.nbytes < settings._current.thresholds[collective]
 
 
 def _prepare(comm: MPI.Intracomm, collective: str) -> None:
@@ -509,7 +509,7 @@ def _parse(spec: Any, writable: bool) -> tuple[Any, bool]:
 def _reduce_unserved(msg: buffers.Message, op: MPI.Op, native_below: int, backend: Any = _NUMPY) -> Any:
     """(ReduceOp, needs rank order) if adaptcoll folds `op` on msg's type, else the reason it does not."""
     if msg.nbytes < native_below:
-        return "below native_below"
+        return _BELOW
     rop = ops.reduce_op(op, msg.datatype)
     if rop is None:
         return "op not served"

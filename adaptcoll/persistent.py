@@ -113,7 +113,7 @@ def _bcast_starter(comm: Any, buf: Any, root: Any) -> Starter | str:
     msg = buffers.parse(buf, writable=rank != root)
     if isinstance(msg, str):
         return msg
-    if msg.nbytes < cfg.native_below:
+    if msg.nbytes < cfg.threshold("bcast"):
         return "below native_below"
     st = comm_state(comm)
     itemsize = msg.array.itemsize
@@ -167,7 +167,7 @@ def _reduce_starter(comm: Any, sendbuf: Any, recvbuf: Any, op: Any, root: Any
         msg = buffers.parse(sendbuf, writable=False)
     if isinstance(msg, str):
         return msg
-    why = _reduce_unserved(msg, op, cfg.native_below)
+    why = _reduce_unserved(msg, op, cfg.threshold("reduce"))
     if isinstance(why, str):
         return why
     rop, ordered_needed = why
@@ -240,7 +240,7 @@ def _allreduce_starter(comm: Any, sendbuf: Any, recvbuf: Any, op: Any) -> Starte
         if np.may_share_memory(smsg.array, rmsg.array):
             return "invalid arguments"
         local = smsg.array
-    why = _reduce_unserved(rmsg, op, cfg.native_below)
+    why = _reduce_unserved(rmsg, op, cfg.threshold("allreduce"))
     if isinstance(why, str):
         return why
     rop, ordered_needed = why

@@ -51,7 +51,10 @@ class Settings:
     bcast_segment_size: int = 512 * 1024
     reduce_segment_size: int = 512 * 1024
     allreduce_segment_size: int = 512 * 1024
-    native_below: int = 64 * 1024
+    native_below: int = 1 << 20
+    bcast_native_below: int = -1
+    reduce_native_below: int = 256 * 1024
+    allreduce_native_below: int = 2 << 20
     bcast_send_window: int = 2
     bcast_recv_window: int = 3
     reduce_send_window: int = 2
@@ -61,7 +64,18 @@ class Settings:
     topology: str = ""
     tag_space: int = 0
     allreduce_roots: int = 0
-    max_segments: int = 0
+    max_segments: int = 4
+
+    def __post_init__(self) -> None:
+        thresholds = {}
+        for collective in COLLECTIVES:
+            own = getattr(self, f"{collective}_native_below")
+            thresholds[collective] = self.native_below if own < 0 else own
+        object.__setattr__(self, "thresholds", thresholds)
+
+    def threshold(self, collective: str) -> int:
+        """Messages below this many bytes go native: the collective's own setting, else native_below."""
+        return self.thresholds[collective]  # type: ignore[attr-defined]
 
     def algorithm(self, collective: str) -> str:
         """The algorithm setting (tree kind, optionally with ':k=v' params, or 'native') for a collective."""
@@ -144,6 +158,8 @@ def _parse_field(field: str, value: Any, name: str) -> Any:
         return size
     if field == "native_below":
         return parse_size(value, name)
+    if field.endswith("_native_below"):
+        return -1 if str(value).strip() in ("-1", "") else parse_size(value, name)
     if field.endswith("_window"):
         return _parse_window(value, name)
     if field == "sync_sends":
@@ -171,7 +187,15 @@ def from_environ(environ: Mapping[str, str] | None = None) -> Settings:
     for field, var in ENV_VARS.items():
         if var in env:
             values[field] = _parse_field(field, env[var], var)
-    return Settings(**values)
+    return Settings(**_follow_global_threshold(values))
+
+
+def _follow_global_threshold(values: dict[str, Any]) -> dict[str, Any]:
+    """Setting native_below alone makes it apply to every collective (their own defaults step aside)."""
+    if "native_below" in values:
+        for collective in COLLECTIVES:
+            values.setdefault(f"{collective}_native_below", -1)
+    return values
 
 
 _current: Settings = Settings()
@@ -191,7 +215,7 @@ def configure(**changes: Any) -> Settings:
     unknown = set(changes) - set(ENV_VARS)
     if unknown:
         raise TypeError(f"unknown adaptcoll setting(s): {', '.join(sorted(unknown))}; valid: {', '.join(ENV_VARS)}")
-    parsed = {k: _parse_field(k, v, k) for k, v in changes.items()}
+    parsed = _follow_global_threshold({k: _parse_field(k, v, k) for k, v in changes.items()})
     previous = _current
     _current = dataclasses.replace(_current, **parsed)
     return previous

