@@ -216,6 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-t", "--num-test-calls", type=int, default=100,
                    help="I-forms: Test calls spread over the dummy compute (default 100; OSU's default is 0)")
     p.add_argument("--root", type=int, default=0, help="root of Bcast/Reduce (default 0)")
+    p.add_argument("--dtype", default="float32",
+                   help="NumPy element type of Reduce/Allreduce buffers (default float32, as OSU)")
     p.add_argument("--impl", action="append", default=None,
                    help="native | adaptcoll | adaptcoll:KEY=VALUE[;KEY=VALUE] (repeatable; default native "
                         "and adaptcoll)")
@@ -369,8 +371,12 @@ class Buffers:
     recv: np.ndarray
 
 
+REDUCE_DTYPE = np.dtype(np.float32)
+"""Element type of the reductions' buffers: float32 as OSU, or --dtype."""
+
+
 def _dtype_for(collective: str) -> np.dtype:
-    return np.dtype(np.uint8) if collective.endswith("bcast") else np.dtype(np.float32)
+    return np.dtype(np.uint8) if collective.endswith("bcast") else REDUCE_DTYPE
 
 
 def _make_buffers(collective: str, size: int) -> Buffers:
@@ -432,7 +438,7 @@ def _check_results(collective: str, size: int, impls: list[Impl], root: int, MPI
 
     def run(comm: Any) -> np.ndarray:
         buf = fresh()
-        out = np.full(count, np.nan, dtype=np.float32)  # only the reductions use it
+        out = np.zeros(count, dtype=dt) + (np.nan if dt.kind == "f" else 0x5A)  # only the reductions use it
         if collective == "bcast":
             comm.Bcast(buf, root)
             return buf
@@ -783,7 +789,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         [parse_size(t) for t in args.sizes.split(",")] if args.sizes else None
         if args.net_noise:
             parse_size(args.net_noise)
-    except ValueError as exc:
+        global REDUCE_DTYPE
+        REDUCE_DTYPE = np.dtype(args.dtype)
+    except (ValueError, TypeError) as exc:
         parser.error(str(exc))
     try:
         return run(args, argv)
