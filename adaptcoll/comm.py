@@ -10,7 +10,7 @@ MPI requires to match across ranks, so all ranks always take the same path.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 from mpi4py import MPI
@@ -166,6 +166,28 @@ def _segs(nseg: int, k: int, ntrees: int) -> Sequence[int]:
     return range(k, nseg, ntrees)
 
 
+Link = tuple[Optional[int], Sequence[int], Sequence[int]]
+"""(parent, children, segment positions) of this rank in one tree."""
+
+
+def tree_links(tree_set: Sequence[trees.Tree], rank: int, nseg: int) -> list[Link]:
+    """This rank's place in each tree, with the segments dealt round-robin over the trees."""
+    n = len(tree_set)
+    return [(tree.parent(rank), tuple(tree.children(rank)), _segs(nseg, k, n)) for k, tree in enumerate(tree_set)]
+
+
+def start_on_links(links: Sequence[Link], keep: Any,
+                   start_one: Callable[[Optional[int], Sequence[int], Sequence[int], Callable[[], None]], None]
+                   ) -> Operation:
+    """Start one protocol per tree link (`start_one(parent, children, segs, done)`) and join them."""
+    operation = Operation(keep=keep)
+    join = Join(len(links), operation.complete)
+    for parent, children, segs in links:
+        start_one(parent, children, segs, join.part_done)
+    join.start()
+    return operation
+
+
 class Intracomm(MPI.Intracomm):
     """An mpi4py Intracomm sharing `comm`'s handle whose Bcast/Reduce/Allreduce (and I-forms) are adaptcoll's."""
 
@@ -200,14 +222,11 @@ class Intracomm(MPI.Intracomm):
         itemsize = msg.array.itemsize
         data = msg.array.view(np.uint8)
         plan = st.plan(nbytes, 1, max(itemsize, cfg.bcast_segment_size // itemsize * itemsize))
-        tree_set = st.trees(cfg.bcast_algorithm, root)
-        op = Operation(keep=buf)
-        join = Join(len(tree_set), op.complete)
-        sw, rw = cfg.bcast_send_window, cfg.bcast_recv_window
-        for k, tree in enumerate(tree_set):
-            Bcast(transport, tree.parent(rank), tree.children(rank), data, plan,
-                  _segs(plan.nseg, k, len(tree_set)), sw, rw, cfg.sync_sends, join.part_done).start()
-        join.start()
+        sw, rw, sync = cfg.bcast_send_window, cfg.bcast_recv_window, cfg.sync_sends
+        op = start_on_links(
+            tree_links(st.trees(cfg.bcast_algorithm, root), rank, plan.nseg), buf,
+            lambda parent, children, segs, done: Bcast(transport, parent, children, data, plan, segs, sw, rw, sync,
+                                                       done).start())
         counters.record(name)
         return op
 
@@ -272,17 +291,15 @@ class Intracomm(MPI.Intracomm):
                 target, error = _root_target(recvbuf, msg, on_device, backend)
         dtype = msg.array.dtype
         plan = st.plan(msg.count, dtype.itemsize, cfg.reduce_segment_size)
-        tree_set = st.trees(cfg.reduce_algorithm, root, rank_ordered=ordered_needed)
         local = target if in_place else msg.array
         ordered = ordered_needed or cfg.reproducible
-        operation = Operation(keep=(sendbuf, recvbuf))
-        join = Join(len(tree_set), operation.complete)
-        sw, rw = cfg.reduce_send_window, cfg.reduce_recv_window
+        sw, rw, sync = cfg.reduce_send_window, cfg.reduce_recv_window, cfg.sync_sends
         pool = pools(dtype)
-        for k, tree in enumerate(tree_set):
-            Reduce(transport, backend, pool, tree.parent(rank), tree.children(rank), local, target, rop, plan,
-                   _segs(plan.nseg, k, len(tree_set)), sw, rw, cfg.sync_sends, ordered, join.part_done).start()
-        join.start()
+        operation = start_on_links(
+            tree_links(st.trees(cfg.reduce_algorithm, root, rank_ordered=ordered_needed), rank, plan.nseg),
+            (sendbuf, recvbuf),
+            lambda parent, children, segs, done: Reduce(transport, backend, pool, parent, children, local, target,
+                                                        rop, plan, segs, sw, rw, sync, ordered, done).start())
         counters.record(name)
         if error is not None:  # the root's recvbuf was bad: the others' data was drained, now report
             engine().wait_for(lambda: operation.done)
@@ -347,17 +364,16 @@ class Intracomm(MPI.Intracomm):
         rank = self.Get_rank()
         dtype = rmsg.array.dtype
         plan = st.plan(rmsg.count, dtype.itemsize, cfg.allreduce_segment_size)
-        tree_set = st.allreduce_trees(cfg.allreduce_algorithm, cfg.allreduce_roots, rank_ordered=ordered_needed)
         ordered = ordered_needed or cfg.reproducible
-        operation = Operation(keep=(sendbuf, recvbuf))
-        join = Join(len(tree_set), operation.complete)
-        sw, rw = cfg.reduce_send_window, cfg.reduce_recv_window
+        sw, rw, sync = cfg.reduce_send_window, cfg.reduce_recv_window, cfg.sync_sends
         pool = pools(dtype)
-        for k, tree in enumerate(tree_set):
-            Allreduce(transport, backend, pool, tree.parent(rank), tree.children(rank), local, rmsg.array, rop,
-                      plan, _segs(plan.nseg, k, len(tree_set)), sw, rw, cfg.sync_sends, ordered,
-                      join.part_done).start()
-        join.start()
+        result = rmsg.array
+        operation = start_on_links(
+            tree_links(st.allreduce_trees(cfg.allreduce_algorithm, cfg.allreduce_roots, rank_ordered=ordered_needed),
+                       rank, plan.nseg),
+            (sendbuf, recvbuf),
+            lambda parent, children, segs, done: Allreduce(transport, backend, pool, parent, children, local, result,
+                                                           rop, plan, segs, sw, rw, sync, ordered, done).start())
         counters.record(name)
         return operation
 

@@ -14,11 +14,11 @@ import numpy as np
 from mpi4py import MPI
 
 from . import buffers, counters, settings
-from .comm import _NUMPY, _native, _prepare, _reduce_unserved, _root_ok, _root_target, _segs, comm_state
+from .comm import (_NUMPY, _native, _prepare, _reduce_unserved, _root_ok, _root_target, comm_state, start_on_links,
+                   tree_links)
 from .engine import engine
 from .protocols.allreduce import Allreduce
 from .protocols.bcast import Bcast
-from .protocols.pieces import Join
 from .protocols.reduce import Reduce
 from .requests import Operation, Request
 
@@ -95,11 +95,6 @@ class NativePrequest(Prequest):
         self._req = self._keep = None
 
 
-def _links(tree_set: Sequence[Any], rank: int, nseg: int) -> list[tuple[Optional[int], Sequence[int], Sequence[int]]]:
-    n = len(tree_set)
-    return [(tree.parent(rank), tuple(tree.children(rank)), _segs(nseg, k, n)) for k, tree in enumerate(tree_set)]
-
-
 # -- Bcast_init ------------------------------------------------------------------------------------
 def _bcast_starter(comm: Any, buf: Any, root: Any) -> Starter | str:
     cfg = settings.current()
@@ -119,17 +114,13 @@ def _bcast_starter(comm: Any, buf: Any, root: Any) -> Starter | str:
     itemsize = msg.array.itemsize
     data = msg.array.view(np.uint8)
     shape = st.plan_shape(msg.nbytes, 1, max(itemsize, cfg.bcast_segment_size // itemsize * itemsize))
-    links = _links(st.trees(cfg.bcast_algorithm, root), rank, shape.nseg)
+    links = tree_links(st.trees(cfg.bcast_algorithm, root), rank, shape.nseg)
     transport, sw, rw, sync = st.transport, cfg.bcast_send_window, cfg.bcast_recv_window, cfg.sync_sends
 
     def start() -> Operation:
         plan = st.take_tags(shape)
-        op = Operation()
-        join = Join(len(links), op.complete)
-        for parent, children, segs in links:
-            Bcast(transport, parent, children, data, plan, segs, sw, rw, sync, join.part_done).start()
-        join.start()
-        return op
+        return start_on_links(links, None, lambda parent, children, segs, done: Bcast(
+            transport, parent, children, data, plan, segs, sw, rw, sync, done).start())
 
     return start
 
@@ -179,7 +170,7 @@ def _reduce_starter(comm: Any, sendbuf: Any, recvbuf: Any, op: Any, root: Any
     st = comm_state(comm)
     dtype = msg.array.dtype
     shape = st.plan_shape(msg.count, dtype.itemsize, cfg.reduce_segment_size)
-    links = _links(st.trees(cfg.reduce_algorithm, root, rank_ordered=ordered_needed), rank, shape.nseg)
+    links = tree_links(st.trees(cfg.reduce_algorithm, root, rank_ordered=ordered_needed), rank, shape.nseg)
     local = target if in_place else msg.array
     ordered = ordered_needed or cfg.reproducible
     pool = st.pool(dtype)
@@ -187,13 +178,9 @@ def _reduce_starter(comm: Any, sendbuf: Any, recvbuf: Any, op: Any, root: Any
 
     def start() -> Operation:
         plan = st.take_tags(shape)
-        operation = Operation()
-        join = Join(len(links), operation.complete)
-        for parent, children, segs in links:
-            Reduce(transport, _NUMPY, pool, parent, children, local, target, rop, plan, segs, sw, rw, sync,
-                   ordered, join.part_done).start()
-        join.start()
-        return operation
+        return start_on_links(links, None, lambda parent, children, segs, done: Reduce(
+            transport, _NUMPY, pool, parent, children, local, target, rop, plan, segs, sw, rw, sync, ordered,
+            done).start())
 
     return start, error
 
@@ -249,7 +236,7 @@ def _allreduce_starter(comm: Any, sendbuf: Any, recvbuf: Any, op: Any) -> Starte
     dtype = rmsg.array.dtype
     result = rmsg.array
     shape = st.plan_shape(rmsg.count, dtype.itemsize, cfg.allreduce_segment_size)
-    links = _links(st.allreduce_trees(cfg.allreduce_algorithm, cfg.allreduce_roots, rank_ordered=ordered_needed),
+    links = tree_links(st.allreduce_trees(cfg.allreduce_algorithm, cfg.allreduce_roots, rank_ordered=ordered_needed),
                    rank, shape.nseg)
     ordered = ordered_needed or cfg.reproducible
     pool = st.pool(dtype)
@@ -257,13 +244,9 @@ def _allreduce_starter(comm: Any, sendbuf: Any, recvbuf: Any, op: Any) -> Starte
 
     def start() -> Operation:
         plan = st.take_tags(shape)
-        operation = Operation()
-        join = Join(len(links), operation.complete)
-        for parent, children, segs in links:
-            Allreduce(transport, _NUMPY, pool, parent, children, local, result, rop, plan, segs, sw, rw, sync,
-                      ordered, join.part_done).start()
-        join.start()
-        return operation
+        return start_on_links(links, None, lambda parent, children, segs, done: Allreduce(
+            transport, _NUMPY, pool, parent, children, local, result, rop, plan, segs, sw, rw, sync, ordered,
+            done).start())
 
     return start
 
