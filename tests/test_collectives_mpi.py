@@ -231,3 +231,31 @@ def test_large_messages_default_settings(mpi_ranks):
                 assert (out == sum(range(1, world.Get_size() + 1))).all()
             comm.Allreduce(mine, out, MPI.MAX)
             assert (out == world.Get_size()).all()
+
+
+@pytest.mark.mpi(ranks=[3], timeout=120)
+def test_minloc_and_derived_types_go_native_correctly(mpi_ranks):
+    world = MPI.COMM_WORLD
+    comm = adaptcoll.Intracomm(world)
+    rank = world.Get_rank()
+    pair = np.dtype([("value", "f8"), ("index", "i4")], align=True)  # MPI.DOUBLE_INT layout
+    mine = np.zeros(5, pair)
+    mine["value"] = (np.arange(5) - rank) ** 2
+    mine["index"] = rank
+    with adaptcoll.configured(native_below=0):
+        for op in (MPI.MINLOC, MPI.MAXLOC):
+            ref, got = np.zeros(5, pair), np.zeros(5, pair)
+            world.Allreduce([mine, MPI.DOUBLE_INT], [ref, MPI.DOUBLE_INT], op)
+            comm.Allreduce([mine, MPI.DOUBLE_INT], [got, MPI.DOUBLE_INT], op)
+            assert ref.tobytes() == got.tobytes()
+        # a derived (contiguous) datatype: handed to native Bcast unchanged
+        vec = MPI.DOUBLE.Create_contiguous(2).Commit()
+        try:
+            data = np.arange(8, dtype="f8") + 1 if rank == 1 else np.zeros(8)
+            comm.Bcast([data, 4, vec], 1)
+            np.testing.assert_array_equal(data, np.arange(8, dtype="f8") + 1)
+        finally:
+            vec.Free()
+    stats = adaptcoll.stats()
+    assert stats["Allreduce"]["native_reasons"].get("derived datatype", 0) >= 2, stats
+    assert stats["Bcast"]["native_reasons"].get("derived datatype", 0) >= 1, stats
