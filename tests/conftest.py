@@ -9,6 +9,9 @@ report per rank, and no processes left behind:
   per-rank file and exits, which makes mpiexec kill the rest; the stacks are attached to the report;
 - as a last line, Hydra's MPIEXEC_TIMEOUT kills the whole job at T-3 s, before the plugin's own timeout
   (which would SIGKILL mpiexec alone and could orphan ranks).
+About 1 in 100 four-rank MPICH launches on the 2-core dev machine hangs by itself; a launch in which
+some rank hung but no rank reported a failing test is therefore run once more (a real hang hangs
+again and fails; the retry is announced on stderr).
 """
 
 from __future__ import annotations
@@ -26,6 +29,42 @@ import pytest
 
 FORKED = bool(os.environ.get("PYTEST_ISOLATE_MPI_IS_FORKED"))
 DEFAULT_TIMEOUT = 120
+HANG_MARKERS = ("At least one MPI process has exited prematurely", "Timeout occurred")
+
+
+def _hung(reports: list, stacks: str | None) -> bool:
+    """A launch where a rank hung (stacks dumped or the plugin timed out) and no test assertion failed."""
+    if any(getattr(r, "adaptcoll_rank_failed", False) for r in reports):
+        return False
+    timed_out = any(r.failed and str(r.longrepr).startswith(HANG_MARKERS) for r in reports)
+    dumped = bool(stacks) and any(os.path.getsize(p) for p in glob.glob(os.path.join(stacks, "rank*.txt")))
+    return timed_out and (dumped or any("Timeout occurred" in str(r.longrepr) for r in reports))
+
+
+def _retry_hung_launches() -> None:
+    """Wrap pytest-isolate-mpi 0.4.1's launch (a private method) so a hung launch runs once more."""
+    try:
+        from pytest_isolate_mpi._plugin import MPIPlugin
+    except ImportError:  # pragma: no cover - plugin missing: nothing to wrap
+        return
+    launch = MPIPlugin._mpi_runtestprotocol
+
+    def launch_with_retry(self, item):
+        reports = launch(self, item)
+        stacks = os.environ.get("ADAPTCOLL_TEST_STACKS")
+        if _hung(reports, stacks):
+            sys.stderr.write(f"\n[tests/conftest.py] {item.nodeid}: a rank hung without a failing assertion; "
+                             "running the launch once more\n")
+            for path in glob.glob(os.path.join(stacks or "", "rank*.txt")):
+                os.remove(path)
+            reports = launch(self, item)
+        return reports
+
+    MPIPlugin._mpi_runtestprotocol = launch_with_retry
+
+
+if not FORKED:
+    _retry_hung_launches()
 
 
 def _mpi_timeout(item: pytest.Item) -> float | None:
@@ -100,6 +139,7 @@ if FORKED:
         if comm.Get_size() == 1:
             return
         rank = comm.Get_rank()
+        report.adaptcoll_rank_failed = True
         sys.stderr.write(f"\n[rank {rank}] FAILED {item.nodeid}\n{report.longreprtext}\n")
         sys.stderr.flush()
         path = os.environ.get("PYTEST_MPI_REPORTS_PATH")
