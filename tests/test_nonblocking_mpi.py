@@ -119,3 +119,16 @@ def test_threads_on_different_communicators(mpi_ranks):
     for c in comms:
         MPI.Intracomm.Free(c)
     assert not errors, errors
+
+
+@pytest.mark.mpi(ranks=[2], timeout=120)
+def test_private_duplicate_is_freed_with_the_communicator(mpi_ranks):
+    """MPICH has 2048 context ids: leaking adaptcoll's private Dup per communicator would run out here."""
+    world = MPI.COMM_WORLD
+    out = np.zeros(4, "i8")
+    with adaptcoll.configured(native_below=0):
+        for i in range(2500):
+            comm = adaptcoll.Intracomm(world.Dup())
+            comm.Allreduce(np.full(4, i, "i8"), out)
+            assert (out == 2 * i).all()
+            comm.Free()
