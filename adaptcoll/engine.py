@@ -58,10 +58,15 @@ class Engine:
         return len(self._reqs) + len(self._watches)
 
     def progress(self) -> bool:
-        """One sweep; returns whether anything completed. Thread-safe (one sweep at a time)."""
+        """One sweep; returns whether anything completed. Thread-safe (one sweep at a time).
+
+        Every completed request's callback runs even if another raises; the first exception is
+        re-raised at the end of the sweep (an operation that raised is broken, the others go on).
+        """
         with self._lock:
             self.sweeps += 1
             fired: list[Callback] = []
+            error: Exception | None = None
             reqs = self._reqs
             if reqs:
                 statuses = self._statuses
@@ -80,13 +85,14 @@ class Engine:
                     cbs, expect = self._cbs, self._expect
                     for j, i in enumerate(done):
                         want = expect[i]
-                        if want >= 0:
+                        if want >= 0 and error is None:
                             got = statuses[j].Get_count(MPI.BYTE)
                             if got != want:
-                                raise MessageSizeError(
+                                error = MessageSizeError(
                                     f"adaptcoll: a segment from rank {statuses[j].Get_source()} had {got} bytes, "
                                     f"this rank expected {want}: are the counts and datatypes the same on all "
                                     "ranks?")
+                                continue
                         fired.append(cbs[i])
                     gone = set(done)
                     keep = [i for i in range(len(reqs)) if i not in gone]
@@ -96,14 +102,24 @@ class Engine:
             if self._watches:
                 still = []
                 for poll, cb in self._watches:
-                    if poll():
+                    try:
+                        ready = poll()
+                    except Exception as exc:  # noqa: BLE001 - reported after the sweep
+                        error = error or exc
+                        continue
+                    if ready:
                         fired.append(cb)
                     else:
                         still.append((poll, cb))
                 self._watches = still
             self.events += len(fired)
-            for cb in fired:
-                cb()
+            for cb in fired:  # every completion fires, even if one of them raises
+                try:
+                    cb()
+                except Exception as exc:  # noqa: BLE001 - re-raised below, after the others ran
+                    error = error or exc
+            if error is not None:
+                raise error
             return bool(fired)
 
     def wait_for(self, finished: Callable[[], bool]) -> None:

@@ -37,6 +37,7 @@ class Prequest(Request):
 
     def __init__(self, start: Starter, keep: Any = None, error: Optional[BaseException] = None) -> None:
         super().__init__(None)  # type: ignore[arg-type]
+        self._reported = True  # inactive until started
         self._start: Optional[Starter] = start
         self._keep = keep
         self._error = error
@@ -54,6 +55,7 @@ class Prequest(Request):
         eng = engine()
         with eng.lock:
             self._op = self._start()
+        self._reported = False
         if self._error is not None:  # the root's recvbuf was bad: the others' data was drained, now report
             eng.wait_for(self._finished)
             raise self._error
@@ -87,6 +89,7 @@ class NativePrequest(Prequest):
         if self._req is None:
             raise ValueError("Start() on a freed persistent request")
         self._req.Start()
+        self._reported = False
 
     def Free(self) -> None:
         if self._req is not None:

@@ -43,12 +43,17 @@ def _fill(status: Optional[MPI.Status]) -> None:
 
 
 class Request:
-    """A nonblocking adaptcoll collective: Test/Wait/Get_status and Waitall/Testall/Waitany/... ."""
+    """A nonblocking adaptcoll collective: Test/Wait/Get_status and Waitall/Testall/Waitany/... .
 
-    __slots__ = ("_op",)
+    As in MPI, a request whose completion has been reported (by Test, Wait or one of the class
+    methods) becomes inactive: Waitany/Testany/Waitsome/Testsome skip it afterwards.
+    """
+
+    __slots__ = ("_op", "_reported")
 
     def __init__(self, op: Operation) -> None:
         self._op = op
+        self._reported = False
 
     def _finished(self) -> bool:
         return self._op.done
@@ -59,18 +64,25 @@ class Request:
             engine().progress()
         done = self._finished()
         if done:
+            self._reported = True
             _fill(status)
         return done
 
     def Wait(self, status: Optional[MPI.Status] = None) -> bool:
         """Progress until the operation has completed; returns True like mpi4py's Request.Wait."""
         engine().wait_for(self._finished)
+        self._reported = True
         _fill(status)
         return True
 
     def Get_status(self, status: Optional[MPI.Status] = None) -> bool:
-        """Like Test, but never frees anything (adaptcoll requests need no freeing)."""
-        return self.Test(status)
+        """Progress once; True if complete, without marking the request inactive (as MPI_Request_get_status)."""
+        if not self._finished():
+            engine().progress()
+        done = self._finished()
+        if done:
+            _fill(status)
+        return done
 
     def Free(self) -> None:
         """Drop the handle; the operation itself still runs to completion (as MPI_Request_free)."""
@@ -90,31 +102,38 @@ class Request:
     def Waitall(cls, requests: Sequence["Request | MPI.Request"], statuses: Optional[list] = None) -> bool:
         """Wait for all; accepts adaptcoll and plain MPI requests mixed."""
         progress = engine().progress
-        pending = list(requests)
+        pending = [r for r in requests if _active(r)]
         while pending:
-            pending = [r for r in pending if not _test_one(r)]
+            pending = [r for r in pending if not _complete(r)]
             if pending and not progress():
                 os.sched_yield()
-        if statuses is not None:
-            for s in statuses:
-                _fill(s)
+        for r in requests:
+            _report(r)
+        _fill_list(statuses, len(requests))
         return True
 
     @classmethod
     def Testall(cls, requests: Sequence["Request | MPI.Request"], statuses: Optional[list] = None) -> bool:
-        """True if all have completed (progresses once)."""
+        """True (all reported) if every request has completed; otherwise False and nothing is consumed."""
         engine().progress()
-        return all([_test_one(r) for r in requests])
+        if not all(_complete(r) for r in requests if _active(r)):
+            return False
+        for r in requests:
+            _report(r)
+        _fill_list(statuses, len(requests))
+        return True
 
     @classmethod
     def Waitany(cls, requests: Sequence["Request | MPI.Request"], status: Optional[MPI.Status] = None) -> int:
-        """Index of one completed request (MPI.UNDEFINED if the list is empty)."""
-        if not requests:
-            return MPI.UNDEFINED
+        """Index of one completed active request (MPI.UNDEFINED if none is active)."""
         progress = engine().progress
         while True:
-            for i, r in enumerate(requests):
-                if _test_one(r):
+            active = [i for i, r in enumerate(requests) if _active(r)]
+            if not active:
+                return MPI.UNDEFINED
+            for i in active:
+                if _complete(requests[i]):
+                    _report(requests[i])
                     _fill(status)
                     return i
             if not progress():
@@ -123,10 +142,15 @@ class Request:
     @classmethod
     def Testany(cls, requests: Sequence["Request | MPI.Request"], status: Optional[MPI.Status] = None
                 ) -> tuple[int, bool]:
-        """(index, True) of a completed request, or (MPI.UNDEFINED, False)."""
+        """(index, True) for a completed active request, (MPI.UNDEFINED, True) if none is active,
+        else (MPI.UNDEFINED, False)."""
         engine().progress()
-        for i, r in enumerate(requests):
-            if _test_one(r):
+        active = [i for i, r in enumerate(requests) if _active(r)]
+        if not active:
+            return MPI.UNDEFINED, True
+        for i in active:
+            if _complete(requests[i]):
+                _report(requests[i])
                 _fill(status)
                 return i, True
         return MPI.UNDEFINED, False
@@ -134,13 +158,12 @@ class Request:
     @classmethod
     def Waitsome(cls, requests: Sequence["Request | MPI.Request"], statuses: Optional[list] = None
                  ) -> Optional[list[int]]:
-        """Indices of the completed requests, waiting until there is at least one."""
-        if not requests:
-            return None
+        """Indices of the completed active requests, waiting for at least one (None if none is active)."""
         progress = engine().progress
         while True:
-            done = [i for i, r in enumerate(requests) if _test_one(r)]
-            if done:
+            done = _take_completed(requests)
+            if done is None or done:
+                _fill_list(statuses, len(done or ()))
                 return done
             if not progress():
                 os.sched_yield()
@@ -148,11 +171,11 @@ class Request:
     @classmethod
     def Testsome(cls, requests: Sequence["Request | MPI.Request"], statuses: Optional[list] = None
                  ) -> Optional[list[int]]:
-        """Indices of the requests that have completed (progresses once)."""
-        if not requests:
-            return None
+        """Indices of the active requests that have completed (progresses once; None if none is active)."""
         engine().progress()
-        return [i for i, r in enumerate(requests) if _test_one(r)]
+        done = _take_completed(requests)
+        _fill_list(statuses, len(done or ()))
+        return done
 
 
 class NativeRequest(Request):
@@ -164,6 +187,7 @@ class NativeRequest(Request):
         self._req = req
         self._keep = keep
         self._done = False
+        self._reported = False
 
     def _finished(self) -> bool:
         if not self._done and self._req.Test():
@@ -171,20 +195,48 @@ class NativeRequest(Request):
             self._keep = None
         return self._done
 
-    def Test(self, status: Optional[MPI.Status] = None) -> bool:
-        engine().progress()
-        done = self._finished()
-        if done:
-            _fill(status)
-        return done
-
     def Free(self) -> None:
         """Keep the buffers until MPI is done with them, then drop the handle."""
         if not self._done:
             engine().wait_for(self._finished)
 
 
-def _test_one(r: "Request | MPI.Request") -> bool:
+def _active(r: "Request | MPI.Request") -> bool:
+    """Not yet reported complete (MPI requests: not REQUEST_NULL)."""
+    if isinstance(r, Request):
+        return not r._reported
+    return r != MPI.REQUEST_NULL
+
+
+def _complete(r: "Request | MPI.Request") -> bool:
+    """Completed, without consuming it."""
     if isinstance(r, Request):
         return r._finished()
-    return bool(r.Test())
+    return bool(r.Get_status())
+
+
+def _report(r: "Request | MPI.Request") -> None:
+    """Mark a completed request inactive (an MPI request is freed by its final Test)."""
+    if isinstance(r, Request):
+        r._reported = True
+    elif r != MPI.REQUEST_NULL:
+        r.Test()
+
+
+def _take_completed(requests: Sequence["Request | MPI.Request"]) -> Optional[list[int]]:
+    active = [i for i, r in enumerate(requests) if _active(r)]
+    if not active:
+        return None
+    done = [i for i in active if _complete(requests[i])]
+    for i in done:
+        _report(requests[i])
+    return done
+
+
+def _fill_list(statuses: Optional[list], n: int) -> None:
+    if statuses is None:
+        return
+    while len(statuses) < n:
+        statuses.append(MPI.Status())
+    for st in statuses[:n]:
+        _fill(st)

@@ -143,8 +143,10 @@ if FORKED:
         sys.stderr.write(f"\n[rank {rank}] FAILED {item.nodeid}\n{report.longreprtext}\n")
         sys.stderr.flush()
         path = os.environ.get("PYTEST_MPI_REPORTS_PATH")
-        if path:
-            with open(os.path.join(path, str(rank)), "wb") as f:
+        if path:  # written atomically: another rank's abort may kill this one at any moment
+            final = os.path.join(path, str(rank))
+            with open(final + ".tmp", "wb") as f:
                 pickle.dump([report], f)
+            os.replace(final + ".tmp", final)
         time.sleep(1.0)  # let other ranks that fail at the same point write their reports too
         comm.Abort(1)

@@ -179,12 +179,14 @@ class CupyBackend(ArrayBackend):
         if op.user_fold is not None:
             self._combine_user(op, lower, higher, out)
             return None
-        if out is higher:
-            acc, incoming = _as_cupy(cupy, out), _as_cupy(cupy, lower)
-        elif out is lower:
-            acc, incoming = _as_cupy(cupy, out), _as_cupy(cupy, higher)
+        out_c, lower_c, higher_c = _as_cupy(cupy, out), _as_cupy(cupy, lower), _as_cupy(cupy, higher)
+        # compare memory, not objects: two slices of one buffer are different objects
+        if out_c.data.ptr == higher_c.data.ptr:
+            acc, incoming = out_c, lower_c
+        elif out_c.data.ptr == lower_c.data.ptr:
+            acc, incoming = out_c, higher_c
         else:  # predefined ops commute: out = higher, then out op= lower
-            acc, incoming, higher = _as_cupy(cupy, out), _as_cupy(cupy, lower), _as_cupy(cupy, higher)
+            acc, incoming, higher = out_c, lower_c, higher_c
             if higher.data.ptr != acc.data.ptr:
                 cupy.cuda.runtime.memcpyAsync(acc.data.ptr, higher.data.ptr, acc.nbytes,
                                               cupy.cuda.runtime.memcpyDeviceToDevice, self.stream.ptr)

@@ -191,8 +191,11 @@ class Reduce:
         if x is None:
             return
         if st.next_k == len(self._children) and self._parent is None:
-            lo, hi = self._plan.bounds(self._segs[pos])
-            out = self._target[lo:hi]
+            if self._in_place and st.next_k == 1:
+                out = st.acc  # the target segment itself: the same object, so backends see the aliasing
+            else:
+                lo, hi = self._plan.bounds(self._segs[pos])
+                out = self._target[lo:hi]
         else:
             out = x
         st.busy = True
