@@ -197,12 +197,8 @@ class Intracomm(MPI.Intracomm):
         return super().__new__(cls, comm)
 
     # -- broadcast -----------------------------------------------------------------------------
-    def _start_bcast(self, *args: Any) -> Optional[Operation]:
-        _prepare(self, "bcast")
-        with engine().lock:
-            return self._start_bcast_locked(*args)
-
-    def _start_bcast_locked(self, name: str, buf: Any, root: Any) -> Optional[Operation]:
+    def _start_bcast(self, name: str, buf: Any, root: Any) -> Optional[Operation]:
+        """Decide (locally, from arguments every rank shares), then set up and start; None = go native."""
         cfg = settings.current()
         size = self.Get_size()
         if not _root_ok(root, size):
@@ -217,16 +213,17 @@ class Intracomm(MPI.Intracomm):
         nbytes = msg.nbytes
         if nbytes < cfg.threshold("bcast"):
             return _native(name, _BELOW)
-        st = comm_state(self)
-        transport = st.kit(on_device)[0]
+        st = _prepare(self, "bcast")
         itemsize = msg.array.itemsize
         data = msg.array.view(np.uint8)
-        plan = st.plan(nbytes, 1, max(itemsize, cfg.bcast_segment_size // itemsize * itemsize))
         sw, rw, sync = cfg.bcast_send_window, cfg.bcast_recv_window, cfg.sync_sends
-        op = start_on_links(
-            tree_links(st.trees(cfg.bcast_algorithm, root), rank, plan.nseg), buf,
-            lambda parent, children, segs, done: Bcast(transport, parent, children, data, plan, segs, sw, rw, sync,
-                                                       done).start())
+        with engine().lock:
+            transport = st.kit(on_device)[0]
+            plan = st.plan(nbytes, 1, max(itemsize, cfg.bcast_segment_size // itemsize * itemsize))
+            op = start_on_links(
+                tree_links(st.trees(cfg.bcast_algorithm, root), rank, plan.nseg), buf,
+                lambda parent, children, segs, done: Bcast(transport, parent, children, data, plan, segs, sw, rw,
+                                                           sync, done).start())
         counters.record(name)
         return op
 
@@ -250,12 +247,8 @@ class Intracomm(MPI.Intracomm):
         return Request(op)
 
     # -- reduce --------------------------------------------------------------------------------
-    def _start_reduce(self, *args: Any) -> Optional[Operation]:
-        _prepare(self, "reduce")
-        with engine().lock:
-            return self._start_reduce_locked(*args)
-
-    def _start_reduce_locked(self, name: str, sendbuf: Any, recvbuf: Any, op: Any, root: Any) -> Optional[Operation]:
+    def _start_reduce(self, name: str, sendbuf: Any, recvbuf: Any, op: Any, root: Any) -> Optional[Operation]:
+        """Decide (locally, from arguments every rank shares), then set up and start; None = go native."""
         cfg = settings.current()
         size = self.Get_size()
         if not isinstance(op, MPI.Op) or not _root_ok(root, size):
@@ -274,14 +267,28 @@ class Intracomm(MPI.Intracomm):
             msg, on_device = _parse(sendbuf, writable=False)
         if isinstance(msg, str):
             return _native(name, msg)
-        st = comm_state(self)
-        transport, backend, pools = st.kit(on_device)
-        why = _reduce_unserved(msg, op, cfg.threshold("reduce"), backend)
+        why = _reduce_unserved(msg, op, cfg.threshold("reduce"))
         if isinstance(why, str):
             return _native(name, why)
         rop, ordered_needed = why
         if ordered_needed and root != 0:
             return _native(name, "non-commutative op with root != 0")
+        st = _prepare(self, "reduce")
+        with engine().lock:
+            operation, error = self._launch_reduce(st, cfg, msg, on_device, sendbuf, recvbuf, rop, ordered_needed,
+                                                   root, in_place)
+        counters.record(name)
+        if error is not None:  # the root's recvbuf was bad: the others' data was drained, now report
+            engine().wait_for(lambda: operation.done)
+            raise error
+        return operation
+
+    def _launch_reduce(self, st: CommState, cfg: settings.Settings, msg: buffers.Message, on_device: bool,
+                       sendbuf: Any, recvbuf: Any, rop: Any, ordered_needed: bool, root: int, in_place: bool
+                       ) -> tuple[Operation, Optional[BaseException]]:
+        rank = self.Get_rank()
+        is_root = rank == root
+        transport, backend, pools = st.kit(on_device)
         target = None
         error: Optional[BaseException] = None
         if is_root:
@@ -300,11 +307,7 @@ class Intracomm(MPI.Intracomm):
             (sendbuf, recvbuf),
             lambda parent, children, segs, done: Reduce(transport, backend, pool, parent, children, local, target,
                                                         rop, plan, segs, sw, rw, sync, ordered, done).start())
-        counters.record(name)
-        if error is not None:  # the root's recvbuf was bad: the others' data was drained, now report
-            engine().wait_for(lambda: operation.done)
-            raise error
-        return operation
+        return operation, error
 
     def Reduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, root: int = 0) -> None:
         """Reduce to `root` (mpi4py signature and semantics; non-root `recvbuf` is ignored)."""
@@ -327,12 +330,8 @@ class Intracomm(MPI.Intracomm):
         return Request(operation)
 
     # -- allreduce -----------------------------------------------------------------------------
-    def _start_allreduce(self, *args: Any) -> Optional[Operation]:
-        _prepare(self, "allreduce")
-        with engine().lock:
-            return self._start_allreduce_locked(*args)
-
-    def _start_allreduce_locked(self, name: str, sendbuf: Any, recvbuf: Any, op: Any) -> Optional[Operation]:
+    def _start_allreduce(self, name: str, sendbuf: Any, recvbuf: Any, op: Any) -> Optional[Operation]:
+        """Decide (locally, from arguments every rank shares), then set up and start; None = go native."""
         cfg = settings.current()
         if not isinstance(op, MPI.Op):
             return _native(name, "invalid arguments")
@@ -355,25 +354,27 @@ class Intracomm(MPI.Intracomm):
             if not on_device and np.may_share_memory(smsg.array, rmsg.array):
                 return _native(name, "invalid arguments")
             local = smsg.array
-        st = comm_state(self)
-        transport, backend, pools = st.kit(on_device)
-        why = _reduce_unserved(rmsg, op, cfg.threshold("allreduce"), backend)
+        why = _reduce_unserved(rmsg, op, cfg.threshold("allreduce"))
         if isinstance(why, str):
             return _native(name, why)
         rop, ordered_needed = why
+        st = _prepare(self, "allreduce")
         rank = self.Get_rank()
         dtype = rmsg.array.dtype
-        plan = st.plan(rmsg.count, dtype.itemsize, cfg.allreduce_segment_size)
         ordered = ordered_needed or cfg.reproducible
         sw, rw, sync = cfg.reduce_send_window, cfg.reduce_recv_window, cfg.sync_sends
-        pool = pools(dtype)
         result = rmsg.array
-        operation = start_on_links(
-            tree_links(st.allreduce_trees(cfg.allreduce_algorithm, cfg.allreduce_roots, rank_ordered=ordered_needed),
-                       rank, plan.nseg),
-            (sendbuf, recvbuf),
-            lambda parent, children, segs, done: Allreduce(transport, backend, pool, parent, children, local, result,
-                                                           rop, plan, segs, sw, rw, sync, ordered, done).start())
+        with engine().lock:
+            transport, backend, pools = st.kit(on_device)
+            pool = pools(dtype)
+            plan = st.plan(rmsg.count, dtype.itemsize, cfg.allreduce_segment_size)
+            operation = start_on_links(
+                tree_links(st.allreduce_trees(cfg.allreduce_algorithm, cfg.allreduce_roots,
+                                              rank_ordered=ordered_needed), rank, plan.nseg),
+                (sendbuf, recvbuf),
+                lambda parent, children, segs, done: Allreduce(transport, backend, pool, parent, children, local,
+                                                               result, rop, plan, segs, sw, rw, sync, ordered,
+                                                               done).start())
         counters.record(name)
         return operation
 
@@ -499,12 +500,18 @@ def _below_native_threshold(sendbuf: Any, recvbuf: Any, collective: str) -> bool
     return type(buf) is np.ndarray and buf.nbytes < settings._current.thresholds[collective]
 
 
-def _prepare(comm: MPI.Intracomm, collective: str) -> None:
-    """Do the collective set-up steps (private Dup, topology discovery) before the engine lock is
-    taken: another thread may hold the lock while it waits for this rank in its own collective."""
+def _prepare(comm: MPI.Intracomm, collective: str) -> CommState:
+    """The communicator's state, after the collective set-up steps (private Dup, topology discovery).
+
+    Called only once every rank has decided to serve the call (decisions use arguments all ranks
+    share), so ranks that pass the same message in different legal forms still agree on the Dup; and
+    before the engine lock is taken, because another thread may hold the lock while it waits for this
+    rank in a collective of its own.
+    """
     state = comm_state(comm)
     if settings.current().algorithm(collective).startswith("topo"):
         state.topology()
+    return state
 
 
 def _native(name: str, reason: str) -> None:
