@@ -10,6 +10,7 @@ MPI requires to match across ranks, so all ranks always take the same path.
 from __future__ import annotations
 
 import dataclasses
+from collections import deque
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
@@ -53,6 +54,8 @@ class CommState:
         self._trees: dict[tuple[str, int, bool], tuple[trees.Tree, ...]] = {}
         self._topology: Any = None
         self._device: Any = None
+        self._live: deque[tuple[int, Operation]] = deque()  # (tags held, operation), oldest first
+        self._live_tags = 0
 
     def plan_shape(self, count: int, itemsize: int, segment_bytes: int) -> SegmentPlan:
         """The segment plan for a message under the current settings, with tag base 0."""
@@ -61,11 +64,36 @@ class CommState:
         return plan_segments(count, itemsize, segment_bytes, 0, space, cfg.max_segments)
 
     def take_tags(self, shape: SegmentPlan) -> SegmentPlan:
-        """`shape` with the next tag base of this communicator's sequence (which it advances)."""
+        """`shape` with the next tag base of this communicator's sequence (which it advances).
+
+        Tags are reused only once the operations that held them have finished: if the operations
+        still running hold so many tags that the new range would wrap onto theirs, this waits
+        (progressing everything) for the oldest to finish. Every rank issues the same sequence, so
+        every rank waits for the same operations. With MPICH's TAG_UB that takes ~5e8 segments in flight.
+        """
+        need = max(1, shape.nseg)
+        self._reclaim()
+        while self._live and self._live_tags + need > shape.tag_space:
+            oldest = self._live[0][1]
+            engine().wait_for(lambda: oldest.done)
+            self._reclaim()
         base = self.next_tag % shape.tag_space
         self.next_tag = (base + max(1, shape.nseg)) % shape.tag_space
         plan = dataclasses.replace(shape, tag_base=base)
         return plan
+
+    def track(self, plan: SegmentPlan, operation: Operation) -> Operation:
+        """Remember that `operation` holds `plan`'s tags until it is done (see take_tags)."""
+        if not operation.done:
+            tags = max(1, plan.nseg)
+            self._live.append((tags, operation))
+            self._live_tags += tags
+        return operation
+
+    def _reclaim(self) -> None:
+        live = self._live
+        while live and live[0][1].done:
+            self._live_tags -= live.popleft()[0]
 
     def plan(self, count: int, itemsize: int, segment_bytes: int) -> SegmentPlan:
         """The segment plan of the next operation; advances this communicator's tag sequence."""
@@ -220,10 +248,10 @@ class Intracomm(MPI.Intracomm):
         with engine().lock:
             transport = st.kit(on_device)[0]
             plan = st.plan(nbytes, 1, max(itemsize, cfg.bcast_segment_size // itemsize * itemsize))
-            op = start_on_links(
+            op = st.track(plan, start_on_links(
                 tree_links(st.trees(cfg.bcast_algorithm, root), rank, plan.nseg), buf,
                 lambda parent, children, segs, done: Bcast(transport, parent, children, data, plan, segs, sw, rw,
-                                                           sync, done).start())
+                                                           sync, done).start()))
         counters.record(name)
         return op
 
@@ -302,11 +330,11 @@ class Intracomm(MPI.Intracomm):
         ordered = ordered_needed or cfg.reproducible
         sw, rw, sync = cfg.reduce_send_window, cfg.reduce_recv_window, cfg.sync_sends
         pool = pools(dtype)
-        operation = start_on_links(
+        operation = st.track(plan, start_on_links(
             tree_links(st.trees(cfg.reduce_algorithm, root, rank_ordered=ordered_needed), rank, plan.nseg),
             (sendbuf, recvbuf),
             lambda parent, children, segs, done: Reduce(transport, backend, pool, parent, children, local, target,
-                                                        rop, plan, segs, sw, rw, sync, ordered, done).start())
+                                                        rop, plan, segs, sw, rw, sync, ordered, done).start()))
         return operation, error
 
     def Reduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, root: int = 0) -> None:
@@ -368,13 +396,13 @@ class Intracomm(MPI.Intracomm):
             transport, backend, pools = st.kit(on_device)
             pool = pools(dtype)
             plan = st.plan(rmsg.count, dtype.itemsize, cfg.allreduce_segment_size)
-            operation = start_on_links(
+            operation = st.track(plan, start_on_links(
                 tree_links(st.allreduce_trees(cfg.allreduce_algorithm, cfg.allreduce_roots,
                                               rank_ordered=ordered_needed), rank, plan.nseg),
                 (sendbuf, recvbuf),
                 lambda parent, children, segs, done: Allreduce(transport, backend, pool, parent, children, local,
                                                                result, rop, plan, segs, sw, rw, sync, ordered,
-                                                               done).start())
+                                                               done).start()))
         counters.record(name)
         return operation
 

@@ -122,8 +122,8 @@ def _bcast_starter(comm: Any, buf: Any, root: Any) -> Starter | str:
 
     def start() -> Operation:
         plan = st.take_tags(shape)
-        return start_on_links(links, None, lambda parent, children, segs, done: Bcast(
-            transport, parent, children, data, plan, segs, sw, rw, sync, done).start())
+        return st.track(plan, start_on_links(links, None, lambda parent, children, segs, done: Bcast(
+            transport, parent, children, data, plan, segs, sw, rw, sync, done).start()))
 
     return start
 
@@ -181,9 +181,9 @@ def _reduce_starter(comm: Any, sendbuf: Any, recvbuf: Any, op: Any, root: Any
 
     def start() -> Operation:
         plan = st.take_tags(shape)
-        return start_on_links(links, None, lambda parent, children, segs, done: Reduce(
+        return st.track(plan, start_on_links(links, None, lambda parent, children, segs, done: Reduce(
             transport, _NUMPY, pool, parent, children, local, target, rop, plan, segs, sw, rw, sync, ordered,
-            done).start())
+            done).start()))
 
     return start, error
 
@@ -247,9 +247,9 @@ def _allreduce_starter(comm: Any, sendbuf: Any, recvbuf: Any, op: Any) -> Starte
 
     def start() -> Operation:
         plan = st.take_tags(shape)
-        return start_on_links(links, None, lambda parent, children, segs, done: Allreduce(
+        return st.track(plan, start_on_links(links, None, lambda parent, children, segs, done: Allreduce(
             transport, _NUMPY, pool, parent, children, local, result, rop, plan, segs, sw, rw, sync, ordered,
-            done).start())
+            done).start()))
 
     return start
 

@@ -12,8 +12,8 @@ class SegmentPlan:
     """`count` elements cut into segments of `seg_count` elements (the last one may be shorter).
 
     Segment s travels with tag `(tag_base + s) % tag_space`. Within one operation every segment has
-    its own tag (nseg <= tag_space), so segments may complete in any order; across operations tags
-    repeat, which MPI's non-overtaking rule makes safe (each (source, dest, tag) is used once per op).
+    its own tag (nseg <= tag_space), so segments may complete in any order; a tag is reused by a later
+    operation only after the one holding it has finished (CommState.take_tags enforces it).
     """
 
     count: int

@@ -91,8 +91,17 @@ def test_tag_space_wraps_and_more_segments_than_tags(mpi_ranks):
             out = np.zeros(n, "i8")
             comm.Allreduce(np.arange(n, dtype="i8") * (rank + 1), out)
             np.testing.assert_array_equal(out, np.arange(n) * sum(range(1, world.Get_size() + 1)))
-            reqs = [comm.Ibcast(np.zeros(n) if rank else np.ones(n), 0) for _ in range(3)]
+            # several in flight at once hold more tags than exist: they must not mix their segments
+            bufs = [np.arange(n, dtype="f8") * (k + 2) if rank == 0 else np.zeros(n) for k in range(4)]
+            reqs = [comm.Ibcast(b, 0) for b in bufs]
+            outs = [np.zeros(n, "i8") for _ in range(3)]
+            reqs += [comm.Iallreduce(np.arange(n, dtype="i8") + k + rank, outs[k]) for k in range(3)]
             Request.Waitall(reqs)
+            for k, b in enumerate(bufs):
+                np.testing.assert_array_equal(b, np.arange(n) * (k + 2))
+            size = world.Get_size()
+            for k, o in enumerate(outs):
+                np.testing.assert_array_equal(o, size * (np.arange(n) + k) + sum(range(size)))
 
 
 @pytest.mark.mpi(ranks=[2, 3], timeout=120)
