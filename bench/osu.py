@@ -17,13 +17,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import os
 import platform
 import re
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -578,19 +577,9 @@ def _time_blocking(calls: list[Callable[[], Any]], impls: list[Impl], switch: Se
 def _time_pure_nonblocking(starts: list[Callable[[], Any]], impls: list[Impl], switch: SettingsSwitch,
                            barrier: Callable, iters: int, noise: Noise,
                            progress_cb: Callable[[int], None]) -> np.ndarray:
-    n = len(impls)
-    times = np.zeros((n, iters))
-    clock = time.perf_counter
-    for it in range(iters):
-        for k in range(n):
-            switch.apply(impls[k])
-            barrier()
-            noise.delay(it)
-            t0 = clock()
-            starts[k]().Wait()
-            times[k, it] = clock() - t0
-        progress_cb(1)
-    return times
+    """Pure communication time of the I-forms: start + Wait, timed like the blocking calls."""
+    waits = [lambda start=start: start().Wait() for start in starts]
+    return _time_blocking(waits, impls, switch, barrier, iters, noise, progress_cb)
 
 
 def _time_overlap(starts: list[Callable[[], Any]], impls: list[Impl], switch: SettingsSwitch, barrier: Callable,

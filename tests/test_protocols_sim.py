@@ -28,15 +28,19 @@ def _trees(kind, size, root):
     return trees.build_all(kind, size, root, **params)
 
 
-def _flags(n):
+def _flags(n, parts):
+    """done[r] becomes True once rank r's `parts` protocols (one per tree) have all completed, once each."""
     done = [False] * n
+    left = [parts] * n
 
-    def setter(r):
+    def part_done(r):
         def f():
-            assert not done[r], "completion reported twice"
-            done[r] = True
+            assert not done[r], "completion reported after the rank was done"
+            left[r] -= 1
+            if left[r] == 0:
+                done[r] = True
         return f
-    return done, setter
+    return done, part_done
 
 
 def run_bcast(size, root, kind, count, seg, seed, window=(2, 3), sync="first"):
@@ -45,14 +49,9 @@ def run_bcast(size, root, kind, count, seg, seed, window=(2, 3), sync="first"):
     tset = _trees(kind, size, root)
     expect = np.random.default_rng(seed).integers(0, 255, count).astype(np.uint8)
     bufs = [expect.copy() if r == root else np.zeros(count, np.uint8) for r in range(size)]
-    done, setter = _flags(size)
+    done, part_done = _flags(size, len(tset))
     for r in range(size):
-        left = [len(tset)]
-
-        def part(r=r, left=left):
-            left[0] -= 1
-            if left[0] == 0:
-                setter(r)()
+        part = part_done(r)
         for k, t in enumerate(tset):
             Bcast(world.transports[r], t.parent(r), t.children(r), bufs[r], plan, range(k, plan.nseg, len(tset)),
                   window[0], window[1], sync, part).start()
@@ -73,14 +72,9 @@ def run_reduce(size, root, kind, count, seg_elems, seed, backend, ordered=False,
     original = [d.copy() for d in data]
     outs = [d if in_place and (allreduce or r == root) else np.zeros(count, dtype) for r, d in enumerate(data)]
     pools = [SegmentPool(backend, np.dtype(dtype)) for _ in range(size)]
-    done, setter = _flags(size)
+    done, part_done = _flags(size, len(tset))
     for r in range(size):
-        left = [len(tset)]
-
-        def part(r=r, left=left):
-            left[0] -= 1
-            if left[0] == 0:
-                setter(r)()
+        part = part_done(r)
         for k, t in enumerate(tset):
             segs = range(k, plan.nseg, len(tset))
             if allreduce:
