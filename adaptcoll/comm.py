@@ -79,7 +79,7 @@ class CommState:
             self._reclaim()
         base = self.next_tag % shape.tag_space
         self.next_tag = (base + max(1, shape.nseg)) % shape.tag_space
-        plan = dataclasses.replace(shape, tag_base=base)
+        plan = SegmentPlan(shape.count, shape.seg_count, base, shape.tag_space)
         return plan
 
     def track(self, plan: SegmentPlan, operation: Operation) -> Operation:
@@ -226,34 +226,37 @@ class Intracomm(MPI.Intracomm):
 
     # -- broadcast -----------------------------------------------------------------------------
     def _start_bcast(self, name: str, buf: Any, root: Any) -> Optional[Operation]:
-        """Decide (locally, from arguments every rank shares), then set up and start; None = go native."""
+        return _start(name, self._prepare_bcast(buf, root))
+
+    def _prepare_bcast(self, buf: Any, root: Any) -> "Prepared | str":
+        """Decide (locally, from arguments every rank shares), then set up; a reason string = go native."""
         cfg = settings.current()
         size = self.Get_size()
         if not _root_ok(root, size):
-            return _native(name, "invalid arguments")
+            return "invalid arguments"
         if cfg.bcast_algorithm == "native":
-            return _native(name, "algorithm=native")
+            return "algorithm=native"
         root = int(root)
         rank = self.Get_rank()
         msg, on_device = _parse(buf, writable=rank != root)
         if isinstance(msg, str):
-            return _native(name, msg)
+            return msg
         nbytes = msg.nbytes
         if nbytes < cfg.threshold("bcast"):
-            return _native(name, _BELOW)
+            return _BELOW
         st = _prepare(self, "bcast")
+        transport = st.kit(on_device)[0]
         itemsize = msg.array.itemsize
         data = msg.array.view(np.uint8)
+        shape = st.plan_shape(nbytes, 1, max(itemsize, cfg.bcast_segment_size // itemsize * itemsize))
+        links = tree_links(st.trees(cfg.bcast_algorithm, root), rank, shape.nseg)
         sw, rw, sync = cfg.bcast_send_window, cfg.bcast_recv_window, cfg.sync_sends
-        with engine().lock:
-            transport = st.kit(on_device)[0]
-            plan = st.plan(nbytes, 1, max(itemsize, cfg.bcast_segment_size // itemsize * itemsize))
-            op = st.track(plan, start_on_links(
-                tree_links(st.trees(cfg.bcast_algorithm, root), rank, plan.nseg), buf,
-                lambda parent, children, segs, done: Bcast(transport, parent, children, data, plan, segs, sw, rw,
-                                                           sync, done).start()))
-        counters.record(name)
-        return op
+
+        def start() -> Operation:
+            plan = st.take_tags(shape)
+            return st.track(plan, start_on_links(links, buf, lambda parent, children, segs, done: Bcast(
+                transport, parent, children, data, plan, segs, sw, rw, sync, done).start()))
+        return Prepared(start)
 
     def Bcast(self, buf: Any, root: int = 0) -> None:
         """Broadcast `buf` from `root` (mpi4py signature and semantics)."""
@@ -276,13 +279,16 @@ class Intracomm(MPI.Intracomm):
 
     # -- reduce --------------------------------------------------------------------------------
     def _start_reduce(self, name: str, sendbuf: Any, recvbuf: Any, op: Any, root: Any) -> Optional[Operation]:
-        """Decide (locally, from arguments every rank shares), then set up and start; None = go native."""
+        return _start(name, self._prepare_reduce(sendbuf, recvbuf, op, root))
+
+    def _prepare_reduce(self, sendbuf: Any, recvbuf: Any, op: Any, root: Any) -> "Prepared | str":
+        """Decide (locally, from arguments every rank shares), then set up; a reason string = go native."""
         cfg = settings.current()
         size = self.Get_size()
         if not isinstance(op, MPI.Op) or not _root_ok(root, size):
-            return _native(name, "invalid arguments")
+            return "invalid arguments"
         if cfg.reduce_algorithm == "native":
-            return _native(name, "algorithm=native")
+            return "algorithm=native"
         root = int(root)
         rank = self.Get_rank()
         is_root = rank == root
@@ -290,32 +296,18 @@ class Intracomm(MPI.Intracomm):
         if in_place:
             msg, on_device = _parse(recvbuf, writable=True)
         elif sendbuf is _IN_PLACE:
-            return _native(name, "invalid arguments")
+            return "invalid arguments"
         else:
             msg, on_device = _parse(sendbuf, writable=False)
         if isinstance(msg, str):
-            return _native(name, msg)
+            return msg
         why = _reduce_unserved(msg, op, cfg.threshold("reduce"))
         if isinstance(why, str):
-            return _native(name, why)
+            return why
         rop, ordered_needed = why
         if ordered_needed and root != 0:
-            return _native(name, "non-commutative op with root != 0")
+            return "non-commutative op with root != 0"
         st = _prepare(self, "reduce")
-        with engine().lock:
-            operation, error = self._launch_reduce(st, cfg, msg, on_device, sendbuf, recvbuf, rop, ordered_needed,
-                                                   root, in_place)
-        counters.record(name)
-        if error is not None:  # the root's recvbuf was bad: the others' data was drained, now report
-            engine().wait_for(lambda: operation.done)
-            raise error
-        return operation
-
-    def _launch_reduce(self, st: CommState, cfg: settings.Settings, msg: buffers.Message, on_device: bool,
-                       sendbuf: Any, recvbuf: Any, rop: Any, ordered_needed: bool, root: int, in_place: bool
-                       ) -> tuple[Operation, Optional[BaseException]]:
-        rank = self.Get_rank()
-        is_root = rank == root
         transport, backend, pools = st.kit(on_device)
         target = None
         error: Optional[BaseException] = None
@@ -325,17 +317,20 @@ class Intracomm(MPI.Intracomm):
             else:
                 target, error = _root_target(recvbuf, msg, on_device, backend)
         dtype = msg.array.dtype
-        plan = st.plan(msg.count, dtype.itemsize, cfg.reduce_segment_size)
+        shape = st.plan_shape(msg.count, dtype.itemsize, cfg.reduce_segment_size)
+        links = tree_links(st.trees(cfg.reduce_algorithm, root, rank_ordered=ordered_needed), rank, shape.nseg)
         local = target if in_place else msg.array
         ordered = ordered_needed or cfg.reproducible
         sw, rw, sync = cfg.reduce_send_window, cfg.reduce_recv_window, cfg.sync_sends
         pool = pools(dtype)
-        operation = st.track(plan, start_on_links(
-            tree_links(st.trees(cfg.reduce_algorithm, root, rank_ordered=ordered_needed), rank, plan.nseg),
-            (sendbuf, recvbuf),
-            lambda parent, children, segs, done: Reduce(transport, backend, pool, parent, children, local, target,
-                                                        rop, plan, segs, sw, rw, sync, ordered, done).start()))
-        return operation, error
+        keep = (sendbuf, recvbuf)
+
+        def start() -> Operation:
+            plan = st.take_tags(shape)
+            return st.track(plan, start_on_links(links, keep, lambda parent, children, segs, done: Reduce(
+                transport, backend, pool, parent, children, local, target, rop, plan, segs, sw, rw, sync, ordered,
+                done).start()))
+        return Prepared(start, error)
 
     def Reduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, root: int = 0) -> None:
         """Reduce to `root` (mpi4py signature and semantics; non-root `recvbuf` is ignored)."""
@@ -359,52 +354,55 @@ class Intracomm(MPI.Intracomm):
 
     # -- allreduce -----------------------------------------------------------------------------
     def _start_allreduce(self, name: str, sendbuf: Any, recvbuf: Any, op: Any) -> Optional[Operation]:
-        """Decide (locally, from arguments every rank shares), then set up and start; None = go native."""
+        return _start(name, self._prepare_allreduce(sendbuf, recvbuf, op))
+
+    def _prepare_allreduce(self, sendbuf: Any, recvbuf: Any, op: Any) -> "Prepared | str":
+        """Decide (locally, from arguments every rank shares), then set up; a reason string = go native."""
         cfg = settings.current()
         if not isinstance(op, MPI.Op):
-            return _native(name, "invalid arguments")
+            return "invalid arguments"
         if cfg.allreduce_algorithm == "native":
-            return _native(name, "algorithm=native")
+            return "algorithm=native"
         in_place = sendbuf is _IN_PLACE or sendbuf is recvbuf
         rmsg, on_device = _parse(recvbuf, writable=True)
         if isinstance(rmsg, str):
-            return _native(name, rmsg)
+            return rmsg
         if in_place:
             local = rmsg.array
         else:
             smsg, send_on_device = _parse(sendbuf, writable=False)
             if isinstance(smsg, str):
-                return _native(name, smsg)
+                return smsg
             if send_on_device != on_device:
                 raise ValueError("adaptcoll Allreduce: sendbuf and recvbuf must both be host or both be device memory")
             if smsg.count != rmsg.count or smsg.array.dtype != rmsg.array.dtype:
-                return _native(name, "invalid arguments")
+                return "invalid arguments"
             if not on_device and np.may_share_memory(smsg.array, rmsg.array):
-                return _native(name, "invalid arguments")
+                return "invalid arguments"
             local = smsg.array
         why = _reduce_unserved(rmsg, op, cfg.threshold("allreduce"))
         if isinstance(why, str):
-            return _native(name, why)
+            return why
         rop, ordered_needed = why
         st = _prepare(self, "allreduce")
+        transport, backend, pools = st.kit(on_device)
         rank = self.Get_rank()
         dtype = rmsg.array.dtype
+        shape = st.plan_shape(rmsg.count, dtype.itemsize, cfg.allreduce_segment_size)
+        links = tree_links(st.allreduce_trees(cfg.allreduce_algorithm, cfg.allreduce_roots,
+                                              rank_ordered=ordered_needed), rank, shape.nseg)
         ordered = ordered_needed or cfg.reproducible
         sw, rw, sync = cfg.reduce_send_window, cfg.reduce_recv_window, cfg.sync_sends
+        pool = pools(dtype)
         result = rmsg.array
-        with engine().lock:
-            transport, backend, pools = st.kit(on_device)
-            pool = pools(dtype)
-            plan = st.plan(rmsg.count, dtype.itemsize, cfg.allreduce_segment_size)
-            operation = st.track(plan, start_on_links(
-                tree_links(st.allreduce_trees(cfg.allreduce_algorithm, cfg.allreduce_roots,
-                                              rank_ordered=ordered_needed), rank, plan.nseg),
-                (sendbuf, recvbuf),
-                lambda parent, children, segs, done: Allreduce(transport, backend, pool, parent, children, local,
-                                                               result, rop, plan, segs, sw, rw, sync, ordered,
-                                                               done).start()))
-        counters.record(name)
-        return operation
+        keep = (sendbuf, recvbuf)
+
+        def start() -> Operation:
+            plan = st.take_tags(shape)
+            return st.track(plan, start_on_links(links, keep, lambda parent, children, segs, done: Allreduce(
+                transport, backend, pool, parent, children, local, result, rop, plan, segs, sw, rw, sync, ordered,
+                done).start()))
+        return Prepared(start)
 
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM) -> None:
         """Allreduce (mpi4py signature; `sendbuf is recvbuf` is treated as IN_PLACE)."""
@@ -526,6 +524,29 @@ def _below_native_threshold(sendbuf: Any, recvbuf: Any, collective: str) -> bool
     """Fast path for small plain arrays: below the collective's native threshold (well under a microsecond)."""
     buf = recvbuf if sendbuf is _IN_PLACE else sendbuf
     return type(buf) is np.ndarray and buf.nbytes < settings._current.thresholds[collective]
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """A call adaptcoll serves, decided and set up on this rank: each `start()` takes fresh tags and
+    starts it (once for Bcast/Reduce/Allreduce, once per Start() for a persistent request).
+    `error`: the root's recvbuf was bad; the others' data is still drained, then this is raised."""
+
+    start: Callable[[], Operation]
+    error: Optional[BaseException] = None
+
+
+def _start(name: str, prepared: "Prepared | str") -> Optional[Operation]:
+    """Start a prepared call under the engine lock (None, counted as native, for a reason string)."""
+    if isinstance(prepared, str):
+        return _native(name, prepared)
+    with engine().lock:
+        operation = prepared.start()
+    counters.record(name)
+    if prepared.error is not None:
+        engine().wait_for(lambda: operation.done)
+        raise prepared.error
+    return operation
 
 
 def _prepare(comm: MPI.Intracomm, collective: str) -> CommState:
