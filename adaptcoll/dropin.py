@@ -74,8 +74,7 @@ def adopt(comm: Any) -> Any:
 
 
 _lock = threading.Lock()
-_world: Optional[Intracomm] = None
-_self: Optional[Intracomm] = None
+_shared_comms: dict[str, Intracomm] = {}
 _saved: Optional[tuple[Any, Any]] = None
 
 
@@ -86,24 +85,25 @@ def _plain(name: str) -> MPI.Intracomm:
     return getattr(MPI, name)
 
 
+def _shared(name: str) -> Intracomm:
+    """One adaptcoll communicator per process for mpi4py's predefined `name`."""
+    found = _shared_comms.get(name)
+    if found is None:
+        with _lock:
+            found = _shared_comms.get(name)
+            if found is None:
+                found = _shared_comms[name] = Intracomm(_plain(name))
+    return found
+
+
 def world() -> Intracomm:
     """The adaptcoll COMM_WORLD (one object per process, shared by adaptcoll.MPI and install())."""
-    global _world
-    if _world is None:
-        with _lock:
-            if _world is None:
-                _world = Intracomm(_plain("COMM_WORLD"))
-    return _world
+    return _shared("COMM_WORLD")
 
 
 def self_comm() -> Intracomm:
     """The adaptcoll COMM_SELF (one object per process)."""
-    global _self
-    if _self is None:
-        with _lock:
-            if _self is None:
-                _self = Intracomm(_plain("COMM_SELF"))
-    return _self
+    return _shared("COMM_SELF")
 
 
 def install() -> None:
