@@ -10,9 +10,14 @@ from __future__ import annotations
 import argparse
 import atexit
 import sys
+from ast import literal_eval
 from typing import Any, Optional, Sequence
 
-from . import settings
+import mpi4py
+from mpi4py.run import run_command_line, set_abort_status
+
+from . import __version__, settings
+from .counters import format_table
 
 __all__ = ["main", "parse_args"]
 
@@ -73,8 +78,6 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, dict[str, Any],
     own, program = _split(argv)
     opts = parser.parse_args(own)
     if opts.version:
-        from . import __version__
-
         print(f"adaptcoll {__version__}")
         sys.exit(0)
     if not program:
@@ -103,8 +106,6 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, dict[str, Any],
 
 
 def _rc(entries: Sequence[str]) -> dict[str, Any]:
-    from ast import literal_eval
-
     values: dict[str, Any] = {}
     for chunk in entries:
         for entry in chunk.split(","):
@@ -119,8 +120,6 @@ def _rc(entries: Sequence[str]) -> dict[str, Any]:
 
 
 def _print_stats(mode: str, rank: int) -> None:
-    from .counters import format_table
-
     if mode == "root" and rank != 0:
         return
     table = format_table()
@@ -134,18 +133,15 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     """Entry point of `python -m adaptcoll`."""
     opts, changes, program = parse_args(sys.argv[1:] if argv is None else argv)
     if opts.rc:
-        import mpi4py
-
         mpi4py.rc(**_rc(opts.rc))
     settings.configure(**changes)
-    from mpi4py.run import run_command_line, set_abort_status
+    # Imported here, not at the top: importing mpi4py.MPI initializes MPI, which must wait for -rc.
+    from mpi4py import MPI
 
     from .dropin import install
 
     install()
     if opts.stats:
-        from mpi4py import MPI
-
         atexit.register(_print_stats, opts.stats, MPI.COMM_WORLD.Get_rank())
     try:
         run_command_line(program)

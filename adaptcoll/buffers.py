@@ -5,8 +5,8 @@ Accepted (as mpi4py accepts them): `buf`, `(buf, count)`, `(buf, datatype)`, `(b
 predefined MPI.Datatype or a typecode string; `buf` is anything with the buffer protocol (NumPy arrays,
 array.array, bytearray, memoryview, ...) or a host `__dlpack__` producer. Whatever adaptcoll does not
 serve itself (derived datatypes, device memory, BOTTOM addressing, malformed specs) comes back as a
-reason string; the caller then hands the call, unchanged, to native MPI, which serves it or raises
-mpi4py's own error.
+`Native` value (adaptcoll.native) with the reason; the caller then hands the call, unchanged, to native
+MPI, which serves it or raises mpi4py's own error.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from typing import Any, Union
 
 import numpy as np
 from mpi4py import MPI
+
+from .native import DEVICE_MEMORY, Kind, Native
 
 __all__ = ["Message", "parse", "datatype_of"]
 
@@ -68,12 +70,19 @@ def _dtype_of(datatype: MPI.Datatype) -> np.dtype | None:
     return found
 
 
-def _as_bytes(buf: Any, writable: bool) -> Union[tuple[np.ndarray, np.dtype], str]:
+_UNSUPPORTED_BUFFER = Native("unsupported buffer", Kind.INVALID)
+_UNSUPPORTED_DTYPE = Native("unsupported dtype")
+_MALFORMED = Native("malformed buffer specification", Kind.INVALID)
+_NON_CONTIGUOUS = Native("non-contiguous buffer", Kind.BAD_BUFFER)
+_READ_ONLY = Native("read-only buffer", Kind.BAD_BUFFER)
+
+
+def _as_bytes(buf: Any, writable: bool) -> Union[tuple[np.ndarray, np.dtype], Native]:
     """(a flat uint8 view of `buf`'s memory, its element dtype), or a reason to go native."""
     if isinstance(buf, np.ndarray):
         arr = buf
     elif hasattr(buf, "__cuda_array_interface__"):
-        return "device memory"
+        return DEVICE_MEMORY
     else:
         try:
             arr = np.asarray(memoryview(buf))
@@ -82,29 +91,29 @@ def _as_bytes(buf: Any, writable: bool) -> Union[tuple[np.ndarray, np.dtype], st
                 try:
                     device = buf.__dlpack_device__()
                 except Exception:  # noqa: BLE001 - any failure means: let mpi4py decide
-                    return "unsupported buffer"
+                    return _UNSUPPORTED_BUFFER
                 if device[0] != 1:  # kDLCPU
-                    return "device memory"
+                    return DEVICE_MEMORY
                 try:
                     arr = np.from_dlpack(buf)
                 except Exception:  # noqa: BLE001
-                    return "unsupported buffer"
+                    return _UNSUPPORTED_BUFFER
             else:
-                return "unsupported buffer"
+                return _UNSUPPORTED_BUFFER
     if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
-        return "non-contiguous buffer"
+        return _NON_CONTIGUOUS
     if writable and not arr.flags.writeable:
-        return "read-only buffer"
+        return _READ_ONLY
     flat = arr.reshape(-1, order="A").view(np.uint8) if arr.ndim != 1 or arr.dtype != np.uint8 else arr
     return flat, arr.dtype
 
 
-def parse(spec: Any, writable: bool) -> Union[Message, str]:
-    """A Message for `spec`, or the reason (a short string) why native MPI must handle it."""
+def parse(spec: Any, writable: bool) -> Union[Message, Native]:
+    """A Message for `spec`, or a Native value saying why native MPI must handle it."""
     if type(spec) is np.ndarray and spec.flags.c_contiguous and (spec.flags.writeable or not writable):
         datatype = datatype_of(spec.dtype)
         if datatype is None:
-            return "unsupported dtype"
+            return _UNSUPPORTED_DTYPE
         flat = spec.reshape(-1)
         return Message(flat, datatype, flat.size)
     count = displ = None
@@ -112,7 +121,7 @@ def parse(spec: Any, writable: bool) -> Union[Message, str]:
     if isinstance(spec, (tuple, list)):
         items = list(spec)
         if not items or len(items) > 4:
-            return "malformed buffer specification"
+            return _MALFORMED
         buf = items[0]
         rest = items[1:]
         if len(rest) == 1:
@@ -124,44 +133,44 @@ def parse(spec: Any, writable: bool) -> Union[Message, str]:
             count, datatype = rest
             if isinstance(count, (tuple, list)):
                 if len(count) != 2:
-                    return "malformed buffer specification"
+                    return _MALFORMED
                 count, displ = count
         elif len(rest) == 3:
             count, displ, datatype = rest
     else:
         buf = spec
     if buf is None or buf is MPI.BOTTOM:
-        return "BOTTOM addressing"
+        return Native("BOTTOM addressing")
     found = _as_bytes(buf, writable)
-    if isinstance(found, str):
+    if isinstance(found, Native):
         return found
     raw, dtype = found
     if datatype is None:
         datatype = datatype_of(dtype)
         if datatype is None:
-            return "unsupported dtype"
+            return _UNSUPPORTED_DTYPE
     else:
         if isinstance(datatype, str):
             try:
                 datatype = MPI.Datatype.fromcode(datatype)
             except (KeyError, ValueError):
-                return "unknown typecode"
+                return Native("unknown typecode", Kind.INVALID)
         if not isinstance(datatype, MPI.Datatype):
-            return "malformed buffer specification"
+            return _MALFORMED
         dtype = _dtype_of(datatype)
         if dtype is None:
-            return "derived datatype"
+            return Native("derived datatype")
     itemsize = dtype.itemsize
     try:
         displ = 0 if displ is None else int(displ)
         if count is None:
             if raw.size % itemsize:
-                return "buffer size not a multiple of the datatype size"
+                return Native("buffer size not a multiple of the datatype size", Kind.INVALID)
             count = raw.size // itemsize - displ
         count = int(count)
     except (TypeError, ValueError):
-        return "malformed buffer specification"
+        return _MALFORMED
     if count < 0 or displ < 0 or (displ + count) * itemsize > raw.size:
-        return "count or displacement out of range"
+        return Native("count or displacement out of range", Kind.INVALID)
     view = raw[displ * itemsize:(displ + count) * itemsize].view(dtype)
     return Message(view, datatype, count)

@@ -1,7 +1,7 @@
-"""Device-memory detection: which buffers live on a CUDA device, what they look like, and whether
-the MPI library can read device memory itself (else the engine stages through pinned host buffers).
+"""Device-memory detection: which buffers live on a CUDA device and what they look like.
 
-Nothing here imports CuPy or initializes CUDA; MPI is imported only by `cuda_aware_mpi`.
+Nothing here imports CuPy, initializes CUDA or imports MPI (whether the MPI library can read device
+memory itself is `adaptcoll.cuda_aware`'s question).
 """
 
 from __future__ import annotations
@@ -14,24 +14,17 @@ from typing import Any, Optional
 import numpy as np
 
 __all__ = [
-    "CUDA_AWARE_ENV",
     "DLPACK_CUDA_DEVICE_TYPES",
     "DeviceArrayInfo",
-    "cuda_aware_mpi",
     "device_array_info",
     "is_device_buffer",
 ]
-
-CUDA_AWARE_ENV = "ADAPTCOLL_CUDA_AWARE"
-"""Set to 1 or 0 to say whether the MPI library is CUDA-aware, overriding every detection."""
 
 DLPACK_CUDA_DEVICE_TYPES = {2: "cuda", 13: "cuda_managed"}
 """DLPack device types whose memory belongs to a CUDA device (kDLCUDA, kDLCUDAManaged);
 kDLCUDAHost (3, pinned host memory) is host memory as far as MPI is concerned."""
 
 _HOST_TYPES = (np.ndarray, bytes, bytearray, memoryview)
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
 
 
 @dataclass(frozen=True)
@@ -175,88 +168,3 @@ def device_array_info(obj: Any) -> DeviceArrayInfo:
         )
     raise ValueError(f"{type(obj).__name__} is not a CUDA device buffer (no __cuda_array_interface__ "
                      "and no CUDA __dlpack_device__)")
-
-
-def _env_override() -> Optional[bool]:
-    """ADAPTCOLL_CUDA_AWARE as a bool, None when unset or empty; ValueError when unreadable."""
-    raw = os.environ.get(CUDA_AWARE_ENV)
-    if raw is None or raw.strip() == "":
-        return None
-    value = raw.strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise ValueError(f"{CUDA_AWARE_ENV}={raw!r} is not understood: set it to 1 (CUDA-aware MPI) or 0 (stage "
-                     "device buffers through host memory), or unset it to detect")
-
-
-def _alloc_kinds(comm: Any) -> Optional[str]:
-    """The MPI 4.1 info value `mpi_memory_alloc_kinds` from the communicator or MPI_INFO_ENV."""
-    from mpi4py import MPI
-
-    if not MPI.Is_initialized() or MPI.Is_finalized():
-        return None
-    sources = []
-    try:
-        sources.append((comm if comm is not None else MPI.COMM_WORLD).Get_info())
-    except MPI.Exception:
-        pass
-    sources.append(MPI.INFO_ENV)
-    for info in sources:
-        try:
-            value = info.Get("mpi_memory_alloc_kinds")
-        except MPI.Exception:
-            value = None
-        finally:
-            if info is not MPI.INFO_ENV and info != MPI.INFO_NULL:
-                info.Free()
-        if value:
-            return value
-    return None
-
-
-def _mpix_query_cuda_support() -> Optional[bool]:
-    """MPIX_Query_cuda_support() from the MPI library mpi4py loaded (MPICH, Open MPI), or None if absent."""
-    from mpi4py import MPI
-
-    candidates = [MPI.__file__]
-    try:
-        with open("/proc/self/maps") as maps:
-            candidates += sorted({line.split()[-1] for line in maps
-                                  if "/libmpi" in line and ".so" in line})
-    except OSError:
-        pass
-    mode = getattr(os, "RTLD_NOLOAD", 0) | getattr(os, "RTLD_LOCAL", 0)
-    for path in candidates:
-        try:
-            library = ctypes.CDLL(path, mode=mode)
-            query = library.MPIX_Query_cuda_support
-        except (OSError, AttributeError):
-            continue
-        query.restype = ctypes.c_int
-        query.argtypes = []
-        return bool(query())
-    return None
-
-
-def cuda_aware_mpi(comm: Any = None) -> tuple[bool, str]:
-    """Whether MPI can take device pointers, and why we think so.
-
-    Order: the ADAPTCOLL_CUDA_AWARE override, the MPI 4.1 info key `mpi_memory_alloc_kinds` listing
-    a cuda kind, MPIX_Query_cuda_support() through ctypes, else no.
-    """
-    override = _env_override()
-    if override is not None:
-        return override, f"{CUDA_AWARE_ENV}={os.environ[CUDA_AWARE_ENV].strip()}"
-    kinds = _alloc_kinds(comm)
-    if kinds is not None:
-        cuda_kinds = [kind.strip() for kind in kinds.split(",") if kind.strip().lower().startswith("cuda")]
-        if cuda_kinds:
-            return True, f"mpi_memory_alloc_kinds lists {','.join(cuda_kinds)}"
-    supported = _mpix_query_cuda_support()
-    if supported is not None:
-        return supported, f"MPIX_Query_cuda_support() returned {int(supported)}"
-    if kinds is not None:
-        return False, f"mpi_memory_alloc_kinds is {kinds!r} (no cuda kind) and MPIX_Query_cuda_support is absent"
-    return False, "no CUDA support reported (no mpi_memory_alloc_kinds info key, no MPIX_Query_cuda_support)"

@@ -3,7 +3,7 @@
 
 Per communicator, a `DeviceContext` holds a CupyBackend (its own non-blocking stream: folds are
 kernels whose events the engine polls), segment pools of device memory, and the transport: the MPI
-transport itself when MPI is CUDA-aware (detected by adaptcoll.cuda.cuda_aware_mpi), else a
+transport itself when MPI is CUDA-aware (detected by adaptcoll.cuda_aware.cuda_aware_mpi), else a
 StagingTransport through pinned host buffers. The producer's stream is synchronized before any device
 memory reaches MPI or a kernel (mpi4py does not).
 """
@@ -14,7 +14,10 @@ from typing import Any, Union
 
 import numpy as np
 
+from .backends.cupy_backend import CupyBackend, HostStaging, synchronize_producer
 from .buffers import Message, datatype_of
+from .cuda_aware import cuda_aware_mpi
+from .native import DEVICE_MEMORY, Kind, Native
 from .pool import SegmentPool
 from .staging import StagingTransport
 from .transport import Transport
@@ -31,28 +34,26 @@ def cupy_available() -> bool:
     return True
 
 
-def parse_device(spec: Any, writable: bool) -> Union[Message, str]:
+def parse_device(spec: Any, writable: bool) -> Union[Message, Native]:
     """A Message whose `array` is a 1-D CuPy view of a device buffer, or the reason to go native.
 
     Only the plain buffer form is served on the device (tuples with counts/datatypes go native).
     """
     if isinstance(spec, (tuple, list)):
-        return "device memory with a buffer specification"
+        return Native("device memory with a buffer specification", Kind.DEVICE)
     if not cupy_available():
-        return "device memory"
+        return DEVICE_MEMORY
     import cupy
-
-    from .backends.cupy_backend import synchronize_producer
 
     try:
         arr = cupy.asarray(spec)
     except Exception:  # noqa: BLE001
-        return "device memory"
+        return DEVICE_MEMORY
     if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
-        return "non-contiguous buffer"
+        return Native("non-contiguous buffer", Kind.BAD_BUFFER)
     datatype = datatype_of(np.dtype(arr.dtype))
     if datatype is None:
-        return "unsupported dtype"
+        return Native("unsupported dtype")
     synchronize_producer(spec)
     flat = arr.reshape(-1, order="A")
     return Message(flat, datatype, int(flat.size))
@@ -62,9 +63,6 @@ class DeviceContext:
     """Backend, pools and transport for device segments on one communicator."""
 
     def __init__(self, mpi_transport: Transport, comm: Any) -> None:
-        from .backends.cupy_backend import CupyBackend, HostStaging
-        from .cuda import cuda_aware_mpi
-
         self.backend = CupyBackend()
         self.cuda_aware, self.why = cuda_aware_mpi(comm)
         if self.cuda_aware:

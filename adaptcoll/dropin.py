@@ -1,5 +1,6 @@
-"""Drop-in plumbing: adaptcoll versions of COMM_WORLD/COMM_SELF, of every communicator derived from
-them, and `install()`/`uninstall()`, which swap them into mpi4py.MPI for unchanged programs.
+"""Drop-in plumbing: adaptcoll versions of COMM_WORLD/COMM_SELF (every communicator derived from them
+is an adaptcoll one too, see `adaptcoll.comm.adopt`), and `install()`/`uninstall()`, which swap them
+into mpi4py.MPI for unchanged programs.
 
 (Named `dropin`, not `install`: a submodule called `install` would shadow the function
 `adaptcoll.install` as soon as anything imported the submodule.)
@@ -15,62 +16,12 @@ from mpi4py import MPI
 from .comm import Intracomm
 
 __all__ = [
-    "Cartcomm",
-    "Graphcomm",
-    "Distgraphcomm",
-    "adopt",
     "world",
     "self_comm",
     "install",
     "uninstall",
     "installed",
 ]
-
-
-class Cartcomm(MPI.Cartcomm, Intracomm):
-    """An mpi4py Cartcomm (same handle) with adaptcoll's collectives."""
-
-    def __new__(cls, comm: Optional[MPI.Cartcomm] = None) -> "Cartcomm":
-        return MPI.Cartcomm.__new__(cls, MPI.COMM_NULL if comm is None else comm)
-
-    def Sub(self, remain_dims: Any) -> MPI.Cartcomm:
-        """Sub (mpi4py semantics); the result is an adaptcoll Cartcomm."""
-        return adopt(super().Sub(remain_dims))
-
-
-class Graphcomm(MPI.Graphcomm, Intracomm):
-    """An mpi4py Graphcomm (same handle) with adaptcoll's collectives."""
-
-    def __new__(cls, comm: Optional[MPI.Graphcomm] = None) -> "Graphcomm":
-        return MPI.Graphcomm.__new__(cls, MPI.COMM_NULL if comm is None else comm)
-
-
-class Distgraphcomm(MPI.Distgraphcomm, Intracomm):
-    """An mpi4py Distgraphcomm (same handle) with adaptcoll's collectives."""
-
-    def __new__(cls, comm: Optional[MPI.Distgraphcomm] = None) -> "Distgraphcomm":
-        return MPI.Distgraphcomm.__new__(cls, MPI.COMM_NULL if comm is None else comm)
-
-
-_WRAPPERS: tuple[tuple[type, type], ...] = (
-    (MPI.Cartcomm, Cartcomm),
-    (MPI.Graphcomm, Graphcomm),
-    (MPI.Distgraphcomm, Distgraphcomm),
-    (MPI.Intracomm, Intracomm),
-)
-
-
-def adopt(comm: Any) -> Any:
-    """`comm` as an adaptcoll communicator sharing its handle; intercommunicators, COMM_NULL and
-    non-communicators come back unchanged (adaptcoll serves intracommunicators only)."""
-    if not isinstance(comm, MPI.Intracomm) or comm == MPI.COMM_NULL:
-        return comm
-    for plain, wrapper in _WRAPPERS:
-        if isinstance(comm, wrapper):
-            return comm
-        if isinstance(comm, plain):
-            return wrapper(comm)
-    return comm  # pragma: no cover - every Intracomm matches the last entry
 
 
 _lock = threading.Lock()

@@ -1,7 +1,7 @@
 """Persistent collectives: Bcast_init / Reduce_init / Allreduce_init return a `Prequest` to Start()
-many times. The decision and set-up are adaptcoll.Intracomm's own (`_prepare_*`: buffers parsed, trees
-built, segment plan sized, pool chosen) done once; each Start() only takes a fresh tag base from the
-communicator's tag sequence and posts the protocols.
+many times. The decision and set-up are the one-shot calls' own (`adaptcoll.decide`: buffers parsed,
+trees built, segment plan sized, pool chosen), done once; each Start() only takes a fresh tag base
+from the communicator's tag sequence and posts the protocols.
 
 Settings in force at *_init time apply to every start (a persistent request is a fixed plan). Calls
 adaptcoll does not serve become native MPI persistent requests behind the same interface.
@@ -13,10 +13,11 @@ from typing import Any, Callable, Optional, Sequence
 
 from mpi4py import MPI
 
-from . import counters
-from .comm import _aliased_to_in_place, _native
+from . import counters, decide
 from .engine import engine
-from .requests import Operation, Request
+from .native import Native
+from .protocols.operation import Operation
+from .requests import Request
 
 __all__ = ["Prequest", "NativePrequest", "bcast_init", "reduce_init", "allreduce_init"]
 
@@ -94,38 +95,35 @@ class NativePrequest(Prequest):
         self._req = self._keep = None
 
 
-# -- the *_init calls: adaptcoll.Intracomm's own decision and set-up, started once per Start() --------
-def bcast_init(comm: Any, buf: Any, root: int = 0, info: MPI.Info = MPI.INFO_NULL) -> Prequest:
+# -- the *_init calls: the one-shot calls' decision and set-up, started once per Start() -----------
+def _prequest(name: str, decision: decide.Decision, keep: Any, native: Callable[[], MPI.Prequest]) -> Prequest:
+    """A Prequest for a prepared call, or the native persistent request for a Native decision."""
+    if isinstance(decision, Native):
+        counters.record(name, decision.reason)
+        if decision.error is not None:
+            raise decision.error
+        return NativePrequest(native(), keep=keep)
+    counters.record(name)
+    return Prequest(decision.start, keep=keep, error=decision.error)
+
+
+def bcast_init(comm: MPI.Intracomm, buf: Any, root: int = 0, info: MPI.Info = MPI.INFO_NULL) -> Prequest:
     """comm.Bcast_init(buf, root, info): a persistent broadcast request."""
-    prepared = comm._prepare_bcast(buf, root)
-    if isinstance(prepared, str):
-        _native("Bcast_init", prepared)
-        return NativePrequest(MPI.Intracomm.Bcast_init(comm, buf, root, info), keep=buf)
-    counters.record("Bcast_init")
-    return Prequest(prepared.start, keep=buf, error=prepared.error)
+    return _prequest("Bcast_init", decide.bcast(comm, buf, root), buf,
+                     lambda: MPI.Intracomm.Bcast_init(comm, buf, root, info))
 
 
-def reduce_init(comm: Any, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, root: int = 0,
+def reduce_init(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, root: int = 0,
                 info: MPI.Info = MPI.INFO_NULL) -> Prequest:
     """comm.Reduce_init(sendbuf, recvbuf, op, root, info): a persistent reduce request."""
-    prepared = comm._prepare_reduce(sendbuf, recvbuf, op, root)
-    if isinstance(prepared, str):
-        _native("Reduce_init", prepared)
-        native_send = _aliased_to_in_place(comm, sendbuf, recvbuf, root)
-        return NativePrequest(MPI.Intracomm.Reduce_init(comm, native_send, recvbuf, op, root, info),
-                              keep=(sendbuf, recvbuf))
-    counters.record("Reduce_init")
-    return Prequest(prepared.start, keep=(sendbuf, recvbuf), error=prepared.error)
+    return _prequest("Reduce_init", decide.reduce(comm, sendbuf, recvbuf, op, root), (sendbuf, recvbuf),
+                     lambda: MPI.Intracomm.Reduce_init(comm, decide.in_place_send_at_root(comm, sendbuf, recvbuf, root),
+                                                       recvbuf, op, root, info))
 
 
-def allreduce_init(comm: Any, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM,
+def allreduce_init(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM,
                    info: MPI.Info = MPI.INFO_NULL) -> Prequest:
     """comm.Allreduce_init(sendbuf, recvbuf, op, info): a persistent allreduce request."""
-    prepared = comm._prepare_allreduce(sendbuf, recvbuf, op)
-    if isinstance(prepared, str):
-        _native("Allreduce_init", prepared)
-        native_send = _IN_PLACE if sendbuf is recvbuf else sendbuf
-        return NativePrequest(MPI.Intracomm.Allreduce_init(comm, native_send, recvbuf, op, info),
-                              keep=(sendbuf, recvbuf))
-    counters.record("Allreduce_init")
-    return Prequest(prepared.start, keep=(sendbuf, recvbuf), error=prepared.error)
+    return _prequest("Allreduce_init", decide.allreduce(comm, sendbuf, recvbuf, op), (sendbuf, recvbuf),
+                     lambda: MPI.Intracomm.Allreduce_init(comm, decide.in_place_send(sendbuf, recvbuf), recvbuf, op,
+                                                          info))

@@ -12,16 +12,15 @@ that reduce to rank 0 followed by the pickled bcast of the result.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import numpy as np
 from mpi4py import MPI
 
-from . import counters, settings
+from . import collectives, counters, decide, settings
 from .engine import engine
-
-if TYPE_CHECKING:
-    from .comm import Intracomm
+from .native import ALGORITHM_NATIVE, INVALID_ARGUMENTS
+from .state import comm_state
 
 __all__ = ["bcast", "reduce", "allreduce", "INLINE_BELOW"]
 
@@ -32,13 +31,9 @@ bcast; larger ones go through adaptcoll's segmented Bcast. Same on all ranks (on
 but keep it equal anyway). Set ADAPTCOLL_PICKLE_INLINE_BELOW or assign adaptcoll.pickled.INLINE_BELOW."""
 
 _pickle = MPI.Pickle()
-_NATIVE_BCAST = MPI.Intracomm.bcast
-_NATIVE_REDUCE = MPI.Intracomm.reduce
-_NATIVE_ALLREDUCE = MPI.Intracomm.allreduce
-
-
-def _root_ok(root: Any, size: int) -> bool:
-    return isinstance(root, (int, np.integer)) and not isinstance(root, bool) and 0 <= int(root) < size
+_MPI_PICKLED_BCAST = MPI.Intracomm.bcast
+_MPI_PICKLED_REDUCE = MPI.Intracomm.reduce
+_MPI_PICKLED_ALLREDUCE = MPI.Intracomm.allreduce
 
 
 def _flat(buf: Any) -> np.ndarray:
@@ -47,16 +42,7 @@ def _flat(buf: Any) -> np.ndarray:
 
 
 # -- bcast -------------------------------------------------------------------------------------
-def _bcast_bytes(comm: "Intracomm", name: str, data: np.ndarray, root: int) -> None:
-    """Broadcast one flat byte array with adaptcoll's Bcast (native if the settings say so)."""
-    op = comm._start_bcast(name, data, root)
-    if op is None:
-        MPI.Intracomm.Bcast(comm, data, root)
-    elif not op.done:
-        engine().wait_for(lambda: op.done)
-
-
-def _bcast_object(comm: "Intracomm", obj: Any, root: int, name: str, inline_reason: str | None) -> Any:
+def _bcast_object(comm: MPI.Intracomm, obj: Any, root: int, name: str, inline_reason: str | None) -> Any:
     """The broadcast itself; records `name` once: as the segmented Bcast went, or, for an object small
     enough to ride the native header, as native with `inline_reason` (served if that is None)."""
     is_root = comm.Get_rank() == root
@@ -76,7 +62,7 @@ def _bcast_object(comm: "Intracomm", obj: Any, root: int, name: str, inline_reas
             header = ("oob", data if inline_data else len(data), sizes)
     else:
         header = None
-    header = _NATIVE_BCAST(comm, header, root)
+    header = _MPI_PICKLED_BCAST(comm, header, root)
     if header[0] == "inline":
         counters.record(name, inline_reason)
         data, bufs = header[1], header[2]
@@ -89,7 +75,7 @@ def _bcast_object(comm: "Intracomm", obj: Any, root: int, name: str, inline_reas
         wire = pieces[0] if len(pieces) == 1 else (np.concatenate(pieces) if pieces else np.empty(0, np.uint8))
     else:
         wire = np.empty(total, np.uint8)
-    _bcast_bytes(comm, name, wire, root)
+    collectives.bcast(comm, wire, root, name)
     if is_root:  # like mpi4py, the root gets a copy, not the object itself
         wire = wire.copy()
     views, at = [], 0
@@ -101,14 +87,14 @@ def _bcast_object(comm: "Intracomm", obj: Any, root: int, name: str, inline_reas
     return _pickle.loads_oob(data, views)
 
 
-def bcast(comm: "Intracomm", obj: Any, root: int = 0) -> Any:
+def bcast(comm: MPI.Intracomm, obj: Any, root: int = 0) -> Any:
     """comm.bcast(obj, root) with large objects sent through adaptcoll's segmented Bcast."""
-    if not _root_ok(root, comm.Get_size()):
-        counters.record("bcast", "invalid arguments")
-        return _NATIVE_BCAST(comm, obj, root)
+    if not decide.root_ok(root, comm.Get_size()):
+        counters.record("bcast", INVALID_ARGUMENTS.reason)
+        return _MPI_PICKLED_BCAST(comm, obj, root)
     if settings.current().bcast_algorithm == "native":
-        counters.record("bcast", "algorithm=native")
-        return _NATIVE_BCAST(comm, obj, root)
+        counters.record("bcast", ALGORITHM_NATIVE.reason)
+        return _MPI_PICKLED_BCAST(comm, obj, root)
     return _bcast_object(comm, obj, int(root), "bcast", "small object")
 
 
@@ -151,11 +137,9 @@ def _check_op(op: Any) -> None:
         raise TypeError(f"reduction operation must be an MPI.Op or a callable, got {type(op).__name__}")
 
 
-def _reduce_to_zero(comm: "Intracomm", obj: Any, op: Callable[[Any, Any], Any], root: int) -> Any:
+def _reduce_to_zero(comm: MPI.Intracomm, obj: Any, op: Callable[[Any, Any], Any], root: int) -> Any:
     """Fold in rank order up an in-order binomial tree to rank 0, then hand the result to `root`.
     Returns the result on `root`, None elsewhere."""
-    from .comm import comm_state
-
     st = comm_state(comm)
     with engine().lock:
         tag = st.plan(1, 1, 1).tag(0)
@@ -181,26 +165,26 @@ def _reduce_to_zero(comm: "Intracomm", obj: Any, op: Callable[[Any, Any], Any], 
     return acc if rank == root else None
 
 
-def reduce(comm: "Intracomm", sendobj: Any, op: Any = MPI.SUM, root: int = 0) -> Any:
+def reduce(comm: MPI.Intracomm, sendobj: Any, op: Any = MPI.SUM, root: int = 0) -> Any:
     """comm.reduce(sendobj, op, root): any associative MPI.Op or callable, folded in rank order."""
     _check_op(op)
-    if not _root_ok(root, comm.Get_size()):
-        counters.record("reduce", "invalid arguments")
-        return _NATIVE_REDUCE(comm, sendobj, op, root)
+    if not decide.root_ok(root, comm.Get_size()):
+        counters.record("reduce", INVALID_ARGUMENTS.reason)
+        return _MPI_PICKLED_REDUCE(comm, sendobj, op, root)
     if settings.current().reduce_algorithm == "native":
-        counters.record("reduce", "algorithm=native")
-        return _NATIVE_REDUCE(comm, sendobj, op, root)
+        counters.record("reduce", ALGORITHM_NATIVE.reason)
+        return _MPI_PICKLED_REDUCE(comm, sendobj, op, root)
     result = _reduce_to_zero(comm, sendobj, op, int(root))
     counters.record("reduce")
     return result
 
 
-def allreduce(comm: "Intracomm", sendobj: Any, op: Any = MPI.SUM) -> Any:
+def allreduce(comm: MPI.Intracomm, sendobj: Any, op: Any = MPI.SUM) -> Any:
     """comm.allreduce(sendobj, op): the rank-ordered reduce to rank 0, then the pickled bcast."""
     _check_op(op)
     if settings.current().allreduce_algorithm == "native":
-        counters.record("allreduce", "algorithm=native")
-        return _NATIVE_ALLREDUCE(comm, sendobj, op)
+        counters.record("allreduce", ALGORITHM_NATIVE.reason)
+        return _MPI_PICKLED_ALLREDUCE(comm, sendobj, op)
     result = _reduce_to_zero(comm, sendobj, op, 0)
     # the fold was adaptcoll's, so a small result riding the native header still counts as served
     return _bcast_object(comm, result, 0, "allreduce", None)

@@ -8,31 +8,14 @@ pending adaptcoll operation of the process. Each request holds references to its
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from mpi4py import MPI
 
 from .engine import engine
+from .protocols.operation import Operation
 
-__all__ = ["Request", "Operation", "NativeRequest"]
-
-
-class Operation:
-    """Completion state of one adaptcoll collective on this rank; keeps its buffers alive until done."""
-
-    __slots__ = ("done", "keep", "on_done")
-
-    def __init__(self, keep: Any = None) -> None:
-        self.done = False
-        self.keep = keep
-        self.on_done: Optional[Callable[[], None]] = None
-
-    def complete(self) -> None:
-        """Called by the protocol when this rank's part is finished."""
-        self.done = True
-        self.keep = None
-        if self.on_done is not None:
-            self.on_done()
+__all__ = ["Request", "NativeRequest"]
 
 
 def _fill(status: Optional[MPI.Status]) -> None:

@@ -66,16 +66,15 @@ class Settings:
     allreduce_roots: int = 0
     max_segments: int = 4
 
-    def __post_init__(self) -> None:
-        thresholds = {}
-        for collective in COLLECTIVES:
-            own = getattr(self, f"{collective}_native_below")
-            thresholds[collective] = self.native_below if own < 0 else own
-        object.__setattr__(self, "thresholds", thresholds)
+    @property
+    def thresholds(self) -> dict[str, int]:
+        """Per collective, the threshold in force: its own setting, else native_below."""
+        return {c: self.threshold(c) for c in COLLECTIVES}
 
     def threshold(self, collective: str) -> int:
         """Messages below this many bytes go native: the collective's own setting, else native_below."""
-        return self.thresholds[collective]  # type: ignore[attr-defined]
+        own: int = getattr(self, f"{collective}_native_below")
+        return self.native_below if own < 0 else own
 
     def algorithm(self, collective: str) -> str:
         """The algorithm setting (tree kind, optionally with ':k=v' params, or 'native') for a collective."""
@@ -200,6 +199,16 @@ def _follow_global_threshold(values: dict[str, Any]) -> dict[str, Any]:
 
 _current: Settings = Settings()
 
+THRESHOLDS: dict[str, int] = dict(_current.thresholds)
+"""The native thresholds of the settings in force, updated in place whenever they change: the
+small-message fast path reads this one dict instead of going through `current()`."""
+
+
+def _install(settings: Settings) -> None:
+    global _current
+    _current = settings
+    THRESHOLDS.update(settings.thresholds)
+
 
 def current() -> Settings:
     """The settings in force now."""
@@ -211,19 +220,13 @@ def configure(**changes: Any) -> Settings:
 
     Returns the previous settings. Unknown names raise TypeError; bad values raise ValueError.
     """
-    global _current
     unknown = set(changes) - set(ENV_VARS)
     if unknown:
         raise TypeError(f"unknown adaptcoll setting(s): {', '.join(sorted(unknown))}; valid: {', '.join(ENV_VARS)}")
     parsed = _follow_global_threshold({k: _parse_field(k, v, k) for k, v in changes.items()})
     previous = _current
-    _current = dataclasses.replace(_current, **parsed)
+    _install(dataclasses.replace(_current, **parsed))
     return previous
-
-
-def _restore(settings: Settings) -> None:
-    global _current
-    _current = settings
 
 
 @contextlib.contextmanager
@@ -233,9 +236,9 @@ def configured(**changes: Any) -> Iterator[Settings]:
     try:
         yield _current
     finally:
-        _restore(previous)
+        _install(previous)
 
 
 def load_environ() -> None:
     """(Re)read the environment into the current settings (done once at import)."""
-    _restore(from_environ())
+    _install(from_environ())

@@ -1,7 +1,8 @@
 """Where ranks sit in the machine: per-level group ids (node, socket, NUMA), parsed or discovered.
 
 A `Topology` feeds the hierarchical "topo" tree of `adaptcoll.trees`. It comes from the
-ADAPTCOLL_TOPOLOGY setting (`parse`) or from MPI and the OS (`discover`); only `discover` imports MPI.
+ADAPTCOLL_TOPOLOGY setting (`parse`) or from MPI and the OS (`adaptcoll.discovery.discover`, the only
+part that needs MPI). This module has the value, the parser and the OS lookups (sysfs), no MPI.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-__all__ = ["ENV_VAR", "Topology", "parse", "discover", "from_env_or_discover", "os_socket_id", "os_numa_id"]
+__all__ = ["ENV_VAR", "Topology", "parse", "os_socket_id", "os_numa_id"]
 
 ENV_VAR = "ADAPTCOLL_TOPOLOGY"
 """Environment variable that overrides discovery with a `parse` spec."""
@@ -149,39 +150,7 @@ def parse(spec: str, size: int) -> Topology:
     return Topology(tuple(levels), tuple(n for n, _ in raw))
 
 
-# ---------------------------------------------------------------- discovery (MPI + OS)
-
-_HW_TYPES = {"socket": ("socket", "Package", "package"), "numa": ("numanode", "NUMANode", "numa")}
-
-
-def _leader_ids(comm: Any, sub: Any, MPI: Any) -> tuple[int, ...]:
-    """Per rank of `comm`: the lowest `comm` rank of its group in `sub` (a group id shared by the group)."""
-    leader = sub.allreduce(comm.Get_rank(), op=MPI.MIN)
-    return tuple(comm.allgather(leader))
-
-
-def _hw_guided_ids(comm: Any, MPI: Any, resource_types: Sequence[str]) -> tuple[int, ...] | None:
-    """Group ids from MPI_COMM_TYPE_HW_GUIDED for the first resource type all ranks support, else None."""
-    split_kind = getattr(MPI, "COMM_TYPE_HW_GUIDED", None)
-    if split_kind is None:
-        return None
-    for resource in resource_types:
-        info = MPI.Info.Create()
-        info.Set("mpi_hw_resource_type", resource)
-        try:
-            sub = comm.Split_type(split_kind, key=comm.Get_rank(), info=info)
-        except MPI.Exception:
-            sub = MPI.COMM_NULL
-        finally:
-            info.Free()
-        usable = sub != MPI.COMM_NULL
-        try:
-            if comm.allreduce(usable, op=MPI.LAND):
-                return _leader_ids(comm, sub, MPI)
-        finally:
-            if usable:
-                sub.Free()
-    return None
+# ---------------------------------------------------------------- OS lookups (sysfs)
 
 
 def _read_int(path: str) -> int | None:
@@ -224,53 +193,3 @@ def os_numa_id(cpus: set[int], sysfs: str = "/sys") -> int | None:
         except (OSError, ValueError):
             return None
     return found.pop() if len(found) == 1 else None
-
-
-def _os_ids(comm: Any, local_id: Callable[[set[int]], int | None]) -> tuple[int, ...] | None:
-    """Group ids from this process's CPU affinity via `local_id`, or None unless every rank knows its id."""
-    try:
-        mine = local_id(set(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        mine = None
-    ids = tuple(comm.allgather(mine))
-    return None if None in ids else ids  # type: ignore[return-value]
-
-
-def _refines(levels: list[tuple[int, ...]], ids: tuple[int, ...]) -> bool:
-    """True if `ids` splits at least one group of the levels above it (else the level adds nothing)."""
-    outer = set(zip(*levels))
-    return len(set(zip(*levels, ids))) > len(outer)
-
-
-def discover(comm: Any) -> Topology:
-    """Collective: node level from Split_type(COMM_TYPE_SHARED), then socket and NUMA levels where known.
-
-    Sockets/NUMA come from COMM_TYPE_HW_GUIDED when the MPI supports the resource type, else from
-    the OS (CPU affinity + sysfs); a level is dropped if unknown on any rank or if it splits no group.
-    The node level is always present. Every communicator created here is freed.
-    """
-    from mpi4py import MPI
-
-    node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
-    try:
-        levels = [_leader_ids(comm, node, MPI)]
-    finally:
-        node.Free()
-    names = ["node"]
-    os_id = {"socket": os_socket_id, "numa": os_numa_id}
-    for name in ("socket", "numa"):
-        ids = _hw_guided_ids(comm, MPI, _HW_TYPES[name])
-        if ids is None:
-            ids = _os_ids(comm, os_id[name])
-        if ids is not None and _refines(levels, ids):
-            levels.append(ids)
-            names.append(name)
-    return Topology(tuple(levels), tuple(names))
-
-
-def from_env_or_discover(comm: Any) -> Topology:
-    """The ADAPTCOLL_TOPOLOGY spec if set (it must be the same on every rank), else `discover(comm)`."""
-    spec = os.environ.get(ENV_VAR, "").strip()
-    if spec:
-        return parse(spec, comm.Get_size())
-    return discover(comm)

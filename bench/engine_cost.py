@@ -29,6 +29,7 @@ def in_process(repeats: int = 5) -> dict:
     from adaptcoll.plan import plan_segments
     from adaptcoll.pool import SegmentPool
     from adaptcoll.protocols.bcast import Bcast
+    from adaptcoll.protocols.context import OpContext
     from adaptcoll.protocols.reduce import Reduce
     from adaptcoll.sim import LoopbackWorld
 
@@ -45,15 +46,14 @@ def in_process(repeats: int = 5) -> dict:
             for r in range(size):
                 def fin(r=r):
                     done[r] = True
+                ctx = OpContext(world.transports[r], be, plan, 2, 3, "first", False, SegmentPool(be, np.dtype("f8")))
                 if name == "Bcast":
                     buf = np.zeros(nseg)
-                    Bcast(world.transports[r], tree.parent(r), tree.children(r), buf, plan, range(nseg), 2, 3,
-                          "first", fin).start()
+                    Bcast(ctx, tree.parent(r), tree.children(r), buf, range(nseg), fin).start()
                 else:
                     target = np.zeros(nseg) if r == 0 else None
-                    Reduce(world.transports[r], be, SegmentPool(be, np.dtype("f8")), tree.parent(r),
-                           tree.children(r), np.ones(nseg), target, ReduceOp("SUM"), plan, range(nseg), 2, 3,
-                           "first", False, fin).start()
+                    Reduce(ctx, tree.parent(r), tree.children(r), np.ones(nseg), target, ReduceOp("SUM"),
+                           range(nseg), fin).start()
             t0 = time.perf_counter()
             steps = world.run(lambda: all(done))
             per_event.append((time.perf_counter() - t0) / steps * 1e6)

@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from adaptcoll import cuda
-from adaptcoll.cuda import CUDA_AWARE_ENV, cuda_aware_mpi, device_array_info, is_device_buffer
+from adaptcoll import cuda, cuda_aware
+from adaptcoll.cuda import device_array_info, is_device_buffer
+from adaptcoll.cuda_aware import CUDA_AWARE_ENV, cuda_aware_mpi
 
 
 class FakeCAI:
@@ -133,7 +134,7 @@ def test_dlpack_device_info_and_host_objects() -> None:
 @pytest.mark.parametrize("value,expected", [("1", True), ("0", False), (" yes ", True), ("OFF", False)])
 def test_env_override_wins(monkeypatch: pytest.MonkeyPatch, value: str, expected: bool) -> None:
     monkeypatch.setenv(CUDA_AWARE_ENV, value)
-    monkeypatch.setattr(cuda, "_alloc_kinds", lambda comm: pytest.fail("detection ran despite the override"))
+    monkeypatch.setattr(cuda_aware, "_alloc_kinds", lambda comm: pytest.fail("detection ran despite the override"))
     aware, reason = cuda_aware_mpi()
     assert aware is expected
     assert CUDA_AWARE_ENV in reason
@@ -147,12 +148,12 @@ def test_env_invalid_value_names_the_variable(monkeypatch: pytest.MonkeyPatch) -
 
 def test_alloc_kinds_with_cuda_means_aware(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(CUDA_AWARE_ENV, raising=False)
-    monkeypatch.setattr(cuda, "_alloc_kinds", lambda comm: "mpi,system,cuda:device,cuda:managed")
-    monkeypatch.setattr(cuda, "_mpix_query_cuda_support", lambda: pytest.fail("info key should decide"))
+    monkeypatch.setattr(cuda_aware, "_alloc_kinds", lambda comm: "mpi,system,cuda:device,cuda:managed")
+    monkeypatch.setattr(cuda_aware, "_mpix_query_cuda_support", lambda: pytest.fail("info key should decide"))
     aware, reason = cuda_aware_mpi()
     assert aware and "cuda:device" in reason
-    monkeypatch.setattr(cuda, "_alloc_kinds", lambda comm: "mpi,system")
-    monkeypatch.setattr(cuda, "_mpix_query_cuda_support", lambda: None)
+    monkeypatch.setattr(cuda_aware, "_alloc_kinds", lambda comm: "mpi,system")
+    monkeypatch.setattr(cuda_aware, "_mpix_query_cuda_support", lambda: None)
     aware, reason = cuda_aware_mpi()
     assert not aware and "mpi,system" in reason
 

@@ -12,7 +12,7 @@ from mpi4py import MPI as mpi4py_MPI
 
 import adaptcoll
 from adaptcoll import pickled
-from adaptcoll.dropin import Cartcomm, Distgraphcomm, Graphcomm
+from adaptcoll.comm import Cartcomm, Distgraphcomm, Graphcomm
 from adaptcoll.engine import engine
 
 

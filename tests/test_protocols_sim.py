@@ -16,6 +16,8 @@ from adaptcoll.plan import plan_segments
 from adaptcoll.pool import SegmentPool
 from adaptcoll.protocols.allreduce import Allreduce
 from adaptcoll.protocols.bcast import Bcast
+from adaptcoll.protocols.context import OpContext
+from adaptcoll.protocols.links import start_on_links, tree_links
 from adaptcoll.protocols.reduce import Reduce
 from adaptcoll.sim import LoopbackWorld
 from adaptcoll.topology import parse as parse_topology
@@ -28,19 +30,17 @@ def _trees(kind, size, root):
     return trees.build_all(kind, size, root, **params)
 
 
-def _flags(n, parts):
-    """done[r] becomes True once rank r's `parts` protocols (one per tree) have all completed, once each."""
-    done = [False] * n
-    left = [parts] * n
+def _start_all(world, tset, nseg, start_one):
+    """One protocol per tree per rank through the library's own link dealing; returns the operations."""
+    ops = []
+    for r in range(world.size):
+        links = tree_links(tset, r, nseg)
+        ops.append(start_on_links(links, None, lambda link, done, r=r: start_one(r, link, done)))
+    return ops
 
-    def part_done(r):
-        def f():
-            assert not done[r], "completion reported after the rank was done"
-            left[r] -= 1
-            if left[r] == 0:
-                done[r] = True
-        return f
-    return done, part_done
+
+def _all_done(ops):
+    return lambda: all(op.done for op in ops)
 
 
 def run_bcast(size, root, kind, count, seg, seed, window=(2, 3), sync="first"):
@@ -49,13 +49,11 @@ def run_bcast(size, root, kind, count, seg, seed, window=(2, 3), sync="first"):
     tset = _trees(kind, size, root)
     expect = np.random.default_rng(seed).integers(0, 255, count).astype(np.uint8)
     bufs = [expect.copy() if r == root else np.zeros(count, np.uint8) for r in range(size)]
-    done, part_done = _flags(size, len(tset))
-    for r in range(size):
-        part = part_done(r)
-        for k, t in enumerate(tset):
-            Bcast(world.transports[r], t.parent(r), t.children(r), bufs[r], plan, range(k, plan.nseg, len(tset)),
-                  window[0], window[1], sync, part).start()
-    world.run(lambda: all(done))
+    be = NumpyBackend()
+    ctxs = [OpContext(world.transports[r], be, plan, window[0], window[1], sync) for r in range(size)]
+    ops = _start_all(world, tset, plan.nseg, lambda r, link, done: Bcast(
+        ctxs[r], link.parent, link.children, bufs[r], link.segs, done).start())
+    world.run(_all_done(ops))
     assert world.unmatched == 0
     for r in range(size):
         np.testing.assert_array_equal(bufs[r], expect)
@@ -72,19 +70,16 @@ def run_reduce(size, root, kind, count, seg_elems, seed, backend, ordered=False,
     original = [d.copy() for d in data]
     outs = [d if in_place and (allreduce or r == root) else np.zeros(count, dtype) for r, d in enumerate(data)]
     pools = [SegmentPool(backend, np.dtype(dtype)) for _ in range(size)]
-    done, part_done = _flags(size, len(tset))
-    for r in range(size):
-        part = part_done(r)
-        for k, t in enumerate(tset):
-            segs = range(k, plan.nseg, len(tset))
-            if allreduce:
-                Allreduce(world.transports[r], backend, pools[r], t.parent(r), t.children(r), data[r], outs[r], op,
-                          plan, segs, 2, 3, "first", ordered, part).start()
-            else:
-                target = outs[r] if r == root else None
-                Reduce(world.transports[r], backend, pools[r], t.parent(r), t.children(r), data[r], target, op, plan,
-                       segs, 2, 3, "first", ordered, part).start()
-    world.run(lambda: all(done))
+    ctxs = [OpContext(world.transports[r], backend, plan, 2, 3, "first", ordered, pools[r]) for r in range(size)]
+
+    def start_one(r, link, done):
+        if allreduce:
+            Allreduce(ctxs[r], link.parent, link.children, data[r], outs[r], op, link.segs, done).start()
+        else:
+            target = outs[r] if r == root else None
+            Reduce(ctxs[r], link.parent, link.children, data[r], target, op, link.segs, done).start()
+    ops = _start_all(world, tset, plan.nseg, start_one)
+    world.run(_all_done(ops))
     assert world.unmatched == 0
     for r in range(size):
         if not (in_place and (allreduce or r == root)):

@@ -1,4 +1,4 @@
-"""Settings: environment parsing with errors that name the variable, run-time changes, segment plans."""
+"""Settings: environment parsing with errors that name the variable, run-time changes."""
 
 from __future__ import annotations
 
@@ -9,8 +9,6 @@ import pytest
 
 import adaptcoll
 from adaptcoll import settings
-from adaptcoll.buffers import parse
-from adaptcoll.plan import plan_segments
 
 
 def test_sizes_and_suffixes():
@@ -65,35 +63,19 @@ def test_configure_and_configured():
     assert adaptcoll.current_settings() == before
 
 
-def test_plan_rounds_to_whole_elements_and_respects_tag_space():
-    p = plan_segments(count=100, itemsize=8, segment_bytes=20, tag_base=0, tag_space=1000)
-    assert p.seg_count == 2 and p.nseg == 50
-    p = plan_segments(count=10, itemsize=16, segment_bytes=1, tag_base=0, tag_space=1000)
-    assert p.seg_count == 1  # at least one element
-    p = plan_segments(count=1000, itemsize=1, segment_bytes=1, tag_base=7, tag_space=9)
-    assert p.nseg <= 9 and sum(p.bounds(s)[1] - p.bounds(s)[0] for s in range(p.nseg)) == 1000
-    assert len({p.tag(s) for s in range(p.nseg)}) == p.nseg
-    assert plan_segments(0, 8, 64, 3, 10).nseg == 0
+def test_thresholds_follow_native_below_and_the_live_dict():
+    assert settings.THRESHOLDS == settings.current().thresholds
+    with adaptcoll.configured(native_below="64K"):
+        assert settings.THRESHOLDS == {"bcast": 65536, "reduce": 65536, "allreduce": 65536}
+        with adaptcoll.configured(reduce_native_below="1M"):
+            assert settings.THRESHOLDS["reduce"] == 1 << 20 and settings.THRESHOLDS["bcast"] == 65536
+    assert settings.THRESHOLDS == settings.current().thresholds
 
 
-def test_buffer_forms_parse_to_the_same_view():
-    import array
-
-    import numpy as np
-    from mpi4py import MPI
-
-    a = np.arange(10, dtype="f8")
-    for spec, count in [(a, 10), ([a, 4], 4), ((a, MPI.DOUBLE), 10), ((a, 3, "d"), 3), ((a, (3, 2), MPI.DOUBLE), 3),
-                        ((a, 3, 2, MPI.DOUBLE), 3), (memoryview(a), 10), (array.array("d", range(10)), 10)]:
-        msg = parse(spec, writable=True)
-        assert not isinstance(msg, str), spec
-        assert msg.count == count and msg.array.dtype == np.float64
-    assert parse((a, 3, 2, MPI.DOUBLE), writable=True).array[0] == 2.0
-    assert parse(np.zeros((4, 4))[:, 1], writable=True) == "non-contiguous buffer"
-    assert parse((a, MPI.DOUBLE.Create_contiguous(2)), writable=True) == "derived datatype"
-    assert parse(np.arange(3.0).view(np.dtype([("x", "f8")])), writable=True) == "unsupported dtype"
-    assert parse((None, 3, MPI.DOUBLE), writable=True) == "BOTTOM addressing"
-
-    class DeviceOnly:
-        __cuda_array_interface__ = {"shape": (4,), "typestr": "<f8", "data": (0, False), "version": 3}
-    assert parse(DeviceOnly(), writable=True) == "device memory"
+def test_windows_and_segment_size_per_collective():
+    with adaptcoll.configured(bcast_send_window=5, bcast_recv_window=7, reduce_send_window=1, reduce_recv_window=2,
+                              allreduce_segment_size="8K"):
+        cfg = settings.current()
+        assert cfg.windows("bcast") == (5, 7)
+        assert cfg.windows("reduce") == cfg.windows("allreduce") == (1, 2)
+        assert cfg.segment_size("allreduce") == 8192 and cfg.segment_size("bcast") == 512 * 1024

@@ -15,6 +15,7 @@ from adaptcoll.plan import plan_segments
 from adaptcoll.pool import SegmentPool
 from adaptcoll.protocols.allreduce import Allreduce
 from adaptcoll.protocols.bcast import Bcast
+from adaptcoll.protocols.context import OpContext
 from adaptcoll.protocols.reduce import Reduce
 from adaptcoll.sim import LoopbackWorld
 from adaptcoll.staging import StagingTransport
@@ -78,11 +79,12 @@ def test_staged_bcast_reduce_allreduce():
                 segs = range(k, plan.nseg, len(tset))
                 args = (t.parent(r), t.children(r))
                 left[0] += 3
-                Bcast(ts[r], *args, bc[r], plan, segs, 2, 3, "first", done).start()
-                Reduce(ts[r], be, pool, *args, data[r], red[r] if r == 0 else None, ReduceOp("SUM"),
-                       plan_segments(n, 8, 32, 1000, 1 << 15), segs, 2, 3, "first", False, done).start()
-                Allreduce(ts[r], be, pool, *args, data[r], allr[r], ReduceOp("SUM"),
-                          plan_segments(n, 8, 32, 2000, 1 << 15), segs, 2, 3, "first", False, done).start()
+                ctx = OpContext(ts[r], be, plan, 2, 3, "first", False, pool)
+                Bcast(ctx, *args, bc[r], segs, done).start()
+                Reduce(ctx.with_plan(plan_segments(n, 8, 32, 1000, 1 << 15)), *args, data[r],
+                       red[r] if r == 0 else None, ReduceOp("SUM"), segs, done).start()
+                Allreduce(ctx.with_plan(plan_segments(n, 8, 32, 2000, 1 << 15)), *args, data[r], allr[r],
+                          ReduceOp("SUM"), segs, done).start()
         world.run(lambda: left[0] == 0)
         total = np.sum(data, axis=0)
         for r in range(size):

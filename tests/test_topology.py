@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from adaptcoll import topology
+from adaptcoll import discovery, topology
 from adaptcoll.topology import Topology, parse
 
 
@@ -100,7 +100,7 @@ def test_discover_consistent_with_split_type(mpi_ranks: int, monkeypatch) -> Non
     comm = MPI.COMM_WORLD
     assert comm.Get_size() == mpi_ranks
     for sub in (comm, comm.Split(comm.Get_rank() % 2, key=-comm.Get_rank())):  # also a reordered sub-comm
-        topo = topology.discover(sub)
+        topo = discovery.discover(sub)
         assert topo.size == sub.Get_size() and topo.names[0] == "node"
         assert all(t == topo for t in sub.allgather(topo))  # identical on every rank
         shared = sub.Split_type(MPI.COMM_TYPE_SHARED)
@@ -112,9 +112,9 @@ def test_discover_consistent_with_split_type(mpi_ranks: int, monkeypatch) -> Non
             assert len(topo.groups(level)) > len(topo.groups(level - 1))
             assert all(len({topo.levels[0][r] for r in g}) == 1 for g in topo.groups(level))
         monkeypatch.setenv(topology.ENV_VAR, "nodes=2")
-        assert topology.from_env_or_discover(sub) == parse("nodes=2", sub.Get_size())
+        assert discovery.from_env_or_discover(sub) == parse("nodes=2", sub.Get_size())
         monkeypatch.delenv(topology.ENV_VAR)
-        assert topology.from_env_or_discover(sub) == topo
+        assert discovery.from_env_or_discover(sub) == topo
         if sub is not comm:
             sub.Free()
 
@@ -135,7 +135,7 @@ def test_discover_frees_its_communicators(mpi_ranks: int) -> None:
             comm.Free()
         del held[-40:]
         for _ in range(100):
-            topology.discover(MPI.COMM_WORLD)
+            discovery.discover(MPI.COMM_WORLD)
     finally:
         for comm in held:
             comm.Free()

@@ -15,12 +15,13 @@ to stderr and exits with the command's status. The wrapper must not initialize M
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import subprocess
 import sys
 
 from .calibrate import calibrate
-from .spec import ENV_VAR, parse_spec, rank_from_env
+from .spec import ENV_VAR, RANK_VARIABLES, parse_spec, rank_from_env
 
 __all__ = ["main", "SAFE_PYTHON_C"]
 
@@ -39,10 +40,6 @@ def _mpi_initialized_here() -> bool:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import os
-
-    from .spec import RANK_VARIABLES
-
     if _mpi_initialized_here() and any(v in os.environ for v in RANK_VARIABLES):
         raise SystemExit("adaptcoll.noise run: MPI was initialized in the wrapper (importing adaptcoll "
                          "imported mpi4py.MPI), so the wrapped rank could not join the job. Start the "

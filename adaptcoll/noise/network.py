@@ -95,7 +95,7 @@ class NetworkNoise:
 
     def start(self) -> "NetworkNoise":
         """Collective: duplicate the communicator and start this rank's exchange thread (if paired)."""
-        from mpi4py import MPI
+        from mpi4py import MPI  # here, not at the top: importing adaptcoll.noise must not initialize MPI
 
         if self._dup is not None:
             raise RuntimeError("NetworkNoise already started")

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from ..backends.base import ArrayBackend, ReduceOp
-from ..plan import SegmentPlan
-from ..pool import SegmentPool
-from ..transport import Callback, Transport
+from ..backends.base import ReduceOp
+from ..transport import Callback
+from .context import OpContext
 from .pieces import ChildSendQueues, Join, WindowedReceiver
 from .reduce import Reduce
 
@@ -22,26 +21,22 @@ __all__ = ["Allreduce"]
 class Allreduce:
     """Allreduce segments `segs` of `local` into `result` over one tree, as seen from one rank."""
 
-    def __init__(self, transport: Transport, backend: ArrayBackend, pool: SegmentPool, parent: Optional[int],
-                 children: Sequence[int], local: Any, result: Any, op: ReduceOp, plan: SegmentPlan,
-                 segs: Sequence[int], send_window: int, recv_window: int, sync_mode: str, ordered: bool,
-                 on_complete: Callback) -> None:
+    def __init__(self, ctx: OpContext, parent: Optional[int], children: Sequence[int], local: Any, result: Any,
+                 op: ReduceOp, segs: Sequence[int], on_complete: Callback) -> None:
         nseg = len(segs)
         parts = 1 + (1 if children and nseg else 0) + (1 if parent is not None and nseg else 0)
         self._join = Join(parts, on_complete)
-        self._down = ChildSendQueues(transport, children, result, plan, segs, send_window, sync_mode,
-                                     self._join.part_done)
+        self._down = ChildSendQueues(ctx, children, result, segs, self._join.part_done)
         self._result_recv: Optional[WindowedReceiver] = None
         on_final = on_sent = None
         if parent is None:
             on_final = self._down.segment_ready
         elif nseg:
-            self._result_recv = WindowedReceiver(transport, parent, result, plan, segs, recv_window,
-                                                 self._down.segment_ready, self._join.part_done, gated=True)
+            self._result_recv = WindowedReceiver(ctx, parent, result, segs, self._down.segment_ready,
+                                                 self._join.part_done, gated=True)
             on_sent = self._result_recv.allow
-        self._up = Reduce(transport, backend, pool, parent, children, local,
-                          result if parent is None else None, op, plan, segs, send_window, recv_window,
-                          sync_mode, ordered, self._join.part_done, on_final=on_final, on_sent=on_sent)
+        self._up = Reduce(ctx, parent, children, local, result if parent is None else None, op, segs,
+                          self._join.part_done, on_final=on_final, on_sent=on_sent)
 
     def start(self) -> None:
         if self._result_recv is not None:

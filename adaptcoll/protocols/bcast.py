@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from ..plan import SegmentPlan
-from ..transport import Callback, Transport
+from ..transport import Callback
+from .context import OpContext
 from .pieces import ChildSendQueues, Join, WindowedReceiver
 
 __all__ = ["Bcast"]
@@ -15,23 +15,20 @@ class Bcast:
     """Broadcast segments `segs` of `buf` (1-D array) down one tree, as seen from one rank.
 
     The root has every segment ready at once; other ranks receive segments straight into `buf`
-    (window `recv_window`) and forward each to their children as soon as it is that child's turn.
-    Per child at most `send_window` sends are in flight. `on_complete()` fires when this rank's part is done.
+    (window `ctx.recv_window`) and forward each to their children as soon as it is that child's turn.
+    Per child at most `ctx.send_window` sends are in flight. `on_complete()` fires when this rank's part is done.
     """
 
-    def __init__(self, transport: Transport, parent: Optional[int], children: Sequence[int], buf: Any,
-                 plan: SegmentPlan, segs: Sequence[int], send_window: int, recv_window: int,
-                 sync_mode: str, on_complete: Callback) -> None:
+    def __init__(self, ctx: OpContext, parent: Optional[int], children: Sequence[int], buf: Any,
+                 segs: Sequence[int], on_complete: Callback) -> None:
         self._segs = segs
         self._parent = parent
         parts = (1 if children and segs else 0) + (1 if parent is not None and segs else 0)
         self._join = Join(parts, on_complete)
-        self._sendq = ChildSendQueues(transport, children, buf, plan, segs, send_window, sync_mode,
-                                      self._join.part_done)
+        self._sendq = ChildSendQueues(ctx, children, buf, segs, self._join.part_done)
         self._recv = None
         if parent is not None and segs:
-            self._recv = WindowedReceiver(transport, parent, buf, plan, segs, recv_window,
-                                          self._sendq.segment_ready, self._join.part_done)
+            self._recv = WindowedReceiver(ctx, parent, buf, segs, self._sendq.segment_ready, self._join.part_done)
 
     def start(self) -> None:
         """Post the first receives (or, at the root, the first sends)."""

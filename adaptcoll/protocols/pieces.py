@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Sequence
 
-from ..plan import SegmentPlan
-from ..transport import Callback, Transport
+from ..transport import Callback
+from .context import OpContext
 
 __all__ = ["Join", "ChildSendQueues", "WindowedReceiver", "sync_flag"]
 
@@ -45,7 +45,7 @@ class Join:
 class ChildSendQueues:
     """Per-child send queues: each child is sent the segment positions in order, as they become ready.
 
-    Each child has its own queue position and at most `window` sends in flight, so a slow child
+    Each child has its own queue position and at most `ctx.send_window` sends in flight, so a slow child
     delays only its own subtree. Sending in position order (not ADAPT's arrival order) matches the
     receivers' in-order windows whatever order completions are reported in, so no reordering of
     completion callbacks can deadlock the tree. `on_done()` fires once every child has every segment.
@@ -54,15 +54,15 @@ class ChildSendQueues:
     __slots__ = ("_t", "_children", "_buf", "_plan", "_segs", "_window", "_sync", "_ready", "_next",
                  "_inflight", "_left", "_on_done", "_send_cbs")
 
-    def __init__(self, transport: Transport, children: Sequence[int], buf: Any, plan: SegmentPlan,
-                 segs: Sequence[int], window: int, sync_mode: str, on_done: Callback) -> None:
-        self._t = transport
+    def __init__(self, ctx: OpContext, children: Sequence[int], buf: Any, segs: Sequence[int],
+                 on_done: Callback) -> None:
+        self._t = ctx.transport
         self._children = tuple(children)
         self._buf = buf
-        self._plan = plan
+        self._plan = ctx.plan
         self._segs = segs
-        self._window = window
-        self._sync = sync_mode
+        self._window = ctx.send_window
+        self._sync = ctx.sync_mode
         self._ready = bytearray(len(segs))
         self._next = [0] * len(self._children)
         self._inflight = [0] * len(self._children)
@@ -107,7 +107,7 @@ class ChildSendQueues:
 
 
 class WindowedReceiver:
-    """Receives segments from one peer into `buf`, in segment order, with at most `window` posted.
+    """Receives segments from one peer into `buf`, in segment order, with at most `ctx.recv_window` posted.
 
     A segment position may be held back until `allow(pos)` is called (Allreduce posts a result
     receive only once its own contribution to that segment has left). `on_segment(pos)` fires per
@@ -117,15 +117,14 @@ class WindowedReceiver:
     __slots__ = ("_t", "_peer", "_buf", "_plan", "_segs", "_window", "_allowed", "_next", "_inflight",
                  "_left", "_on_segment", "_on_done", "_cbs")
 
-    def __init__(self, transport: Transport, peer: int, buf: Any, plan: SegmentPlan, segs: Sequence[int],
-                 window: int, on_segment: Callable[[int], None], on_done: Callback,
-                 gated: bool = False) -> None:
-        self._t = transport
+    def __init__(self, ctx: OpContext, peer: int, buf: Any, segs: Sequence[int],
+                 on_segment: Callable[[int], None], on_done: Callback, gated: bool = False) -> None:
+        self._t = ctx.transport
         self._peer = peer
         self._buf = buf
-        self._plan = plan
+        self._plan = ctx.plan
         self._segs = segs
-        self._window = window
+        self._window = ctx.recv_window
         self._allowed: Optional[list[bool]] = [False] * len(segs) if gated else None
         self._next = 0
         self._inflight = 0

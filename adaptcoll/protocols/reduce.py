@@ -16,10 +16,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Sequence
 
-from ..backends.base import ArrayBackend, ReduceOp
-from ..plan import SegmentPlan
-from ..pool import SegmentPool
-from ..transport import Callback, Transport
+from ..backends.base import ReduceOp
+from ..transport import Callback
+from .context import OpContext
 from .pieces import sync_flag
 
 __all__ = ["Reduce"]
@@ -49,28 +48,29 @@ class Reduce:
     ranks when the send of position pos to the parent has completed (this rank no longer reads it).
     """
 
-    def __init__(self, transport: Transport, backend: ArrayBackend, pool: SegmentPool, parent: Optional[int],
-                 children: Sequence[int], local: Any, target: Any, op: ReduceOp, plan: SegmentPlan,
-                 segs: Sequence[int], send_window: int, recv_window: int, sync_mode: str, ordered: bool,
-                 on_complete: Callback, on_final: Optional[Callable[[int], None]] = None,
+    def __init__(self, ctx: OpContext, parent: Optional[int], children: Sequence[int], local: Any, target: Any,
+                 op: ReduceOp, segs: Sequence[int], on_complete: Callback,
+                 on_final: Optional[Callable[[int], None]] = None,
                  on_sent: Optional[Callable[[int], None]] = None) -> None:
-        self._t = transport
-        self._be = backend
-        self._pool = pool
+        if ctx.pool is None and children:
+            raise ValueError("Reduce needs a segment pool in its context (ctx.pool)")
+        self._t = ctx.transport
+        self._be = ctx.backend
+        self._pool: Any = ctx.pool
         self._parent = parent
         self._children = tuple(children)
         self._local = local
         self._target = target
         self._in_place = target is not None and local is target
         self._op = op
-        self._plan = plan
+        self._plan = ctx.plan
         self._segs = segs
         self._n = len(segs)
-        self._send_window = send_window
-        self._recv_window = recv_window
-        self._lookahead = recv_window + send_window
-        self._sync = sync_mode
-        self._ordered = ordered
+        self._send_window = ctx.send_window
+        self._recv_window = ctx.recv_window
+        self._lookahead = ctx.recv_window + ctx.send_window
+        self._sync = ctx.sync_mode
+        self._ordered = ctx.ordered
         self._on_complete = on_complete
         self._on_final = on_final
         self._on_sent = on_sent

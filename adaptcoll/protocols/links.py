@@ -1,0 +1,41 @@
+"""A rank's place in a set of trees and the segments dealt to each: how one operation becomes one
+protocol per tree. No MPI here, so the simulator and the tests use exactly what the library runs."""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple, Optional, Sequence
+
+from ..transport import Callback
+from ..trees import Tree
+from .operation import Operation
+from .pieces import Join
+
+__all__ = ["Link", "tree_links", "start_on_links"]
+
+
+class Link(NamedTuple):
+    """This rank's parent and children in one tree, and the segment positions that tree carries."""
+
+    parent: Optional[int]
+    children: tuple[int, ...]
+    segs: Sequence[int]
+
+
+def tree_links(tree_set: Sequence[Tree], rank: int, nseg: int) -> list[Link]:
+    """This rank's place in each tree, with the segments dealt round-robin over the trees."""
+    n = len(tree_set)
+    return [Link(tree.parent(rank), tuple(tree.children(rank)), range(k, nseg, n)) for k, tree in enumerate(tree_set)]
+
+
+StartOne = Callable[[Link, Callback], None]
+"""Starts this rank's protocol on one link; calls the callback once that protocol is done."""
+
+
+def start_on_links(links: Sequence[Link], keep: object, start_one: StartOne) -> Operation:
+    """Start one protocol per tree link and join them into one Operation (which keeps `keep` alive)."""
+    operation = Operation(keep=keep)
+    join = Join(len(links), operation.complete)
+    for link in links:
+        start_one(link, join.part_done)
+    join.start()
+    return operation
