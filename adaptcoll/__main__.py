@@ -11,7 +11,8 @@ import argparse
 import atexit
 import sys
 from ast import literal_eval
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any, Optional
 
 import mpi4py
 from mpi4py.run import run_command_line, set_abort_status
@@ -35,22 +36,40 @@ must be the same on every rank. --stats prints to stderr so the program's stdout
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m adaptcoll", usage=_USAGE, epilog=_EPILOG,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m adaptcoll", usage=_USAGE, epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--algorithm", metavar="ALG", help="algorithm of all three collectives")
     p.add_argument("--segment-size", metavar="SIZE", help="segment size of all three collectives")
     for coll in settings.COLLECTIVES:
         p.add_argument(f"--{coll}-algorithm", metavar="ALG", help=f"algorithm of {coll}")
         p.add_argument(f"--{coll}-segment-size", metavar="SIZE", help=f"segment size of {coll}")
-    p.add_argument("--native-below", metavar="SIZE",
-                   help="messages smaller than this go to native MPI (all collectives)")
-    p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
-                   help="any adaptcoll.configure() setting, e.g. --set reproducible=1 (repeatable)")
-    p.add_argument("--stats", nargs="?", const="root", choices=("root", "all"),
-                   help="at exit print adaptcoll.stats_table() to stderr: rank 0's (default) or every "
-                        "rank's, prefixed with its rank")
-    p.add_argument("-rc", "--rc", metavar="KEY=VALUE,...", action="append", default=[],
-                   help="set mpi4py.rc.KEY=VALUE before MPI starts (as python -m mpi4py -rc)")
+    p.add_argument(
+        "--native-below", metavar="SIZE", help="messages smaller than this go to native MPI (all collectives)"
+    )
+    p.add_argument(
+        "--set",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="any adaptcoll.configure() setting, e.g. --set reproducible=1 (repeatable)",
+    )
+    p.add_argument(
+        "--stats",
+        nargs="?",
+        const="root",
+        choices=("root", "all"),
+        help="at exit print adaptcoll.stats_table() to stderr: rank 0's (default) or every "
+        "rank's, prefixed with its rank",
+    )
+    p.add_argument(
+        "-rc",
+        "--rc",
+        metavar="KEY=VALUE,...",
+        action="append",
+        default=[],
+        help="set mpi4py.rc.KEY=VALUE before MPI starts (as python -m mpi4py -rc)",
+    )
     p.add_argument("--version", action="store_true", help="show adaptcoll's version and exit")
     return p
 
@@ -59,7 +78,8 @@ def _split(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     """(adaptcoll options, program and its arguments): options end at the first -m/-c/-/non-option."""
     argv = list(argv)
     takes_value = {"--algorithm", "--segment-size", "--native-below", "--set", "-rc", "--rc"} | {
-        f"--{c}-{k}" for c in settings.COLLECTIVES for k in ("algorithm", "segment-size")}
+        f"--{c}-{k}" for c in settings.COLLECTIVES for k in ("algorithm", "segment-size")
+    }
     i = 0
     while i < len(argv):
         arg = argv[i]

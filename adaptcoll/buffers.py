@@ -90,13 +90,13 @@ def _as_bytes(buf: Any, writable: bool) -> Union[tuple[np.ndarray, np.dtype], Na
             if hasattr(buf, "__dlpack__"):
                 try:
                     device = buf.__dlpack_device__()
-                except Exception:  # noqa: BLE001 - any failure means: let mpi4py decide
+                except Exception:
                     return _UNSUPPORTED_BUFFER
                 if device[0] != 1:  # kDLCPU
                     return DEVICE_MEMORY
                 try:
                     arr = np.from_dlpack(buf)
-                except Exception:  # noqa: BLE001
+                except Exception:
                     return _UNSUPPORTED_BUFFER
             else:
                 return _UNSUPPORTED_BUFFER
@@ -111,11 +111,11 @@ def _as_bytes(buf: Any, writable: bool) -> Union[tuple[np.ndarray, np.dtype], Na
 def parse(spec: Any, writable: bool) -> Union[Message, Native]:
     """A Message for `spec`, or a Native value saying why native MPI must handle it."""
     if type(spec) is np.ndarray and spec.flags.c_contiguous and (spec.flags.writeable or not writable):
-        datatype = datatype_of(spec.dtype)
-        if datatype is None:
+        basic = datatype_of(spec.dtype)
+        if basic is None:
             return _UNSUPPORTED_DTYPE
         flat = spec.reshape(-1)
-        return Message(flat, datatype, flat.size)
+        return Message(flat, basic, flat.size)
     count = displ = None
     datatype: Any = None
     if isinstance(spec, (tuple, list)):
@@ -157,9 +157,10 @@ def parse(spec: Any, writable: bool) -> Union[Message, Native]:
                 return Native("unknown typecode", Kind.INVALID)
         if not isinstance(datatype, MPI.Datatype):
             return _MALFORMED
-        dtype = _dtype_of(datatype)
-        if dtype is None:
+        declared = _dtype_of(datatype)
+        if declared is None:
             return Native("derived datatype")
+        dtype = declared
     itemsize = dtype.itemsize
     try:
         displ = 0 if displ is None else int(displ)
@@ -172,5 +173,5 @@ def parse(spec: Any, writable: bool) -> Union[Message, Native]:
         return _MALFORMED
     if count < 0 or displ < 0 or (displ + count) * itemsize > raw.size:
         return Native("count or displacement out of range", Kind.INVALID)
-    view = raw[displ * itemsize:(displ + count) * itemsize].view(dtype)
+    view = raw[displ * itemsize : (displ + count) * itemsize].view(dtype)
     return Message(view, datatype, count)

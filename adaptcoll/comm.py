@@ -6,11 +6,15 @@ unchanged, to native MPI (counted in `adaptcoll.stats()`).
 
 Communicators derived from an adaptcoll communicator (Split, Create, Create_cart, ...) are adaptcoll
 communicators too: `adopt` wraps them, with the Cartcomm/Graphcomm/Distgraphcomm flavours defined here.
+
+Like mpi4py.util.pkl5, the nonblocking and persistent forms return adaptcoll's own request types (MPI
+cannot progress adaptcoll operations), hence the `override` type-checker exemptions on those methods.
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any, Optional
 
 from mpi4py import MPI
 
@@ -24,7 +28,7 @@ __all__ = ["Intracomm", "Cartcomm", "Graphcomm", "Distgraphcomm", "adopt"]
 class Intracomm(MPI.Intracomm):
     """An mpi4py Intracomm sharing `comm`'s handle whose Bcast/Reduce/Allreduce (and I-forms) are adaptcoll's."""
 
-    def __new__(cls, comm: Optional[MPI.Intracomm] = None) -> "Intracomm":
+    def __new__(cls, comm: Optional[MPI.Intracomm] = None) -> Intracomm:
         return super().__new__(cls, MPI.COMM_NULL if comm is None else comm)
 
     # -- buffer collectives ----------------------------------------------------------------------
@@ -32,7 +36,7 @@ class Intracomm(MPI.Intracomm):
         """Broadcast `buf` from `root` (mpi4py signature and semantics)."""
         return collectives.bcast(self, buf, root)
 
-    def Ibcast(self, buf: Any, root: int = 0) -> Request:
+    def Ibcast(self, buf: Any, root: int = 0) -> Request:  # type: ignore[override]
         """Nonblocking broadcast; returns an adaptcoll Request."""
         return collectives.ibcast(self, buf, root)
 
@@ -40,7 +44,7 @@ class Intracomm(MPI.Intracomm):
         """Reduce to `root` (mpi4py signature and semantics; non-root `recvbuf` is ignored)."""
         return collectives.reduce(self, sendbuf, recvbuf, op, root)
 
-    def Ireduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, root: int = 0) -> Request:
+    def Ireduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, root: int = 0) -> Request:  # type: ignore[override]
         """Nonblocking reduce; returns an adaptcoll Request (which keeps the buffers alive)."""
         return collectives.ireduce(self, sendbuf, recvbuf, op, root)
 
@@ -48,22 +52,24 @@ class Intracomm(MPI.Intracomm):
         """Allreduce (mpi4py signature; `sendbuf is recvbuf` is treated as IN_PLACE)."""
         return collectives.allreduce(self, sendbuf, recvbuf, op)
 
-    def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM) -> Request:
+    def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM) -> Request:  # type: ignore[override]
         """Nonblocking allreduce; returns an adaptcoll Request (which keeps the buffers alive)."""
         return collectives.iallreduce(self, sendbuf, recvbuf, op)
 
     # -- persistent collectives ------------------------------------------------------------------
-    def Bcast_init(self, buf: Any, root: int = 0, info: MPI.Info = MPI.INFO_NULL) -> Prequest:
+    def Bcast_init(self, buf: Any, root: int = 0, info: MPI.Info = MPI.INFO_NULL) -> Prequest:  # type: ignore[override]
         """Persistent broadcast: a request to Start() many times; tree, plan and buffers are set up once."""
         return persistent.bcast_init(self, buf, root, info)
 
-    def Reduce_init(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, root: int = 0,
-                    info: MPI.Info = MPI.INFO_NULL) -> Prequest:
+    def Reduce_init(  # type: ignore[override]
+        self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, root: int = 0, info: MPI.Info = MPI.INFO_NULL
+    ) -> Prequest:
         """Persistent reduce (see Bcast_init)."""
         return persistent.reduce_init(self, sendbuf, recvbuf, op, root, info)
 
-    def Allreduce_init(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM,
-                       info: MPI.Info = MPI.INFO_NULL) -> Prequest:
+    def Allreduce_init(  # type: ignore[override]
+        self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, info: MPI.Info = MPI.INFO_NULL
+    ) -> Prequest:
         """Persistent allreduce (see Bcast_init)."""
         return persistent.allreduce_init(self, sendbuf, recvbuf, op, info)
 
@@ -99,13 +105,19 @@ class Intracomm(MPI.Intracomm):
         return adopt(super().Create_group(group, tag))
 
     @classmethod
-    def Create_from_group(cls, group: MPI.Group, stringtag: str = "org.mpi4py", info: MPI.Info = MPI.INFO_NULL,
-                          errhandler: Optional[MPI.Errhandler] = None) -> MPI.Intracomm:
+    def Create_from_group(
+        cls,
+        group: MPI.Group,
+        stringtag: str = "org.mpi4py",
+        info: MPI.Info = MPI.INFO_NULL,
+        errhandler: Optional[MPI.Errhandler] = None,
+    ) -> MPI.Intracomm:
         """Create_from_group (mpi4py semantics); the new communicator is an adaptcoll one."""
         return adopt(MPI.Intracomm.Create_from_group(group, stringtag, info, errhandler))
 
-    def Create_cart(self, dims: Sequence[int], periods: Optional[Sequence[bool]] = None,
-                    reorder: bool = False) -> MPI.Cartcomm:
+    def Create_cart(
+        self, dims: Sequence[int], periods: Optional[Sequence[bool]] = None, reorder: bool = False
+    ) -> MPI.Cartcomm:
         """Create_cart (mpi4py semantics); the result is an adaptcoll Cartcomm."""
         return adopt(super().Create_cart(dims, periods, reorder))
 
@@ -113,16 +125,29 @@ class Intracomm(MPI.Intracomm):
         """Create_graph (mpi4py semantics); the result is an adaptcoll Graphcomm."""
         return adopt(super().Create_graph(index, edges, reorder))
 
-    def Create_dist_graph_adjacent(self, sources: Sequence[int], destinations: Sequence[int],
-                                   sourceweights: Any = None, destweights: Any = None,
-                                   info: MPI.Info = MPI.INFO_NULL, reorder: bool = False) -> MPI.Distgraphcomm:
+    def Create_dist_graph_adjacent(
+        self,
+        sources: Sequence[int],
+        destinations: Sequence[int],
+        sourceweights: Any = None,
+        destweights: Any = None,
+        info: MPI.Info = MPI.INFO_NULL,
+        reorder: bool = False,
+    ) -> MPI.Distgraphcomm:
         """Create_dist_graph_adjacent (mpi4py semantics); the result is an adaptcoll Distgraphcomm."""
-        return adopt(super().Create_dist_graph_adjacent(sources, destinations, sourceweights, destweights,
-                                                        info, reorder))
+        return adopt(
+            super().Create_dist_graph_adjacent(sources, destinations, sourceweights, destweights, info, reorder)
+        )
 
-    def Create_dist_graph(self, sources: Sequence[int], degrees: Sequence[int], destinations: Sequence[int],
-                          weights: Any = None, info: MPI.Info = MPI.INFO_NULL,
-                          reorder: bool = False) -> MPI.Distgraphcomm:
+    def Create_dist_graph(
+        self,
+        sources: Sequence[int],
+        degrees: Sequence[int],
+        destinations: Sequence[int],
+        weights: Any = None,
+        info: MPI.Info = MPI.INFO_NULL,
+        reorder: bool = False,
+    ) -> MPI.Distgraphcomm:
         """Create_dist_graph (mpi4py semantics); the result is an adaptcoll Distgraphcomm."""
         return adopt(super().Create_dist_graph(sources, degrees, destinations, weights, info, reorder))
 
@@ -130,7 +155,7 @@ class Intracomm(MPI.Intracomm):
 class Cartcomm(MPI.Cartcomm, Intracomm):
     """An mpi4py Cartcomm (same handle) with adaptcoll's collectives."""
 
-    def __new__(cls, comm: Optional[MPI.Cartcomm] = None) -> "Cartcomm":
+    def __new__(cls, comm: Optional[MPI.Cartcomm] = None) -> Cartcomm:
         return MPI.Cartcomm.__new__(cls, MPI.COMM_NULL if comm is None else comm)
 
     def Sub(self, remain_dims: Any) -> MPI.Cartcomm:
@@ -141,14 +166,14 @@ class Cartcomm(MPI.Cartcomm, Intracomm):
 class Graphcomm(MPI.Graphcomm, Intracomm):
     """An mpi4py Graphcomm (same handle) with adaptcoll's collectives."""
 
-    def __new__(cls, comm: Optional[MPI.Graphcomm] = None) -> "Graphcomm":
+    def __new__(cls, comm: Optional[MPI.Graphcomm] = None) -> Graphcomm:
         return MPI.Graphcomm.__new__(cls, MPI.COMM_NULL if comm is None else comm)
 
 
 class Distgraphcomm(MPI.Distgraphcomm, Intracomm):
     """An mpi4py Distgraphcomm (same handle) with adaptcoll's collectives."""
 
-    def __new__(cls, comm: Optional[MPI.Distgraphcomm] = None) -> "Distgraphcomm":
+    def __new__(cls, comm: Optional[MPI.Distgraphcomm] = None) -> Distgraphcomm:
         return MPI.Distgraphcomm.__new__(cls, MPI.COMM_NULL if comm is None else comm)
 
 

@@ -6,8 +6,6 @@ memory itself is `adaptcoll.cuda_aware`'s question).
 
 from __future__ import annotations
 
-import ctypes
-import os
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -57,7 +55,7 @@ def _cuda_array_interface(obj: Any) -> Optional[dict]:
     """The object's CAI dict, or None (some objects raise from the property when not on a GPU)."""
     try:
         cai = getattr(obj, "__cuda_array_interface__", None)
-    except Exception:  # noqa: BLE001 - a producer that cannot export is simply not a device buffer
+    except Exception:
         return None
     return cai if isinstance(cai, dict) else None
 
@@ -69,7 +67,7 @@ def _dlpack_device(obj: Any) -> Optional[tuple[int, int]]:
         return None
     try:
         device_type, device_id = query()
-    except Exception:  # noqa: BLE001
+    except Exception:
         return None
     return int(device_type), int(device_id)
 
@@ -166,5 +164,6 @@ def device_array_info(obj: Any) -> DeviceArrayInfo:
             device_type=device[0],
             device_id=device[1],
         )
-    raise ValueError(f"{type(obj).__name__} is not a CUDA device buffer (no __cuda_array_interface__ "
-                     "and no CUDA __dlpack_device__)")
+    raise ValueError(
+        f"{type(obj).__name__} is not a CUDA device buffer (no __cuda_array_interface__ and no CUDA __dlpack_device__)"
+    )

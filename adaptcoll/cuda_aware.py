@@ -28,8 +28,10 @@ def _env_override() -> Optional[bool]:
         return True
     if value in _FALSE:
         return False
-    raise ValueError(f"{CUDA_AWARE_ENV}={raw!r} is not understood: set it to 1 (CUDA-aware MPI) or 0 (stage "
-                     "device buffers through host memory), or unset it to detect")
+    raise ValueError(
+        f"{CUDA_AWARE_ENV}={raw!r} is not understood: set it to 1 (CUDA-aware MPI) or 0 (stage "
+        "device buffers through host memory), or unset it to detect"
+    )
 
 
 def _alloc_kinds(comm: Any) -> Optional[str]:
@@ -60,8 +62,7 @@ def _mpix_query_cuda_support() -> Optional[bool]:
     candidates = [MPI.__file__]
     try:
         with open("/proc/self/maps") as maps:
-            candidates += sorted({line.split()[-1] for line in maps
-                                  if "/libmpi" in line and ".so" in line})
+            candidates += sorted({line.split()[-1] for line in maps if "/libmpi" in line and ".so" in line})
     except OSError:
         pass
     mode = getattr(os, "RTLD_NOLOAD", 0) | getattr(os, "RTLD_LOCAL", 0)

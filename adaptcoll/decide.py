@@ -11,8 +11,9 @@ so ranks never disagree about whether to communicate.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Union
+from typing import Any, Optional, Union
 
 import numpy as np
 from mpi4py import MPI
@@ -68,8 +69,9 @@ Decision = Union[Prepared, Native]
 # -- argument helpers shared by every form --------------------------------------------------------
 def root_ok(root: Any, size: int) -> bool:
     """Whether `root` is a valid root rank (an int, not a bool, in range)."""
-    return type(root) is int and 0 <= root < size or (
-        isinstance(root, (int, np.integer)) and not isinstance(root, bool) and 0 <= int(root) < size)
+    return (type(root) is int and 0 <= root < size) or (
+        isinstance(root, (int, np.integer)) and not isinstance(root, bool) and 0 <= int(root) < size
+    )
 
 
 def in_place_send(sendbuf: Any, recvbuf: Any) -> Any:
@@ -105,8 +107,9 @@ def _state_for(comm: MPI.Intracomm, collective: str) -> CommState:
     return state
 
 
-def _fold_op(msg: buffers.Message, op: MPI.Op, native_below: int,
-             backend: ArrayBackend = HOST_BACKEND) -> Union[ReduceOp, Native]:
+def _fold_op(
+    msg: buffers.Message, op: MPI.Op, native_below: int, backend: ArrayBackend = HOST_BACKEND
+) -> Union[ReduceOp, Native]:
     """The ReduceOp adaptcoll folds `op` with on msg's type, else why it goes native."""
     if msg.nbytes < native_below:
         return BELOW_THRESHOLD
@@ -118,8 +121,13 @@ def _fold_op(msg: buffers.Message, op: MPI.Op, native_below: int,
     return rop
 
 
-def _started(st: CommState, links: list[Link], keep: Any, base: OpContext,
-             start_one: Callable[[OpContext, Link, _Callback], None]) -> Callable[[], Operation]:
+def _started(
+    st: CommState,
+    links: list[Link],
+    keep: Any,
+    base: OpContext,
+    start_one: Callable[[OpContext, Link, _Callback], None],
+) -> Callable[[], Operation]:
     """The start function of a prepared call: fresh tags, one protocol per tree link, tags tracked."""
     shape = base.plan
 
@@ -127,6 +135,7 @@ def _started(st: CommState, links: list[Link], keep: Any, base: OpContext,
         plan = st.take_tags(shape)
         ctx = base.with_plan(plan)
         return st.track(plan, start_on_links(links, keep, lambda link, done: start_one(ctx, link, done)))
+
     return start
 
 
@@ -158,6 +167,7 @@ def bcast(comm: MPI.Intracomm, buf: Any, root: Any) -> Decision:
 
     def start_one(ctx: OpContext, link: Link, done: _Callback) -> None:
         Bcast(ctx, link.parent, link.children, data, link.segs, done).start()
+
     return Prepared(_started(st, links, buf, base, start_one))
 
 
@@ -202,16 +212,26 @@ def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, root: Any) 
     shape = st.plan_shape(msg.count, dtype.itemsize, cfg.segment_size("reduce"))
     links = tree_links(st.trees(cfg.reduce_algorithm, root, rank_ordered=ordered_needed), rank, shape.nseg)
     send_window, recv_window = cfg.windows("reduce")
-    base = OpContext(transport, backend, shape, send_window, recv_window, cfg.sync_sends,
-                     ordered_needed or cfg.reproducible, pools(dtype))
+    base = OpContext(
+        transport,
+        backend,
+        shape,
+        send_window,
+        recv_window,
+        cfg.sync_sends,
+        ordered_needed or cfg.reproducible,
+        pools(dtype),
+    )
 
     def start_one(ctx: OpContext, link: Link, done: _Callback) -> None:
         Reduce(ctx, link.parent, link.children, local, target, rop, link.segs, done).start()
+
     return Prepared(_started(st, links, (sendbuf, recvbuf), base, start_one), error)
 
 
-def _root_target(recvbuf: Any, msg: buffers.Message, on_device: bool, backend: ArrayBackend
-                 ) -> tuple[Any, Optional[BaseException]]:
+def _root_target(
+    recvbuf: Any, msg: buffers.Message, on_device: bool, backend: ArrayBackend
+) -> tuple[Any, Optional[BaseException]]:
     """The root's result array, or a scratch one plus the error mpi4py would raise for `recvbuf`."""
     error = _recvbuf_error(recvbuf, msg, on_device)
     if isinstance(error, BaseException):
@@ -227,8 +247,9 @@ def _recvbuf_error(recvbuf: Any, msg: buffers.Message, on_device: bool) -> Union
     if isinstance(rmsg, Native):
         if rmsg.kind is Kind.BAD_BUFFER:
             return BufferError(f"recvbuf: {rmsg.reason}")
-        return NotImplementedError(f"adaptcoll Reduce: recvbuf not served ({rmsg.reason}); "
-                                   "set ADAPTCOLL_REDUCE_ALGORITHM=native")
+        return NotImplementedError(
+            f"adaptcoll Reduce: recvbuf not served ({rmsg.reason}); set ADAPTCOLL_REDUCE_ALGORITHM=native"
+        )
     if recv_on_device != on_device:
         return ValueError("adaptcoll Reduce: sendbuf and recvbuf must both be host or both be device memory")
     if rmsg.count != msg.count:
@@ -277,10 +298,19 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any) -> Decis
     tree_set = st.allreduce_trees(cfg.allreduce_algorithm, cfg.allreduce_roots, rank_ordered=ordered_needed)
     links = tree_links(tree_set, rank, shape.nseg)
     send_window, recv_window = cfg.windows("allreduce")
-    base = OpContext(transport, backend, shape, send_window, recv_window, cfg.sync_sends,
-                     ordered_needed or cfg.reproducible, pools(dtype))
+    base = OpContext(
+        transport,
+        backend,
+        shape,
+        send_window,
+        recv_window,
+        cfg.sync_sends,
+        ordered_needed or cfg.reproducible,
+        pools(dtype),
+    )
     result = rmsg.array
 
     def start_one(ctx: OpContext, link: Link, done: _Callback) -> None:
         Allreduce(ctx, link.parent, link.children, local, result, rop, link.segs, done).start()
+
     return Prepared(_started(st, links, (sendbuf, recvbuf), base, start_one))

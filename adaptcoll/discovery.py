@@ -7,7 +7,8 @@ declared ADAPTCOLL_TOPOLOGY spec parses to.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from mpi4py import MPI
 
@@ -55,7 +56,7 @@ def _os_ids(comm: Any, local_id: Callable[[set[int]], int | None]) -> tuple[int,
     except (AttributeError, OSError):
         mine = None
     ids = tuple(comm.allgather(mine))
-    return None if None in ids else ids  # type: ignore[return-value]
+    return None if None in ids else ids
 
 
 def _refines(levels: list[tuple[int, ...]], ids: tuple[int, ...]) -> bool:

@@ -69,7 +69,7 @@ def install() -> None:
     with _lock:
         if _saved is None:
             _saved = plain
-            MPI.COMM_WORLD, MPI.COMM_SELF = wrapped
+            MPI.COMM_WORLD, MPI.COMM_SELF = wrapped  # type: ignore[misc]  # the point of install()
 
 
 def uninstall() -> None:
@@ -79,7 +79,7 @@ def uninstall() -> None:
     with _lock:
         if _saved is None:
             return
-        MPI.COMM_WORLD, MPI.COMM_SELF = _saved
+        MPI.COMM_WORLD, MPI.COMM_SELF = _saved  # type: ignore[misc]
         _saved = None
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from mpi4py import MPI
 
@@ -79,7 +80,8 @@ class Engine:
                         raise MessageSizeError(
                             "adaptcoll: a segment was larger than this rank expected (MPI: "
                             f"{exc.Get_error_string().splitlines()[0]}): are the counts and datatypes the "
-                            "same on all ranks?") from exc
+                            "same on all ranks?"
+                        ) from exc
                     raise
                 if done:
                     cbs, expect = self._cbs, self._expect
@@ -91,7 +93,8 @@ class Engine:
                                 error = MessageSizeError(
                                     f"adaptcoll: a segment from rank {statuses[j].Get_source()} had {got} bytes, "
                                     f"this rank expected {want}: are the counts and datatypes the same on all "
-                                    "ranks?")
+                                    "ranks?"
+                                )
                                 continue
                         fired.append(cbs[i])
                     gone = set(done)
@@ -104,7 +107,7 @@ class Engine:
                 for poll, cb in self._watches:
                     try:
                         ready = poll()
-                    except Exception as exc:  # noqa: BLE001 - reported after the sweep
+                    except Exception as exc:
                         error = error or exc
                         continue
                     if ready:
@@ -116,7 +119,7 @@ class Engine:
             for cb in fired:  # every completion fires, even if one of them raises
                 try:
                     cb()
-                except Exception as exc:  # noqa: BLE001 - re-raised below, after the others ran
+                except Exception as exc:
                     error = error or exc
             if error is not None:
                 raise error

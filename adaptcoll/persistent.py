@@ -9,7 +9,8 @@ adaptcoll does not serve become native MPI persistent requests behind the same i
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, Optional
 
 from mpi4py import MPI
 
@@ -26,6 +27,13 @@ _IN_PLACE = MPI.IN_PLACE
 Starter = Callable[[], Operation]
 
 
+def _idle() -> Operation:
+    """A completed operation: what an inactive persistent request holds."""
+    op = Operation()
+    op.complete()
+    return op
+
+
 class Prequest(Request):
     """A persistent adaptcoll collective: Start(), then Test()/Wait() (or Request.Waitall), any number
     of times; Free() when done. Inactive (never started, or completed) requests test as complete."""
@@ -33,15 +41,14 @@ class Prequest(Request):
     __slots__ = ("_start", "_keep", "_error")
 
     def __init__(self, start: Starter, keep: Any = None, error: Optional[BaseException] = None) -> None:
-        super().__init__(None)  # type: ignore[arg-type]
+        super().__init__(_idle())
         self._reported = True  # inactive until started
         self._start: Optional[Starter] = start
         self._keep = keep
         self._error = error
 
     def _finished(self) -> bool:
-        op = self._op
-        return op is None or op.done
+        return self._op.done
 
     def Start(self) -> None:
         """Begin one more run of the collective (the previous one must have completed)."""
@@ -61,10 +68,11 @@ class Prequest(Request):
         """Release the request (waits for an active run to finish first)."""
         if not self._finished():
             engine().wait_for(self._finished)
-        self._start = self._keep = self._op = None
+        self._start = self._keep = None
+        self._op = _idle()
 
     @classmethod
-    def Startall(cls, requests: Sequence["Prequest | MPI.Prequest"]) -> None:
+    def Startall(cls, requests: Sequence[Prequest | MPI.Prequest]) -> None:
         """Start every request in the list (adaptcoll and native persistent requests alike)."""
         for r in requests:
             r.Start()
@@ -109,21 +117,32 @@ def _prequest(name: str, decision: decide.Decision, keep: Any, native: Callable[
 
 def bcast_init(comm: MPI.Intracomm, buf: Any, root: int = 0, info: MPI.Info = MPI.INFO_NULL) -> Prequest:
     """comm.Bcast_init(buf, root, info): a persistent broadcast request."""
-    return _prequest("Bcast_init", decide.bcast(comm, buf, root), buf,
-                     lambda: MPI.Intracomm.Bcast_init(comm, buf, root, info))
+    return _prequest(
+        "Bcast_init", decide.bcast(comm, buf, root), buf, lambda: MPI.Intracomm.Bcast_init(comm, buf, root, info)
+    )
 
 
-def reduce_init(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, root: int = 0,
-                info: MPI.Info = MPI.INFO_NULL) -> Prequest:
+def reduce_init(
+    comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, root: int = 0, info: MPI.Info = MPI.INFO_NULL
+) -> Prequest:
     """comm.Reduce_init(sendbuf, recvbuf, op, root, info): a persistent reduce request."""
-    return _prequest("Reduce_init", decide.reduce(comm, sendbuf, recvbuf, op, root), (sendbuf, recvbuf),
-                     lambda: MPI.Intracomm.Reduce_init(comm, decide.in_place_send_at_root(comm, sendbuf, recvbuf, root),
-                                                       recvbuf, op, root, info))
+    return _prequest(
+        "Reduce_init",
+        decide.reduce(comm, sendbuf, recvbuf, op, root),
+        (sendbuf, recvbuf),
+        lambda: MPI.Intracomm.Reduce_init(
+            comm, decide.in_place_send_at_root(comm, sendbuf, recvbuf, root), recvbuf, op, root, info
+        ),
+    )
 
 
-def allreduce_init(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM,
-                   info: MPI.Info = MPI.INFO_NULL) -> Prequest:
+def allreduce_init(
+    comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, info: MPI.Info = MPI.INFO_NULL
+) -> Prequest:
     """comm.Allreduce_init(sendbuf, recvbuf, op, info): a persistent allreduce request."""
-    return _prequest("Allreduce_init", decide.allreduce(comm, sendbuf, recvbuf, op), (sendbuf, recvbuf),
-                     lambda: MPI.Intracomm.Allreduce_init(comm, decide.in_place_send(sendbuf, recvbuf), recvbuf, op,
-                                                          info))
+    return _prequest(
+        "Allreduce_init",
+        decide.allreduce(comm, sendbuf, recvbuf, op),
+        (sendbuf, recvbuf),
+        lambda: MPI.Intracomm.Allreduce_init(comm, decide.in_place_send(sendbuf, recvbuf), recvbuf, op, info),
+    )

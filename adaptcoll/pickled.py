@@ -12,7 +12,8 @@ that reduce to rank 0 followed by the pickled bcast of the result.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from mpi4py import MPI
@@ -24,8 +25,9 @@ from .state import comm_state
 
 __all__ = ["bcast", "reduce", "allreduce", "INLINE_BELOW"]
 
-INLINE_BELOW = settings.parse_size(os.environ.get("ADAPTCOLL_PICKLE_INLINE_BELOW", "64K"),
-                                   "ADAPTCOLL_PICKLE_INLINE_BELOW")
+INLINE_BELOW = settings.parse_size(
+    os.environ.get("ADAPTCOLL_PICKLE_INLINE_BELOW", "64K"), "ADAPTCOLL_PICKLE_INLINE_BELOW"
+)
 """Pickled objects (in-band plus out-of-band bytes) smaller than this travel inside the native header
 bcast; larger ones go through adaptcoll's segmented Bcast. Same on all ranks (only the root decides,
 but keep it equal anyway). Set ADAPTCOLL_PICKLE_INLINE_BELOW or assign adaptcoll.pickled.INLINE_BELOW."""
@@ -80,11 +82,10 @@ def _bcast_object(comm: MPI.Intracomm, obj: Any, root: int, name: str, inline_re
         wire = wire.copy()
     views, at = [], 0
     for n in lengths:
-        views.append(wire[at:at + n])
+        views.append(wire[at : at + n])
         at += n
-    if not isinstance(data, bytes):
-        data = views.pop(0)
-    return _pickle.loads_oob(data, views)
+    in_band: Any = data if isinstance(data, bytes) else views.pop(0)
+    return _pickle.loads_oob(in_band, views)
 
 
 def bcast(comm: MPI.Intracomm, obj: Any, root: int = 0) -> Any:

@@ -36,8 +36,9 @@ class SegmentPlan:
         return (self.tag_base + s) % self.tag_space
 
 
-def plan_segments(count: int, itemsize: int, segment_bytes: int, tag_base: int, tag_space: int,
-                  max_segments: int = 0) -> SegmentPlan:
+def plan_segments(
+    count: int, itemsize: int, segment_bytes: int, tag_base: int, tag_space: int, max_segments: int = 0
+) -> SegmentPlan:
     """Plan `count` elements of `itemsize` bytes in segments of about `segment_bytes` bytes.
 
     Segments hold whole elements (at least one). Segments grow when the message would otherwise need

@@ -8,7 +8,8 @@ pending adaptcoll operation of the process. Each request holds references to its
 from __future__ import annotations
 
 import os
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any, Optional
 
 from mpi4py import MPI
 
@@ -82,7 +83,7 @@ class Request:
         self.Wait()
 
     @classmethod
-    def Waitall(cls, requests: Sequence["Request | MPI.Request"], statuses: Optional[list] = None) -> bool:
+    def Waitall(cls, requests: Sequence[Request | MPI.Request], statuses: Optional[list] = None) -> bool:
         """Wait for all; accepts adaptcoll and plain MPI requests mixed."""
         progress = engine().progress
         pending = [r for r in requests if _active(r)]
@@ -96,7 +97,7 @@ class Request:
         return True
 
     @classmethod
-    def Testall(cls, requests: Sequence["Request | MPI.Request"], statuses: Optional[list] = None) -> bool:
+    def Testall(cls, requests: Sequence[Request | MPI.Request], statuses: Optional[list] = None) -> bool:
         """True (all reported) if every request has completed; otherwise False and nothing is consumed."""
         engine().progress()
         if not all(_complete(r) for r in requests if _active(r)):
@@ -107,7 +108,7 @@ class Request:
         return True
 
     @classmethod
-    def Waitany(cls, requests: Sequence["Request | MPI.Request"], status: Optional[MPI.Status] = None) -> int:
+    def Waitany(cls, requests: Sequence[Request | MPI.Request], status: Optional[MPI.Status] = None) -> int:
         """Index of one completed active request (MPI.UNDEFINED if none is active)."""
         progress = engine().progress
         while True:
@@ -123,8 +124,9 @@ class Request:
                 os.sched_yield()
 
     @classmethod
-    def Testany(cls, requests: Sequence["Request | MPI.Request"], status: Optional[MPI.Status] = None
-                ) -> tuple[int, bool]:
+    def Testany(
+        cls, requests: Sequence[Request | MPI.Request], status: Optional[MPI.Status] = None
+    ) -> tuple[int, bool]:
         """(index, True) for a completed active request, (MPI.UNDEFINED, True) if none is active,
         else (MPI.UNDEFINED, False)."""
         engine().progress()
@@ -139,8 +141,9 @@ class Request:
         return MPI.UNDEFINED, False
 
     @classmethod
-    def Waitsome(cls, requests: Sequence["Request | MPI.Request"], statuses: Optional[list] = None
-                 ) -> Optional[list[int]]:
+    def Waitsome(
+        cls, requests: Sequence[Request | MPI.Request], statuses: Optional[list] = None
+    ) -> Optional[list[int]]:
         """Indices of the completed active requests, waiting for at least one (None if none is active)."""
         progress = engine().progress
         while True:
@@ -152,8 +155,9 @@ class Request:
                 os.sched_yield()
 
     @classmethod
-    def Testsome(cls, requests: Sequence["Request | MPI.Request"], statuses: Optional[list] = None
-                 ) -> Optional[list[int]]:
+    def Testsome(
+        cls, requests: Sequence[Request | MPI.Request], statuses: Optional[list] = None
+    ) -> Optional[list[int]]:
         """Indices of the active requests that have completed (progresses once; None if none is active)."""
         engine().progress()
         done = _take_completed(requests)
@@ -184,21 +188,21 @@ class NativeRequest(Request):
             engine().wait_for(self._finished)
 
 
-def _active(r: "Request | MPI.Request") -> bool:
+def _active(r: Request | MPI.Request) -> bool:
     """Not yet reported complete (MPI requests: not REQUEST_NULL)."""
     if isinstance(r, Request):
         return not r._reported
     return r != MPI.REQUEST_NULL
 
 
-def _complete(r: "Request | MPI.Request") -> bool:
+def _complete(r: Request | MPI.Request) -> bool:
     """Completed, without consuming it."""
     if isinstance(r, Request):
         return r._finished()
     return bool(r.Get_status())
 
 
-def _report(r: "Request | MPI.Request") -> None:
+def _report(r: Request | MPI.Request) -> None:
     """Mark a completed request inactive (an MPI request is freed by its final Test)."""
     if isinstance(r, Request):
         r._reported = True
@@ -206,7 +210,7 @@ def _report(r: "Request | MPI.Request") -> None:
         r.Test()
 
 
-def _take_completed(requests: Sequence["Request | MPI.Request"]) -> Optional[list[int]]:
+def _take_completed(requests: Sequence[Request | MPI.Request]) -> Optional[list[int]]:
     active = [i for i, r in enumerate(requests) if _active(r)]
     if not active:
         return None

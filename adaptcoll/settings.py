@@ -10,8 +10,9 @@ import contextlib
 import dataclasses
 import os
 import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 __all__ = [
     "Settings",

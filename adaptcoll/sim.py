@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict, deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -30,7 +31,7 @@ class SizeMismatch(RuntimeError):
 class LoopbackTransport:
     """One rank's view of a LoopbackWorld (implements adaptcoll.transport.Transport)."""
 
-    def __init__(self, world: "LoopbackWorld", rank: int) -> None:
+    def __init__(self, world: LoopbackWorld, rank: int) -> None:
         self.world = world
         self.rank = rank
         self.size = world.size

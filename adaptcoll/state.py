@@ -5,12 +5,13 @@ collective on a communicator, attached as an MPI attribute and freed with the co
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any, Optional
 
 import numpy as np
 from mpi4py import MPI
 
-from . import discovery, settings, topology, trees
+from . import discovery, settings, topology
 from .backends.base import ArrayBackend
 from .backends.numpy_backend import NumpyBackend
 from .device import DeviceContext
@@ -19,6 +20,7 @@ from .plan import SegmentPlan, plan_segments
 from .pool import SegmentPool
 from .protocols.operation import Operation
 from .transport import Transport
+from .trees import Tree, build, build_all, parse_algorithm
 
 __all__ = ["CommState", "comm_state", "HOST_BACKEND"]
 
@@ -40,7 +42,7 @@ class CommState:
         self.tag_space = tag_ub + 1
         self.next_tag = 0
         self._pools: dict[np.dtype, SegmentPool] = {}
-        self._trees: dict[tuple[str, int, bool], tuple[trees.Tree, ...]] = {}
+        self._trees: dict[tuple[str, int, bool], tuple[Tree, ...]] = {}
         self._topology: Optional[topology.Topology] = None
         self._device: Optional[DeviceContext] = None
         self._live: deque[tuple[int, Operation]] = deque()  # (tags held, operation), oldest first
@@ -65,7 +67,7 @@ class CommState:
         self._reclaim()
         while self._live and self._live_tags + need > shape.tag_space:
             oldest = self._live[0][1]
-            engine().wait_for(lambda: oldest.done)
+            engine().wait_for(_done_check(oldest))
             self._reclaim()
         base = self.next_tag % shape.tag_space
         self.next_tag = (base + need) % shape.tag_space
@@ -118,22 +120,22 @@ class CommState:
             self._topology = topology.parse(spec, self.size) if spec else discovery.discover(self.dup)
         return self._topology
 
-    def trees(self, algorithm: str, root: int, rank_ordered: bool = False) -> tuple[trees.Tree, ...]:
+    def trees(self, algorithm: str, root: int, rank_ordered: bool = False) -> tuple[Tree, ...]:
         """The tree(s) for an algorithm setting such as 'binomial' or 'knomial:radix=4' (cached)."""
         key = (algorithm, root, rank_ordered)
         found = self._trees.get(key)
         if found is None:
             if rank_ordered:
-                found = (trees.build("in_order_binomial", self.size, 0),)
+                found = (build("in_order_binomial", self.size, 0),)
             else:
-                kind, params = trees.parse_algorithm(algorithm)
+                kind, params = parse_algorithm(algorithm)
                 if kind == "topo":
                     params.setdefault("levels", self.topology())
-                found = trees.build_all(kind, self.size, root, **params)
+                found = build_all(kind, self.size, root, **params)
             self._trees[key] = found
         return found
 
-    def allreduce_trees(self, algorithm: str, roots: int, rank_ordered: bool = False) -> tuple[trees.Tree, ...]:
+    def allreduce_trees(self, algorithm: str, roots: int, rank_ordered: bool = False) -> tuple[Tree, ...]:
         """Allreduce's trees: one (or two, for two_tree) per root, roots spread evenly over the ranks.
 
         Segments are dealt round-robin over the returned trees, so with several roots the reduce and
@@ -143,7 +145,7 @@ class CommState:
         if rank_ordered:
             return self.trees(algorithm, 0, rank_ordered=True)
         count = min(self.size, roots or self.size)
-        found: list[trees.Tree] = []
+        found: list[Tree] = []
         for k in range(count):
             found.extend(self.trees(algorithm, (k * self.size) // count))
         return tuple(found)
@@ -152,6 +154,10 @@ class CommState:
         """Free the private duplicate."""
         if not MPI.Is_finalized() and self.dup != MPI.COMM_NULL:
             self.dup.Free()
+
+
+def _done_check(operation: Operation) -> Callable[[], bool]:
+    return lambda: operation.done
 
 
 def _delete_state(comm: MPI.Comm, keyval: int, state: Any) -> None:
@@ -170,4 +176,5 @@ def comm_state(comm: MPI.Intracomm) -> CommState:
     if state is None:
         state = CommState(comm)
         comm.Set_attr(_KEYVAL, state)
+    assert isinstance(state, CommState)
     return state

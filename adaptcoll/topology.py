@@ -11,7 +11,6 @@ import operator
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
 
 __all__ = ["ENV_VAR", "Topology", "parse", "os_socket_id", "os_numa_id"]
 
@@ -44,7 +43,7 @@ class Topology:
         object.__setattr__(self, "_hash", hash((levels, names)))
 
     def __hash__(self) -> int:  # cached: trees.build hashes its params on every call
-        return self._hash  # type: ignore[attr-defined,no-any-return]
+        return self._hash  # type: ignore[attr-defined]
 
     @property
     def size(self) -> int | None:

@@ -7,7 +7,8 @@ completions through callbacks. `adaptcoll.engine.MPITransport` is the MPI implem
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 __all__ = ["Callback", "Poll", "Transport"]
 

@@ -11,7 +11,8 @@ import argparse
 import functools
 import operator
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from .topology import Topology
 from .topology import parse as parse_topology
@@ -47,8 +48,9 @@ class Tree:
 
     __slots__ = ("kind", "size", "root", "params", "depth", "max_fanout", "_parents", "_children", "_labels")
 
-    def __init__(self, kind: str, size: int, root: int, params: Params, children: Children,
-                 labels: tuple[str, ...] | None = None) -> None:
+    def __init__(
+        self, kind: str, size: int, root: int, params: Params, children: Children, labels: tuple[str, ...] | None = None
+    ) -> None:
         self.kind, self.size, self.root, self.params = kind, size, root, params
         self._children = tuple(tuple(c) for c in children)
         self._labels = labels
@@ -152,8 +154,9 @@ def _check_spanning(size: int, root: int, children: tuple[tuple[int, ...], ...])
     for p, kids in enumerate(children):
         for c in kids:
             if not 0 <= c < size or c == root or parents[c] != -2:
-                raise RuntimeError(f"tree builder bug: rank {c} (child of {p}) is out of range, "
-                                   "the root or has two parents")
+                raise RuntimeError(
+                    f"tree builder bug: rank {c} (child of {p}) is out of range, the root or has two parents"
+                )
             parents[c] = p
     level, depth, seen = [root], 0, 1
     while True:
@@ -385,8 +388,10 @@ def _topo_levels(levels: Any, size: int) -> tuple[tuple[int, ...], ...]:
     """Per-level group ids from a Topology or a sequence of per-rank id sequences, checked against size."""
     raw = levels.levels if isinstance(levels, Topology) else levels
     if isinstance(raw, (str, bytes)):
-        raise ValueError("topo parameter levels must be a Topology or a tuple of per-level group-id tuples, "
-                         "not a string (use adaptcoll.topology.parse)")
+        raise ValueError(
+            "topo parameter levels must be a Topology or a tuple of per-level group-id tuples, "
+            "not a string (use adaptcoll.topology.parse)"
+        )
     try:
         out = tuple(tuple(_int("group id", g) for g in level) for level in raw)
     except TypeError:
@@ -462,8 +467,9 @@ def parse_algorithm(spec: str) -> tuple[str, dict[str, Any]]:
             name, eq, value = item.partition("=")
             name = name.strip()
             if not eq or not name:
-                raise ValueError(f"bad tree parameter {item!r} in {spec!r}; expected kind[:name=value,...], "
-                                 "e.g. 'knomial:radix=4'")
+                raise ValueError(
+                    f"bad tree parameter {item!r} in {spec!r}; expected kind[:name=value,...], e.g. 'knomial:radix=4'"
+                )
             if name not in _DEFAULTS[kind]:
                 choices = ", ".join(_DEFAULTS[kind]) or "none"
                 raise ValueError(f"unknown parameter {name!r} for tree kind {kind!r}; valid parameters: {choices}")
@@ -480,10 +486,12 @@ def _dot(trees: Sequence[Tree]) -> str:
     """One DOT digraph for `trees` over the same ranks (several trees: one edge colour/style per tree)."""
     first = trees[0]
     title = " / ".join(t.header() for t in trees)
-    lines = [f'digraph "{first.kind}_P{first.size}_root{first.root}" {{',
-             f'  graph [label="{title}", labelloc=t, fontsize=11];',
-             "  node [shape=circle, fontsize=10];",
-             f'  {first.root} [style=filled, fillcolor=gold];']
+    lines = [
+        f'digraph "{first.kind}_P{first.size}_root{first.root}" {{',
+        f'  graph [label="{title}", labelloc=t, fontsize=11];',
+        "  node [shape=circle, fontsize=10];",
+        f"  {first.root} [style=filled, fillcolor=gold];",
+    ]
     levels: tuple[tuple[int, ...], ...] = ()
     if first.kind == "topo":
         levels = _topo_levels(dict(first.params)["levels"], first.size)
@@ -503,8 +511,9 @@ def _dot(trees: Sequence[Tree]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _clusters(members: list[int], levels: tuple[tuple[int, ...], ...], level: int, indent: str,
-              topology: Any, prefix: str = "c") -> list[str]:
+def _clusters(
+    members: list[int], levels: tuple[tuple[int, ...], ...], level: int, indent: str, topology: Any, prefix: str = "c"
+) -> list[str]:
     if level == len(levels):
         return [indent + "; ".join(map(str, members)) + ";"] if members else []
     names = topology.names if isinstance(topology, Topology) else [f"L{i}" for i in range(len(levels))]
@@ -521,16 +530,23 @@ def _clusters(members: list[int], levels: tuple[tuple[int, ...], ...], level: in
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m adaptcoll.trees", description=(
-        "Print a communication tree as indented text with its depth and maximum fan-out, or as DOT."))
+    parser = argparse.ArgumentParser(
+        prog="python -m adaptcoll.trees",
+        description=("Print a communication tree as indented text with its depth and maximum fan-out, or as DOT."),
+    )
     parser.add_argument("--kind", choices=KINDS, default="binomial", help="tree kind (default binomial)")
     parser.add_argument("--size", type=int, required=True, help="number of ranks")
     parser.add_argument("--root", type=int, default=0, help="root rank (default 0)")
     parser.add_argument("--topology", help="topo levels, e.g. 'nodes=4,sockets=2' or 'node=0,0,1,1'")
     parser.add_argument("--inner", help="topo: shape linking group leaders, e.g. chain or 'knomial:radix=8'")
     parser.add_argument("--intra", help="topo: shape inside the innermost groups")
-    parser.add_argument("--param", action="append", default=[], metavar="K=V",
-                        help="extra tree parameter, repeatable, e.g. --param radix=8")
+    parser.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="extra tree parameter, repeatable, e.g. --param radix=8",
+    )
     parser.add_argument("--dot", action="store_true", help="write Graphviz DOT instead of text")
     parser.add_argument("--output", help="write to this file instead of stdout")
     return parser
@@ -556,8 +572,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.topology is not None:
                 params["levels"] = parse_topology(args.topology, args.size)
             params.update({k: v for k, v in (("inner", args.inner), ("intra", args.intra)) if v is not None})
-        trees = (build(args.kind, args.size, args.root, **params) if "which" in params
-                 else build_all(args.kind, args.size, args.root, **params))
+        trees = (
+            (build(args.kind, args.size, args.root, **params),)
+            if "which" in params
+            else build_all(args.kind, args.size, args.root, **params)
+        )
     except ValueError as exc:
         parser.error(str(exc))
     text = _dot(trees) if args.dot else "\n\n".join(map(str, trees)) + "\n"

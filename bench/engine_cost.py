@@ -44,30 +44,33 @@ def in_process(repeats: int = 5) -> dict:
             done = [False] * size
             be = NumpyBackend()
             for r in range(size):
+
                 def fin(r=r):
-                    done[r] = True
+                    done[r] = True  # noqa: B023 - run within this repetition
+
                 ctx = OpContext(world.transports[r], be, plan, 2, 3, "first", False, SegmentPool(be, np.dtype("f8")))
                 if name == "Bcast":
                     buf = np.zeros(nseg)
                     Bcast(ctx, tree.parent(r), tree.children(r), buf, range(nseg), fin).start()
                 else:
                     target = np.zeros(nseg) if r == 0 else None
-                    Reduce(ctx, tree.parent(r), tree.children(r), np.ones(nseg), target, ReduceOp("SUM"),
-                           range(nseg), fin).start()
+                    Reduce(
+                        ctx, tree.parent(r), tree.children(r), np.ones(nseg), target, ReduceOp("SUM"), range(nseg), fin
+                    ).start()
             t0 = time.perf_counter()
-            steps = world.run(lambda: all(done))
+            steps = world.run(lambda: all(done))  # noqa: B023
             per_event.append((time.perf_counter() - t0) / steps * 1e6)
         out[name] = statistics.median(per_event)
     return out
 
 
 def over_mpi(nseg: int = 2000, repeats: int = 7) -> None:
+    import os
+
     from mpi4py import MPI
 
     import adaptcoll
     from adaptcoll.engine import engine
-
-    import os
 
     world = MPI.COMM_WORLD
     comm = adaptcoll.Intracomm(world)
@@ -81,7 +84,7 @@ def over_mpi(nseg: int = 2000, repeats: int = 7) -> None:
         posted = done = 0
         while done < nseg:
             while posted < nseg and len(reqs) < window:
-                seg = buf[posted:posted + 1]
+                seg = buf[posted : posted + 1]
                 reqs.append(world.Isend(seg, 1, posted) if rank == 0 else world.Irecv(seg, 0, posted))
                 posted += 1
             idx = MPI.Request.Testsome(reqs)
@@ -92,8 +95,14 @@ def over_mpi(nseg: int = 2000, repeats: int = 7) -> None:
                 os.sched_yield()
 
     rows = []
-    with adaptcoll.configured(native_below=0, bcast_segment_size=8, max_segments=0, sync_sends="none",
-                              bcast_send_window=window, bcast_recv_window=window):
+    with adaptcoll.configured(
+        native_below=0,
+        bcast_segment_size=8,
+        max_segments=0,
+        sync_sends="none",
+        bcast_send_window=window,
+        bcast_recv_window=window,
+    ):
         for _ in range(repeats):
             world.Barrier()
             t0 = time.perf_counter()
@@ -111,10 +120,13 @@ def over_mpi(nseg: int = 2000, repeats: int = 7) -> None:
     bare = statistics.median(r[1] for r in rows)
     costs = world.gather((cost, bare))
     if rank == 0:
-        print(f"MPI, {world.Get_size()} ranks, {nseg} segments of 8 B (median over {repeats}): adaptcoll adds "
-              + ", ".join(f"rank {i}: {c:.2f} us" for i, (c, _) in enumerate(costs))
-              + " per segment event; the bare mpi4py loop costs "
-              + ", ".join(f"rank {i}: {b:.2f} us" for i, (_, b) in enumerate(costs)) + " per message")
+        print(
+            f"MPI, {world.Get_size()} ranks, {nseg} segments of 8 B (median over {repeats}): adaptcoll adds "
+            + ", ".join(f"rank {i}: {c:.2f} us" for i, (c, _) in enumerate(costs))
+            + " per segment event; the bare mpi4py loop costs "
+            + ", ".join(f"rank {i}: {b:.2f} us" for i, (_, b) in enumerate(costs))
+            + " per message"
+        )
 
 
 def main() -> None:

@@ -22,8 +22,8 @@ try:
 except ImportError:  # run from a source checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from adaptcoll.backends.base import ReduceOp  # noqa: E402
-from adaptcoll.backends.cupy_backend import KERNEL_DTYPES_BY_OP, CupyBackend, import_cupy  # noqa: E402
+from adaptcoll.backends.base import ReduceOp
+from adaptcoll.backends.cupy_backend import KERNEL_DTYPES_BY_OP, CupyBackend, import_cupy
 
 __all__ = ["main", "measure_copy", "measure_fold", "parse_size"]
 
@@ -86,8 +86,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="1M,16M,256M,1G", help="bytes per operand, e.g. 64K,1M,1G")
     parser.add_argument("--iters", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--check", action="store_true",
-                        help=f"exit 1 unless every fold at the largest size reaches {GOAL_PERCENT:.0f} %% of copy")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help=f"exit 1 unless every fold at the largest size reaches {GOAL_PERCENT:.0f} %% of copy",
+    )
     args = parser.parse_args(argv)
     try:
         cupy = import_cupy()
@@ -97,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as error:
         print(f"gpu_kernels: cannot run: {error}", file=sys.stderr)
         return 2
-    except Exception as error:  # noqa: BLE001 - no driver or no device
+    except Exception as error:
         print(f"gpu_kernels: cannot run: no usable CUDA GPU ({error})", file=sys.stderr)
         return 2
 

@@ -75,10 +75,14 @@ def main() -> None:
     if args.self:
         solo = measure(MPI.COMM_SELF, size, args.calls, args.blocks)
     if world.Get_rank() == 0:
-        print(f"# {world.Get_size()} ranks, {size} B, {args.calls} back-to-back calls x {args.blocks} blocks, "
-              "median us per call (max over ranks)")
-        print(f"{'collective':<12}{'mpi4py':>10}{'adaptcoll':>11}{'ratio':>8}" + (f"{'COMM_SELF +us':>15}"
-                                                                                 if args.self else ""))
+        print(
+            f"# {world.Get_size()} ranks, {size} B, {args.calls} back-to-back calls x {args.blocks} blocks, "
+            "median us per call (max over ranks)"
+        )
+        print(
+            f"{'collective':<12}{'mpi4py':>10}{'adaptcoll':>11}{'ratio':>8}"
+            + (f"{'COMM_SELF +us':>15}" if args.self else "")
+        )
         for name, (plain, ours) in rows.items():
             extra = f"{solo[name][1] - solo[name][0]:>15.3f}" if args.self else ""
             print(f"{name:<12}{plain:>10.2f}{ours:>11.2f}{plain / ours:>8.3f}{extra}")

@@ -22,9 +22,10 @@ import platform
 import re
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -58,6 +59,7 @@ _SETTING_SHORTHANDS = ("algorithm", "segment_size")
 
 
 # -- argument parsing (no MPI) -------------------------------------------------------------------
+
 
 def parse_size(text: str) -> int:
     """Bytes from '4096', '4K', '4KiB', '1M', '1MB' (binary multiples); ValueError otherwise."""
@@ -199,42 +201,93 @@ def parse_rank_list(text: str) -> tuple[int, ...] | None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line (OSU flags plus --impl, --json, --noise, --skew, ...)."""
-    p = argparse.ArgumentParser(prog="osu.py", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("-c", "--collective", default="bcast",
-                   help=f"comma-separated list of: {', '.join(COLLECTIVES)} (default bcast)")
-    p.add_argument("-m", "--message-size", default="1:1M", metavar="[MIN:]MAX",
-                   help="message sizes in bytes, powers of two from MIN to MAX (default 1:1M)")
-    p.add_argument("--sizes", default=None, metavar="LIST",
-                   help="explicit comma-separated sizes instead of -m, e.g. 4K,1M,16M (not in OSU)")
-    p.add_argument("-i", "--iterations", type=int, default=None,
-                   help="timed iterations per size (default OSU: 1000, or 100 above 8 KiB)")
-    p.add_argument("-x", "--warmup", type=int, default=None,
-                   help="warm-up iterations per size (default OSU: 100, or 10 above 8 KiB)")
+    p = argparse.ArgumentParser(
+        prog="osu.py", description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "-c", "--collective", default="bcast", help=f"comma-separated list of: {', '.join(COLLECTIVES)} (default bcast)"
+    )
+    p.add_argument(
+        "-m",
+        "--message-size",
+        default="1:1M",
+        metavar="[MIN:]MAX",
+        help="message sizes in bytes, powers of two from MIN to MAX (default 1:1M)",
+    )
+    p.add_argument(
+        "--sizes",
+        default=None,
+        metavar="LIST",
+        help="explicit comma-separated sizes instead of -m, e.g. 4K,1M,16M (not in OSU)",
+    )
+    p.add_argument(
+        "-i",
+        "--iterations",
+        type=int,
+        default=None,
+        help="timed iterations per size (default OSU: 1000, or 100 above 8 KiB)",
+    )
+    p.add_argument(
+        "-x",
+        "--warmup",
+        type=int,
+        default=None,
+        help="warm-up iterations per size (default OSU: 100, or 10 above 8 KiB)",
+    )
     p.add_argument("-f", "--full", action="store_true", help="add Min/Max Latency(us) and Iterations columns")
-    p.add_argument("-t", "--num-test-calls", type=int, default=100,
-                   help="I-forms: Test calls spread over the dummy compute (default 100; OSU's default is 0)")
+    p.add_argument(
+        "-t",
+        "--num-test-calls",
+        type=int,
+        default=100,
+        help="I-forms: Test calls spread over the dummy compute (default 100; OSU's default is 0)",
+    )
     p.add_argument("--root", type=int, default=0, help="root of Bcast/Reduce (default 0)")
-    p.add_argument("--dtype", default="float32",
-                   help="NumPy element type of Reduce/Allreduce buffers (default float32, as OSU)")
-    p.add_argument("--impl", action="append", default=None,
-                   help="native | adaptcoll | adaptcoll:KEY=VALUE[;KEY=VALUE] (repeatable; default native "
-                        "and adaptcoll)")
-    p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
-                   help="cap the time per size: fewer iterations (never below --min-iterations) when the "
-                        "warm-up says the full count would take longer (not in OSU)")
+    p.add_argument(
+        "--dtype", default="float32", help="NumPy element type of Reduce/Allreduce buffers (default float32, as OSU)"
+    )
+    p.add_argument(
+        "--impl",
+        action="append",
+        default=None,
+        help="native | adaptcoll | adaptcoll:KEY=VALUE[;KEY=VALUE] (repeatable; default native and adaptcoll)",
+    )
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="cap the time per size: fewer iterations (never below --min-iterations) when the "
+        "warm-up says the full count would take longer (not in OSU)",
+    )
     p.add_argument("--min-iterations", type=int, default=10)
     p.add_argument("--json", default=None, metavar="FILE", help="write every sample and summary to FILE")
-    p.add_argument("--noise", default=None, metavar="SPEC",
-                   help="detour noise around each size's warm-up and timed loop, e.g. '1kHz x 25us, poisson' "
-                        "(adaptcoll.noise spec)")
-    p.add_argument("--noise-ranks", default="all", metavar="RANKS",
-                   help="ranks that get detours: all, or a list such as 1+3 (default all)")
-    p.add_argument("--skew", default=None, metavar="SPEC",
-                   help="arrival skew before each timed call: DIST:SCALE[,p=P][,ranks=1+3][,seed=N]"
-                        "[,mode=spin|sleep], DIST uniform|exponential|fixed")
-    p.add_argument("--net-noise", default=None, metavar="BYTES",
-                   help="background exchanges of BYTES between rank pairs (i, i+P/2) around each timed loop")
+    p.add_argument(
+        "--noise",
+        default=None,
+        metavar="SPEC",
+        help="detour noise around each size's warm-up and timed loop, e.g. '1kHz x 25us, poisson' "
+        "(adaptcoll.noise spec)",
+    )
+    p.add_argument(
+        "--noise-ranks",
+        default="all",
+        metavar="RANKS",
+        help="ranks that get detours: all, or a list such as 1+3 (default all)",
+    )
+    p.add_argument(
+        "--skew",
+        default=None,
+        metavar="SPEC",
+        help="arrival skew before each timed call: DIST:SCALE[,p=P][,ranks=1+3][,seed=N]"
+        "[,mode=spin|sleep], DIST uniform|exponential|fixed",
+    )
+    p.add_argument(
+        "--net-noise",
+        default=None,
+        metavar="BYTES",
+        help="background exchanges of BYTES between rank pairs (i, i+P/2) around each timed loop",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed for noise phases and skew")
     p.add_argument("--no-check", action="store_true", help="skip the per-size result check against native")
     p.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
@@ -258,6 +311,7 @@ def parse_collectives(text: str) -> list[str]:
 
 # -- statistics and output (no MPI) ---------------------------------------------------------------
 
+
 def overlap_percent(overall_us: float, compute_us: float, test_us: float, pure_us: float) -> float:
     """OSU's overlap: max(0, 100 - (overall - (compute - test)) / pure * 100)."""
     if pure_us <= 0:
@@ -273,24 +327,41 @@ def percentile(values: Sequence[float], q: float) -> float:
 def summarize_samples(samples_us: Sequence[float]) -> dict[str, float]:
     """median, p95, p99, mean, min, max of a list of per-iteration times (us)."""
     a = np.asarray(samples_us, dtype=float)
-    return {"median_us": float(np.median(a)), "p95_us": percentile(a, 95), "p99_us": percentile(a, 99),
-            "mean_us": float(a.mean()), "min_us": float(a.min()), "max_us": float(a.max())}
+    return {
+        "median_us": float(np.median(a)),
+        "p95_us": percentile(a, 95),
+        "p99_us": percentile(a, 99),
+        "mean_us": float(a.mean()),
+        "min_us": float(a.min()),
+        "max_us": float(a.max()),
+    }
 
 
 def format_table(collective: str, impl_label: str, rows: Sequence[dict[str, Any]], full: bool, ranks: int) -> str:
     """One OSU-style table for one (collective, implementation)."""
-    name = {"bcast": "Broadcast", "reduce": "Reduce", "allreduce": "Allreduce", "ibcast": "Non-blocking Broadcast",
-            "ireduce": "Non-blocking Reduce", "iallreduce": "Non-blocking Allreduce"}[collective]
-    lines = [f"# OSU MPI {name} Latency Test (adaptcoll bench/osu.py)", f"# Implementation: {impl_label}",
-             f"# Ranks: {ranks}"]
+    name = {
+        "bcast": "Broadcast",
+        "reduce": "Reduce",
+        "allreduce": "Allreduce",
+        "ibcast": "Non-blocking Broadcast",
+        "ireduce": "Non-blocking Reduce",
+        "iallreduce": "Non-blocking Allreduce",
+    }[collective]
+    lines = [
+        f"# OSU MPI {name} Latency Test (adaptcoll bench/osu.py)",
+        f"# Implementation: {impl_label}",
+        f"# Ranks: {ranks}",
+    ]
     if collective in NONBLOCKING:
         head = f"{'# Size':<10}{'Overall(us)':>17}{'Compute(us)':>17}{'Pure Comm.(us)':>20}{'Overlap(%)':>17}"
         if full:
             head += f"{'Min Latency(us)':>17}{'Max Latency(us)':>17}{'Iterations':>12}"
         lines.append(head)
         for r in rows:
-            line = (f"{r['size']:<10}{r['overall_us']:>17.2f}{r['compute_us']:>17.2f}{r['pure_us']:>20.2f}"
-                    f"{r['overlap_pct']:>17.2f}")
+            line = (
+                f"{r['size']:<10}{r['overall_us']:>17.2f}{r['compute_us']:>17.2f}{r['pure_us']:>20.2f}"
+                f"{r['overlap_pct']:>17.2f}"
+            )
             if full:
                 line += f"{r['osu_min_us']:>17.2f}{r['osu_max_us']:>17.2f}{r['iterations']:>12}"
             lines.append(line)
@@ -343,6 +414,7 @@ class Progress:
 
 
 # -- MPI part ------------------------------------------------------------------------------------
+
 
 def _import_adaptcoll() -> Any:
     try:
@@ -416,8 +488,9 @@ class SettingsSwitch:
         self.current = impl.settings
 
 
-def _check_results(collective: str, size: int, impls: list[Impl], root: int, MPI: Any, world: Any,
-                   switch: SettingsSwitch) -> str | None:
+def _check_results(
+    collective: str, size: int, impls: list[Impl], root: int, MPI: Any, world: Any, switch: SettingsSwitch
+) -> str | None:
     """Run each implementation once on rank-dependent data and compare with native MPI's result.
 
     Returns None if all agree on every rank, else a message (the same on all ranks)."""
@@ -425,6 +498,7 @@ def _check_results(collective: str, size: int, impls: list[Impl], root: int, MPI
     dt = _dtype_for(collective)
     count = size // dt.itemsize
     if collective.endswith("bcast"):
+
         def fresh() -> np.ndarray:
             if rank == root:
                 return ((np.arange(count, dtype=np.int64) * 7 + size) % 251).astype(dt)
@@ -469,9 +543,11 @@ def _check_results(collective: str, size: int, impls: list[Impl], root: int, MPI
         wrong = [d for d in everyone if d[1]]
         if wrong:
             r, n, i, g, e = wrong[0]
-            problems.append(f"RESULT MISMATCH: {collective} size {size} B impl {impl.spec.label!r}: "
-                            f"{len(wrong)} of {nranks} ranks differ from native MPI (rank {r}: {n} of {count} "
-                            f"elements, first at index {i}: got {g}, expected {e})")
+            problems.append(
+                f"RESULT MISMATCH: {collective} size {size} B impl {impl.spec.label!r}: "
+                f"{len(wrong)} of {nranks} ranks differ from native MPI (rank {r}: {n} of {count} "
+                f"elements, first at index {i}: got {g}, expected {e})"
+            )
     return "\n".join(problems) or None
 
 
@@ -496,8 +572,15 @@ class Noise:
         if skew is not None:
             from adaptcoll.noise import Skew
 
-            self.skew = Skew(skew.distribution, skew.scale_s, skew.probability, skew.seed or args.seed,
-                             self.rank, skew.slow_ranks, skew.mode)
+            self.skew = Skew(
+                skew.distribution,
+                skew.scale_s,
+                skew.probability,
+                skew.seed or args.seed,
+                self.rank,
+                skew.slow_ranks,
+                skew.mode,
+            )
         self.net_bytes = parse_size(args.net_noise) if args.net_noise else 0
         self.net: Any = None
         self.net_stats: list[dict[str, Any]] = []
@@ -518,8 +601,12 @@ class Noise:
             stats = self.detours.stop()
             if stats is not None:
                 row = dataclasses.asdict(stats)
-                row.update(at=self._label, achieved_frequency_hz=stats.achieved_frequency_hz,
-                           noise_fraction=stats.noise_fraction, cpus=self.detours.child_cpus)
+                row.update(
+                    at=self._label,
+                    achieved_frequency_hz=stats.achieved_frequency_hz,
+                    noise_fraction=stats.noise_fraction,
+                    cpus=self.detours.child_cpus,
+                )
                 self.detour_stats.append(row)
             self.detours = None
         if self.net is not None:
@@ -556,8 +643,15 @@ def _dummy_compute(seconds: float, request: Any, num_tests: int) -> float:
     return test_time
 
 
-def _time_blocking(calls: list[Callable[[], Any]], impls: list[Impl], switch: SettingsSwitch, barrier: Callable,
-                   iters: int, noise: Noise, progress_cb: Callable[[int], None]) -> np.ndarray:
+def _time_blocking(
+    calls: list[Callable[[], Any]],
+    impls: list[Impl],
+    switch: SettingsSwitch,
+    barrier: Callable,
+    iters: int,
+    noise: Noise,
+    progress_cb: Callable[[int], None],
+) -> np.ndarray:
     """times[impl, iteration] in seconds on this rank, implementations interleaved per iteration."""
     n = len(impls)
     times = np.zeros((n, iters))
@@ -574,17 +668,31 @@ def _time_blocking(calls: list[Callable[[], Any]], impls: list[Impl], switch: Se
     return times
 
 
-def _time_pure_nonblocking(starts: list[Callable[[], Any]], impls: list[Impl], switch: SettingsSwitch,
-                           barrier: Callable, iters: int, noise: Noise,
-                           progress_cb: Callable[[int], None]) -> np.ndarray:
+def _time_pure_nonblocking(
+    starts: list[Callable[[], Any]],
+    impls: list[Impl],
+    switch: SettingsSwitch,
+    barrier: Callable,
+    iters: int,
+    noise: Noise,
+    progress_cb: Callable[[int], None],
+) -> np.ndarray:
     """Pure communication time of the I-forms: start + Wait, timed like the blocking calls."""
     waits = [lambda start=start: start().Wait() for start in starts]
     return _time_blocking(waits, impls, switch, barrier, iters, noise, progress_cb)
 
 
-def _time_overlap(starts: list[Callable[[], Any]], impls: list[Impl], switch: SettingsSwitch, barrier: Callable,
-                  iters: int, compute_s: Sequence[float], num_tests: int, noise: Noise,
-                  progress_cb: Callable[[int], None]) -> np.ndarray:
+def _time_overlap(
+    starts: list[Callable[[], Any]],
+    impls: list[Impl],
+    switch: SettingsSwitch,
+    barrier: Callable,
+    iters: int,
+    compute_s: Sequence[float],
+    num_tests: int,
+    noise: Noise,
+    progress_cb: Callable[[int], None],
+) -> np.ndarray:
     """[4, impl, iteration]: overall, compute (incl. tests), test, wait seconds on this rank."""
     n = len(impls)
     out = np.zeros((4, n, iters))
@@ -606,8 +714,14 @@ def _time_overlap(starts: list[Callable[[], Any]], impls: list[Impl], switch: Se
     return out
 
 
-def _warmup(calls: list[Callable[[], Any]], impls: list[Impl], switch: SettingsSwitch, barrier: Callable,
-            count: int, nonblocking: bool) -> np.ndarray:
+def _warmup(
+    calls: list[Callable[[], Any]],
+    impls: list[Impl],
+    switch: SettingsSwitch,
+    barrier: Callable,
+    count: int,
+    nonblocking: bool,
+) -> np.ndarray:
     """Run `count` interleaved warm-up rounds; returns this rank's mean seconds per call per impl."""
     clock = time.perf_counter
     spent = np.zeros(len(impls))
@@ -624,8 +738,11 @@ def _warmup(calls: list[Callable[[], Any]], impls: list[Impl], switch: SettingsS
 
 
 def _osu_row(per_rank_means_us: np.ndarray) -> dict[str, float]:
-    return {"osu_avg_us": float(per_rank_means_us.mean()), "osu_min_us": float(per_rank_means_us.min()),
-            "osu_max_us": float(per_rank_means_us.max())}
+    return {
+        "osu_avg_us": float(per_rank_means_us.mean()),
+        "osu_min_us": float(per_rank_means_us.min()),
+        "osu_max_us": float(per_rank_means_us.max()),
+    }
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
@@ -687,13 +804,12 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
                 skip = min(skip, max(1, int(0.1 * args.budget / per_round)))
                 iters = max(min(iters, args.min_iterations), min(iters, int(args.budget / per_round)))
             _warmup(calls, impls, switch, barrier, max(skip - 1, 0), nonblocking)
-            tick = lambda k: progress.advance(k * len(impls), label)  # noqa: E731
+            tick = lambda k: progress.advance(k * len(impls), label)  # noqa: E731, B023
             progress.advance(skip * len(impls), label)
             if nonblocking:
                 pure = _time_pure_nonblocking(calls, impls, switch, barrier, iters, noise, lambda k: None)
                 compute_s = pure.mean(axis=1)  # each rank computes for its own pure latency, as OSU
-                over = _time_overlap(calls, impls, switch, barrier, iters, compute_s, args.num_test_calls, noise,
-                                     tick)
+                over = _time_overlap(calls, impls, switch, barrier, iters, compute_s, args.num_test_calls, noise, tick)
                 local = np.concatenate([pure[None], over])  # [5, impl, iter]
             else:
                 local = _time_blocking(calls, impls, switch, barrier, iters, noise, tick)[None]  # [1, impl, iter]
@@ -707,11 +823,16 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
             if nonblocking:
                 pure_r, over_r, comp_r, test_r, wait_r = (allr[:, j, k, :] for j in range(5))
                 samples = over_r.max(axis=0)
-                row = {"overall_us": float(over_r.mean()), "compute_us": float(comp_r.mean()),
-                       "pure_us": float(pure_r.mean()), "test_us": float(test_r.mean()),
-                       "wait_us": float(wait_r.mean())}
-                row["overlap_pct"] = overlap_percent(row["overall_us"], row["compute_us"], row["test_us"],
-                                                     row["pure_us"])
+                row = {
+                    "overall_us": float(over_r.mean()),
+                    "compute_us": float(comp_r.mean()),
+                    "pure_us": float(pure_r.mean()),
+                    "test_us": float(test_r.mean()),
+                    "wait_us": float(wait_r.mean()),
+                }
+                row["overlap_pct"] = overlap_percent(
+                    row["overall_us"], row["compute_us"], row["test_us"], row["pure_us"]
+                )
                 row.update(_osu_row(over_r.mean(axis=1)))
                 row["pure_samples_us"] = pure_r.max(axis=0).tolist()
                 row["pure_median_us"] = float(np.median(pure_r.max(axis=0)))
@@ -719,8 +840,15 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
                 t = allr[:, 0, k, :]
                 samples = t.max(axis=0)
                 row = _osu_row(t.mean(axis=1))
-            row.update(collective=coll, size=size, impl=impl.spec.label, iterations=iters, warmup=skip,
-                       **summarize_samples(samples), samples_us=samples.tolist())
+            row.update(
+                collective=coll,
+                size=size,
+                impl=impl.spec.label,
+                iterations=iters,
+                warmup=skip,
+                **summarize_samples(samples),
+                samples_us=samples.tolist(),
+            )
             results.append(row)
             rows_by_table.setdefault((coll, impl.spec.label), []).append(row)
     progress.close()
@@ -748,13 +876,25 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
                 "cpus": os.cpu_count(),
                 "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 "options": {k: v for k, v in vars(args).items() if k != "impl"},
-                "impls": [{"label": i.spec.label, "kind": i.spec.kind, "overrides": i.spec.overrides,
-                           "settings": dataclasses.asdict(i.settings) if i.settings is not None else None}
-                          for i in impls],
+                "impls": [
+                    {
+                        "label": i.spec.label,
+                        "kind": i.spec.kind,
+                        "overrides": i.spec.overrides,
+                        "settings": dataclasses.asdict(i.settings) if i.settings is not None else None,
+                    }
+                    for i in impls
+                ],
                 "results": results,
                 "adaptcoll_stats": all_stats,
-                "noise": {"detours": args.noise, "noise_ranks": args.noise_ranks, "skew": args.skew,
-                          "net_noise": args.net_noise, "detour_stats": detour_stats, "net_stats": net_stats},
+                "noise": {
+                    "detours": args.noise,
+                    "noise_ranks": args.noise_ranks,
+                    "skew": args.skew,
+                    "net_noise": args.net_noise,
+                    "detour_stats": detour_stats,
+                    "net_stats": net_stats,
+                },
             }
             path = Path(args.json)
             path.parent.mkdir(parents=True, exist_ok=True)

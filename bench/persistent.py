@@ -83,10 +83,13 @@ def main() -> None:
             rows.append(r)
     if comm.Get_rank() == 0:
         print(f"# {comm.Get_size()} ranks; median us per call (max over ranks); saving = plain - persistent")
-        print(f"{'Size':>8} {'Bcast':>9} {'Bcast_init':>11} {'saving':>8} {'Allreduce':>10} {'Allreduce_init':>15} {'saving':>8}")
+        head = ("Size", 8), ("Bcast", 9), ("Bcast_init", 11), ("saving", 8), ("Allreduce", 10), ("Allreduce_init", 15)
+        print(" ".join(f"{name:>{width}}" for name, width in (*head, ("saving", 8))))
         for r in rows:
-            print(f"{r['bytes']:>8} {r['Bcast']:>9.2f} {r['Bcast_init']:>11.2f} {r['Bcast'] - r['Bcast_init']:>8.2f} "
-                  f"{r['Allreduce']:>10.2f} {r['Allreduce_init']:>15.2f} {r['Allreduce'] - r['Allreduce_init']:>8.2f}")
+            print(
+                f"{r['bytes']:>8} {r['Bcast']:>9.2f} {r['Bcast_init']:>11.2f} {r['Bcast'] - r['Bcast_init']:>8.2f} "
+                f"{r['Allreduce']:>10.2f} {r['Allreduce_init']:>15.2f} {r['Allreduce'] - r['Allreduce_init']:>8.2f}"
+            )
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"ranks": comm.Get_size(), "rows": rows}, f, indent=1)

@@ -14,8 +14,9 @@ import argparse
 import json
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 __all__ = ["plot_lines", "plot_bars", "main"]
 
@@ -59,8 +60,7 @@ def plot_lines(rows: Sequence[dict[str, Any]], out_dir: Path, prefix: str) -> li
     written = []
     for (variant, coll, ranks), rs in _groups(rows, ("variant", "collective", "ranks")).items():
         impls = sorted({r["impl"] for r in rs}, key=lambda i: (i != "native", i))
-        fig, (top, bottom) = plt.subplots(2, 1, figsize=(7.5, 6.5), sharex=True,
-                                          gridspec_kw={"height_ratios": [2, 1]})
+        fig, (top, bottom) = plt.subplots(2, 1, figsize=(7.5, 6.5), sharex=True, gridspec_kw={"height_ratios": [2, 1]})
         for n, impl in enumerate(impls):
             pts = sorted((r for r in rs if r["impl"] == impl), key=lambda r: r["size"])
             xs = [r["size"] for r in pts]
@@ -68,8 +68,9 @@ def plot_lines(rows: Sequence[dict[str, Any]], out_dir: Path, prefix: str) -> li
             top.plot(xs, [r["median_us"] for r in pts], "o-", color=color, label=f"{_short(impl)} median")
             top.plot(xs, [r["p95_us"] for r in pts], "--", color=color, alpha=0.6, label=f"{_short(impl)} p95")
             if impl != "native" and any(r.get("ratio") for r in pts):
-                bottom.plot(xs, [r.get("ratio") or float("nan") for r in pts], "o-", color=color,
-                            label=f"native/{_short(impl)}")
+                bottom.plot(
+                    xs, [r.get("ratio") or float("nan") for r in pts], "o-", color=color, label=f"native/{_short(impl)}"
+                )
         top.set_xscale("log", base=2)
         top.set_yscale("log")
         top.set_ylabel("latency (us), max over ranks")

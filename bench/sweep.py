@@ -23,9 +23,10 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 __all__ = [
     "Run",
@@ -70,8 +71,15 @@ class Experiment:
 
 
 def _experiment_from_dict(raw: dict[str, Any]) -> Experiment:
-    runs = tuple(Run(r["name"], tuple(r["args"]), tuple(r.get("ranks", ())),
-                     tuple(sorted((k, str(v)) for k, v in r.get("env", {}).items()))) for r in raw["runs"])
+    runs = tuple(
+        Run(
+            r["name"],
+            tuple(r["args"]),
+            tuple(r.get("ranks", ())),
+            tuple(sorted((k, str(v)) for k, v in r.get("env", {}).items())),
+        )
+        for r in raw["runs"]
+    )
     names = [r.name for r in runs]
     if len(set(names)) != len(names):
         raise ValueError(f"experiment {raw.get('name')!r}: run names must be unique")
@@ -114,8 +122,18 @@ class LaunchRecord:
 
 def launch_command(exp: Experiment, run: Run, ranks: int, json_path: Path) -> list[str]:
     """mpiexec -n N <launcher args> python bench/osu.py <args> --json FILE --quiet."""
-    return [*exp.mpiexec, "-n", str(ranks), *exp.launcher_args, exp.python, str(OSU), *run.args,
-            "--json", str(json_path), "--quiet"]
+    return [
+        *exp.mpiexec,
+        "-n",
+        str(ranks),
+        *exp.launcher_args,
+        exp.python,
+        str(OSU),
+        *run.args,
+        "--json",
+        str(json_path),
+        "--quiet",
+    ]
 
 
 def _session_pids(sid: int) -> list[int]:
@@ -128,7 +146,7 @@ def _session_pids(sid: int) -> list[int]:
             stat = (entry / "stat").read_text()
         except OSError:
             continue
-        fields = stat[stat.rfind(")") + 2:].split()
+        fields = stat[stat.rfind(")") + 2 :].split()
         if len(fields) > 3 and int(fields[3]) == sid:
             found.append(int(entry.name))
     return found
@@ -154,8 +172,9 @@ def _kill_session(proc: subprocess.Popen) -> None:
             return
 
 
-def run_launch(command: Sequence[str], timeout_s: float, log_path: Path, env: dict[str, str] | None = None,
-               grace_s: float = 15.0) -> tuple[int | None, bool, float]:
+def run_launch(
+    command: Sequence[str], timeout_s: float, log_path: Path, env: dict[str, str] | None = None, grace_s: float = 15.0
+) -> tuple[int | None, bool, float]:
     """Run one launch in its own session; (returncode or None, timed out?, seconds). Leaves nothing behind.
 
     The launcher gets MPIEXEC_TIMEOUT=timeout_s; if it is still alive grace_s later, its session is killed."""
@@ -166,8 +185,9 @@ def run_launch(command: Sequence[str], timeout_s: float, log_path: Path, env: di
     with open(log_path, "w") as log:
         log.write("$ " + shlex.join(command) + "\n")
         log.flush()
-        proc = subprocess.Popen(list(command), stdout=log, stderr=subprocess.STDOUT, env=full_env,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            list(command), stdout=log, stderr=subprocess.STDOUT, env=full_env, start_new_session=True
+        )
         timed_out = False
         try:
             code: int | None = proc.wait(timeout=timeout_s + grace_s)
@@ -183,8 +203,7 @@ def run_launch(command: Sequence[str], timeout_s: float, log_path: Path, env: di
     return code, timed_out, seconds
 
 
-def run_experiment(exp: Experiment, out_dir: Path, only: Sequence[str] = (), quiet: bool = False
-                   ) -> list[LaunchRecord]:
+def run_experiment(exp: Experiment, out_dir: Path, only: Sequence[str] = (), quiet: bool = False) -> list[LaunchRecord]:
     """All launches of an experiment (launch-major order: each pass runs every configuration once)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     jobs = [(run, ranks) for run in exp.runs if not only or run.name in only for ranks in (run.ranks or exp.ranks)]
@@ -210,12 +229,16 @@ def run_experiment(exp: Experiment, out_dir: Path, only: Sequence[str] = (), qui
                 print(f"[sweep] launch {stem} attempt {attempt} failed: {rec.error}", file=sys.stderr, flush=True)
             records.append(rec)
             if not quiet:
-                print(f"[sweep] {len(records)}/{total} {stem}: {'ok' if rec.ok else 'FAILED'} "
-                      f"({rec.seconds:.1f} s)", file=sys.stderr, flush=True)
+                print(
+                    f"[sweep] {len(records)}/{total} {stem}: {'ok' if rec.ok else 'FAILED'} ({rec.seconds:.1f} s)",
+                    file=sys.stderr,
+                    flush=True,
+                )
     return records
 
 
 # -- aggregation (pure functions, no MPI) --------------------------------------------------------
+
 
 def _median(values: Iterable[float]) -> float:
     return float(statistics.median(list(values)))
@@ -243,9 +266,17 @@ def aggregate(launches: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str, 
     for (variant, coll, ranks, size, impl), rs in sorted(groups.items()):
         meds = [r["median_us"] for r in rs]
         row: dict[str, Any] = {
-            "variant": variant, "collective": coll, "ranks": ranks, "size": size, "impl": impl,
-            "launches": len(rs), "median_us": _median(meds), "p95_us": _median(r["p95_us"] for r in rs),
-            "p99_us": _median(r["p99_us"] for r in rs), "min_median_us": min(meds), "max_median_us": max(meds),
+            "variant": variant,
+            "collective": coll,
+            "ranks": ranks,
+            "size": size,
+            "impl": impl,
+            "launches": len(rs),
+            "median_us": _median(meds),
+            "p95_us": _median(r["p95_us"] for r in rs),
+            "p99_us": _median(r["p99_us"] for r in rs),
+            "min_median_us": min(meds),
+            "max_median_us": max(meds),
             "osu_avg_us": _median(r["osu_avg_us"] for r in rs),
         }
         ratios = launch_ratios.get((variant, coll, ranks, size, impl))
@@ -292,11 +323,15 @@ def format_markdown(rows: Sequence[dict[str, Any]], title: str = "") -> str:
         others = [i for i in impls if i != "native"]
         has_native = "native" in impls
         launches = sorted({r["launches"] for r in rs})
-        out.append(f"### {variant}: {coll}, {ranks} ranks "
-                   f"(median over {'/'.join(map(str, launches))} launches; times in us)")
+        out.append(
+            f"### {variant}: {coll}, {ranks} ranks (median over {'/'.join(map(str, launches))} launches; times in us)"
+        )
         if any("overlap_pct" in r for r in rs):
-            out += ["", "median/p95/ratios: OSU's Overall time (I-call, dummy compute as long as that "
-                    "implementation's pure comm., Wait); pure comm.: I-call + Wait alone."]
+            out += [
+                "",
+                "median/p95/ratios: OSU's Overall time (I-call, dummy compute as long as that "
+                "implementation's pure comm., Wait); pure comm.: I-call + Wait alone.",
+            ]
         out.append("")
         nonblocking = any("overlap_pct" in r for r in rs)
         head = ["size"]
@@ -322,8 +357,11 @@ def format_markdown(rows: Sequence[dict[str, Any]], title: str = "") -> str:
             if has_native:
                 for i in others:
                     r = by_size[size].get(i)
-                    cells += [_fmt(r["ratio"], 2) if r else "-", _fmt(r["ratio_p95"], 2) if r else "-",
-                              _fmt(r["launch_ratio"], 2) if r else "-"]
+                    cells += [
+                        _fmt(r["ratio"], 2) if r else "-",
+                        _fmt(r["ratio_p95"], 2) if r else "-",
+                        _fmt(r["launch_ratio"], 2) if r else "-",
+                    ]
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
     return "\n".join(out)
@@ -339,14 +377,14 @@ def load_launch_jsons(paths: Sequence[str | Path]) -> list[tuple[str, dict[str, 
         if "results" not in doc:
             continue
         stem = p.stem
-        variant = stem.rsplit("-n", 1)[0] if "-n" in stem and stem.rsplit("-n", 1)[1].split("-l")[0].isdigit() \
-            else stem
+        variant = stem.rsplit("-n", 1)[0] if "-n" in stem and stem.rsplit("-n", 1)[1].split("-l")[0].isdigit() else stem
         out.append((variant, doc))
     return out
 
 
-def _write_outputs(rows: list[dict[str, Any]], records: list[LaunchRecord], args: argparse.Namespace,
-                   title: str, extra: dict[str, Any]) -> None:
+def _write_outputs(
+    rows: list[dict[str, Any]], records: list[LaunchRecord], args: argparse.Namespace, title: str, extra: dict[str, Any]
+) -> None:
     md = format_markdown(rows, title)
     print(md)
     failures = [asdict(r) for r in records if not r.ok]
@@ -360,14 +398,20 @@ def _write_outputs(rows: list[dict[str, Any]], records: list[LaunchRecord], args
         Path(args.markdown).write_text(f"<!-- generated by: {command} -->\n\n{md}\n")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        doc = {"command": [sys.executable, *sys.argv], "rows": rows, "launches": [asdict(r) for r in records],
-               "failures": failures, **extra}
+        doc = {
+            "command": [sys.executable, *sys.argv],
+            "rows": rows,
+            "launches": [asdict(r) for r in records],
+            "failures": failures,
+            **extra,
+        }
         Path(args.json).write_text(json.dumps(doc, indent=1))
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="sweep.py", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="sweep.py", description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--experiment", help="experiment file (JSON, or .py defining EXPERIMENT)")
     p.add_argument("--only", action="append", default=[], help="run only these run names of the experiment")
     p.add_argument("--summarize", nargs="+", metavar="JSON", help="aggregate existing osu.py JSON files only")
@@ -397,8 +441,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if "launches" in doc and "rows" in doc:
                 records += [LaunchRecord(**r) for r in doc["launches"]]
                 paths += [r["json_path"] for r in doc["launches"] if r["ok"]]
-                extra.update({k: doc[k] for k in ("experiment", "description", "mpi_library", "launch_commands")
-                              if k in doc})
+                extra.update(
+                    {k: doc[k] for k in ("experiment", "description", "mpi_library", "launch_commands") if k in doc}
+                )
             else:
                 paths.append(name)
         rows = aggregate(load_launch_jsons(paths))
@@ -432,9 +477,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     records = run_experiment(exp, out_dir, args.only, args.quiet)
     docs = [(r.variant, json.loads(Path(r.json_path).read_text())) for r in records if r.ok]
     rows = aggregate(docs)
-    meta = {"experiment": exp.name, "description": exp.description, "wall_s": time.time() - started,
-            "mpi_library": docs[0][1]["mpi_library"] if docs else None,
-            "launch_commands": sorted({shlex.join(r.command[:-3]) for r in records})}
+    meta = {
+        "experiment": exp.name,
+        "description": exp.description,
+        "wall_s": time.time() - started,
+        "mpi_library": docs[0][1]["mpi_library"] if docs else None,
+        "launch_commands": sorted({shlex.join(r.command[:-3]) for r in records}),
+    }
     _write_outputs(rows, records, args, f"{exp.name}: {exp.description}".rstrip(": "), meta)
     return 0 if all(r.ok for r in records) else 1
 

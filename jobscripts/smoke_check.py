@@ -49,7 +49,9 @@ def main() -> int:
                 got = np.empty(n, dtype)
                 world.Allreduce(small, ref, op=op)
                 ours.Allreduce(small, got, op=op)
-                failures += report(world, f"Allreduce {name} {dtype.__name__} n={n}", close(ref, got, small, size, name))
+                failures += report(
+                    world, f"Allreduce {name} {dtype.__name__} n={n}", close(ref, got, small, size, name)
+                )
     if rank == 0:
         print(f"smoke check on {size} ranks: {'PASS' if failures == 0 else f'{failures} FAILED'}", flush=True)
     return failures

@@ -53,8 +53,10 @@ def _retry_hung_launches() -> None:
         reports = launch(self, item)
         stacks = os.environ.get("ADAPTCOLL_TEST_STACKS")
         if _hung(reports, stacks):
-            sys.stderr.write(f"\n[tests/conftest.py] {item.nodeid}: a rank hung without a failing assertion; "
-                             "running the launch once more\n")
+            sys.stderr.write(
+                f"\n[tests/conftest.py] {item.nodeid}: a rank hung without a failing assertion; "
+                "running the launch once more\n"
+            )
             for path in glob.glob(os.path.join(stacks or "", "rank*.txt")):
                 os.remove(path)
             reports = launch(self, item)
@@ -118,7 +120,7 @@ if FORKED:
         if timeout is not None and stacks:
             from mpi4py import MPI
 
-            dump = open(os.path.join(stacks, f"rank{MPI.COMM_WORLD.Get_rank()}.txt"), "w")
+            dump = open(os.path.join(stacks, f"rank{MPI.COMM_WORLD.Get_rank()}.txt"), "w")  # noqa: SIM115 - closed below
             faulthandler.dump_traceback_later(max(2.0, timeout - 8), exit=True, file=dump)
         try:
             yield

@@ -216,6 +216,7 @@ def test_numpy_empty_and_copy(numpy_backend: NumpyBackend) -> None:
 
 # ---- DeferredBackend --------------------------------------------------------------------------
 
+
 def drive(polls: list, order: list[int]) -> None:
     """Poll every pending fold round-robin (like an engine's progress sweep) until all are done,
     recording the index of each fold in `order` as it completes."""
@@ -312,7 +313,7 @@ def _gpu_skip_reason() -> str | None:
     try:
         if cupy.cuda.runtime.getDeviceCount() < 1:
             return "CuPy found no CUDA device"
-    except Exception as error:  # noqa: BLE001 - no driver, no device, ...
+    except Exception as error:
         return f"no usable CUDA device: {error}"
     return None
 
@@ -354,8 +355,9 @@ def test_cupy_every_op_and_dtype_matches_numpy() -> None:
                 poll = backend.combine(reduce_op, lo, hi, out)
                 assert poll is not None
                 wait(poll)
-                np.testing.assert_array_equal(cupy.asnumpy(out), expected, err_msg=f"{op} {dtype_name} n={count} "
-                                              f"offset={offset} out={target}")
+                np.testing.assert_array_equal(
+                    cupy.asnumpy(out), expected, err_msg=f"{op} {dtype_name} n={count} offset={offset} out={target}"
+                )
 
 
 @needs_gpu
@@ -467,7 +469,7 @@ def make_fake_cupy(launches: list) -> tuple[object, object]:
 
     class RawModule:
         def __init__(self, code: str, options: tuple = ()) -> None:
-            assert "extern \"C\" __global__" in code and "ADAPTCOLL_ALL_OPS(int8" in code
+            assert 'extern "C" __global__' in code and "ADAPTCOLL_ALL_OPS(int8" in code
 
         def compile(self) -> None:
             pass
@@ -489,8 +491,11 @@ def make_fake_cupy(launches: list) -> tuple[object, object]:
         ctypes.memmove(dst, src, size)
 
     runtime = types.SimpleNamespace(
-        getDeviceCount=lambda: 1, getDeviceProperties=lambda i: {"multiProcessorCount": 2},
-        memcpyAsync=memcpy_async, memcpyDefault=4, memcpyDeviceToDevice=3,
+        getDeviceCount=lambda: 1,
+        getDeviceProperties=lambda i: {"multiProcessorCount": 2},
+        memcpyAsync=memcpy_async,
+        memcpyDefault=4,
+        memcpyDeviceToDevice=3,
         streamSynchronize=lambda ptr: launches.append(("streamSynchronize", ptr)),
     )
     cupy = types.ModuleType("cupy")
@@ -560,8 +565,7 @@ def test_cupy_backend_logic_with_fake_cupy(monkeypatch: pytest.MonkeyPatch) -> N
     assert staging.acquire(64, "int32") is host
 
     class Produced:
-        __cuda_array_interface__ = {"shape": (1,), "typestr": "<f4", "data": (0, False), "version": 3,
-                                    "stream": 77}
+        __cuda_array_interface__ = {"shape": (1,), "typestr": "<f4", "data": (0, False), "version": 3, "stream": 77}
 
     cupy_backend.synchronize_producer(Produced(), backend.stream)
     assert launches[-1] == ("streamSynchronize", 77)

@@ -33,6 +33,7 @@ sweep = _load("sweep")
 
 # -- osu.py flags --------------------------------------------------------------------------------
 
+
 def test_sizes_and_ranges_follow_osu():
     assert osu.parse_size("4096") == 4096
     assert osu.parse_size("4K") == osu.parse_size("4KiB") == osu.parse_size("4kb") == 4096
@@ -65,8 +66,11 @@ def test_impl_parsing():
     assert spec.label == "adaptcoll:bcast_algorithm=chain:chains=2;bcast_segment_size=64K"
     assert spec.overrides == {"bcast_algorithm": "chain:chains=2", "bcast_segment_size": "64K"}
     short = osu.parse_impl("adaptcoll:algorithm=two_tree;segment_size=32K")
-    assert short.overrides == {f"{c}_{k}": v for c in ("bcast", "reduce", "allreduce")
-                               for k, v in (("algorithm", "two_tree"), ("segment_size", "32K"))}
+    assert short.overrides == {
+        f"{c}_{k}": v
+        for c in ("bcast", "reduce", "allreduce")
+        for k, v in (("algorithm", "two_tree"), ("segment_size", "32K"))
+    }
     for bad in ("mpich", "native:x=1", "adaptcoll:nokey", "adaptcoll:=3"):
         with pytest.raises(ValueError):
             osu.parse_impl(bad)
@@ -87,16 +91,37 @@ def test_collectives_skew_and_rank_lists():
 
 
 def test_command_line_flags_parse_like_osu():
-    args = osu.build_parser().parse_args(["-m", "4K:1M", "-i", "10", "-x", "2", "-f", "-c", "ibcast",
-                                          "--impl", "native", "--impl", "adaptcoll:algorithm=chain"])
-    assert (args.message_size, args.iterations, args.warmup, args.full, args.collective) == \
-        ("4K:1M", 10, 2, True, "ibcast")
+    args = osu.build_parser().parse_args(
+        [
+            "-m",
+            "4K:1M",
+            "-i",
+            "10",
+            "-x",
+            "2",
+            "-f",
+            "-c",
+            "ibcast",
+            "--impl",
+            "native",
+            "--impl",
+            "adaptcoll:algorithm=chain",
+        ]
+    )
+    assert (args.message_size, args.iterations, args.warmup, args.full, args.collective) == (
+        "4K:1M",
+        10,
+        2,
+        True,
+        "ibcast",
+    )
     assert args.impl == ["native", "adaptcoll:algorithm=chain"]
     with pytest.raises(SystemExit):  # a typo is caught before MPI starts
         osu.main(["-c", "gather"])
 
 
 # -- statistics ----------------------------------------------------------------------------------
+
 
 def test_overlap_formula():
     # overall 150, compute 100 of which 10 in Test, pure comm 100: 100 - (150 - 90) / 100 * 100 = 40
@@ -134,8 +159,17 @@ def test_dummy_compute_tests_periodically_and_lasts():
 
 
 def test_osu_tables_have_osu_columns():
-    row = {"size": 4, "osu_avg_us": 1.0, "osu_min_us": 0.5, "osu_max_us": 2.0, "iterations": 10,
-           "overall_us": 3.0, "compute_us": 2.0, "pure_us": 1.5, "overlap_pct": 20.0}
+    row = {
+        "size": 4,
+        "osu_avg_us": 1.0,
+        "osu_min_us": 0.5,
+        "osu_max_us": 2.0,
+        "iterations": 10,
+        "overall_us": 3.0,
+        "compute_us": 2.0,
+        "pure_us": 1.5,
+        "overlap_pct": 20.0,
+    }
     blocking = osu.format_table("bcast", "native", [row], full=True, ranks=2)
     assert "Avg Latency(us)" in blocking and "Min Latency(us)" in blocking and "Iterations" in blocking
     nb = osu.format_table("iallreduce", "adaptcoll", [row], full=False, ranks=2)
@@ -146,15 +180,23 @@ def test_osu_tables_have_osu_columns():
 
 # -- sweep aggregation on synthetic launch documents -----------------------------------------------
 
+
 def _doc(ranks: int, rows: list[tuple[str, str, int, float, float]]) -> dict:
-    return {"ranks": ranks, "mpi_library": "synthetic", "results": [
-        {"collective": c, "impl": i, "size": s, "median_us": m, "p95_us": p, "p99_us": p * 1.5, "osu_avg_us": m}
-        for c, i, s, m, p in rows]}
+    return {
+        "ranks": ranks,
+        "mpi_library": "synthetic",
+        "results": [
+            {"collective": c, "impl": i, "size": s, "median_us": m, "p95_us": p, "p99_us": p * 1.5, "osu_avg_us": m}
+            for c, i, s, m, p in rows
+        ],
+    }
 
 
 def test_aggregate_medians_over_launches_and_ratios():
-    launches = [("core", _doc(4, [("bcast", "native", 4096, nm, nm * 2), ("bcast", "adaptcoll", 4096, am, am * 3)]))
-                for nm, am in ((10.0, 5.0), (30.0, 20.0), (20.0, 8.0))]
+    launches = [
+        ("core", _doc(4, [("bcast", "native", 4096, nm, nm * 2), ("bcast", "adaptcoll", 4096, am, am * 3)]))
+        for nm, am in ((10.0, 5.0), (30.0, 20.0), (20.0, 8.0))
+    ]
     launches.append(("core", _doc(2, [("bcast", "native", 4096, 7.0, 9.0)])))
     rows = sweep.aggregate(launches)
     by = {(r["ranks"], r["impl"]): r for r in rows}
@@ -172,9 +214,12 @@ def test_aggregate_medians_over_launches_and_ratios():
 
 
 def test_aggregate_keeps_variants_apart_and_handles_missing_native():
-    rows = sweep.aggregate([("quiet", _doc(2, [("reduce", "native", 1 << 20, 10.0, 11.0),
-                                              ("reduce", "adaptcoll", 1 << 20, 5.0, 6.0)])),
-                            ("noisy", _doc(2, [("reduce", "adaptcoll", 1 << 20, 50.0, 60.0)]))])
+    rows = sweep.aggregate(
+        [
+            ("quiet", _doc(2, [("reduce", "native", 1 << 20, 10.0, 11.0), ("reduce", "adaptcoll", 1 << 20, 5.0, 6.0)])),
+            ("noisy", _doc(2, [("reduce", "adaptcoll", 1 << 20, 50.0, 60.0)])),
+        ]
+    )
     by = {(r["variant"], r["impl"]): r for r in rows}
     assert by[("quiet", "adaptcoll")]["ratio"] == 2.0
     assert by[("noisy", "adaptcoll")]["ratio"] is None  # no native in that variant
@@ -217,23 +262,60 @@ MPIEXEC = shutil.which("mpiexec")
 @pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec on PATH")
 def test_osu_two_ranks_tables_and_json(tmp_path):
     out = tmp_path / "r.json"
-    cmd = ["timeout", "120", MPIEXEC, "-n", "2", sys.executable, str(BENCH / "osu.py"), "-c", "bcast,iallreduce",
-           "-m", "4:64", "-i", "6", "-x", "2", "-f", "--impl", "native", "--impl",
-           "adaptcoll:bcast_algorithm=chain;bcast_segment_size=16;native_below=0", "--json", str(out),
-           "--noise", "200Hz x 100us", "--noise-ranks", "1", "--skew", "fixed:20us,ranks=0,mode=sleep"]
+    cmd = [
+        "timeout",
+        "120",
+        MPIEXEC,
+        "-n",
+        "2",
+        sys.executable,
+        str(BENCH / "osu.py"),
+        "-c",
+        "bcast,iallreduce",
+        "-m",
+        "4:64",
+        "-i",
+        "6",
+        "-x",
+        "2",
+        "-f",
+        "--impl",
+        "native",
+        "--impl",
+        "adaptcoll:bcast_algorithm=chain;bcast_segment_size=16;native_below=0",
+        "--json",
+        str(out),
+        "--noise",
+        "200Hz x 100us",
+        "--noise-ranks",
+        "1",
+        "--skew",
+        "fixed:20us,ranks=0,mode=sleep",
+    ]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=130, cwd=REPO)
     assert res.returncode == 0, res.stderr[-2000:]
     text = res.stdout
     assert text.count("# Size") == 4  # one table per (collective, impl)
-    for col in ("Avg Latency(us)", "Min Latency(us)", "Max Latency(us)", "Iterations", "Overall(us)",
-                "Compute(us)", "Pure Comm.(us)", "Overlap(%)"):
+    for col in (
+        "Avg Latency(us)",
+        "Min Latency(us)",
+        "Max Latency(us)",
+        "Iterations",
+        "Overall(us)",
+        "Compute(us)",
+        "Pure Comm.(us)",
+        "Overlap(%)",
+    ):
         assert col in text
     doc = json.loads(out.read_text())
     assert doc["ranks"] == 2 and doc["mpi_library"]
     assert doc["command"][1].endswith("osu.py")
     rows = doc["results"]
     assert {(r["collective"], r["impl"]) for r in rows} == {
-        (c, i) for c in ("bcast", "iallreduce") for i in ("native", "adaptcoll:bcast_algorithm=chain;bcast_segment_size=16;native_below=0")}
+        (c, i)
+        for c in ("bcast", "iallreduce")
+        for i in ("native", "adaptcoll:bcast_algorithm=chain;bcast_segment_size=16;native_below=0")
+    }
     assert sorted({r["size"] for r in rows if r["collective"] == "bcast"}) == [4, 8, 16, 32, 64]
     assert sorted({r["size"] for r in rows if r["collective"] == "iallreduce"}) == [4, 8, 16, 32, 64]
     for r in rows:
@@ -257,17 +339,44 @@ def test_osu_two_ranks_tables_and_json(tmp_path):
 
 @pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec on PATH")
 def test_sweep_runs_launches_and_summarizes(tmp_path):
-    cmd = [sys.executable, str(BENCH / "sweep.py"), "--ranks", "2", "--launches", "2", "--timeout", "100",
-           "--launcher-args", "", "--name", "tiny", "--out", str(tmp_path / "o"), "--json",
-           str(tmp_path / "s.json"), "--markdown", str(tmp_path / "s.md"), "--quiet", "--",
-           "-c", "reduce", "-m", "4:8", "-i", "3", "-x", "1"]
+    cmd = [
+        sys.executable,
+        str(BENCH / "sweep.py"),
+        "--ranks",
+        "2",
+        "--launches",
+        "2",
+        "--timeout",
+        "100",
+        "--launcher-args",
+        "",
+        "--name",
+        "tiny",
+        "--out",
+        str(tmp_path / "o"),
+        "--json",
+        str(tmp_path / "s.json"),
+        "--markdown",
+        str(tmp_path / "s.md"),
+        "--quiet",
+        "--",
+        "-c",
+        "reduce",
+        "-m",
+        "4:8",
+        "-i",
+        "3",
+        "-x",
+        "1",
+    ]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=260, cwd=REPO)
     assert res.returncode == 0, res.stderr[-2000:]
     summary = json.loads((tmp_path / "s.json").read_text())
     assert [r["ok"] for r in summary["launches"]] == [True, True] and summary["failures"] == []
     rows = summary["rows"]
     assert {(r["impl"], r["size"], r["launches"]) for r in rows} == {
-        (i, s, 2) for i in ("native", "adaptcoll") for s in (4, 8)}
+        (i, s, 2) for i in ("native", "adaptcoll") for s in (4, 8)
+    }
     docs = [json.loads(Path(r["json_path"]).read_text()) for r in summary["launches"]]
     for r in rows:  # the summary is the median of the two launches' medians
         meds = [x["median_us"] for d in docs for x in d["results"] if (x["impl"], x["size"]) == (r["impl"], r["size"])]

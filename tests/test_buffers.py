@@ -14,8 +14,16 @@ from adaptcoll.native import Kind, Native
 
 def test_buffer_forms_parse_to_the_same_view():
     a = np.arange(10, dtype="f8")
-    for spec, count in [(a, 10), ([a, 4], 4), ((a, MPI.DOUBLE), 10), ((a, 3, "d"), 3), ((a, (3, 2), MPI.DOUBLE), 3),
-                        ((a, 3, 2, MPI.DOUBLE), 3), (memoryview(a), 10), (array.array("d", range(10)), 10)]:
+    for spec, count in [
+        (a, 10),
+        ([a, 4], 4),
+        ((a, MPI.DOUBLE), 10),
+        ((a, 3, "d"), 3),
+        ((a, (3, 2), MPI.DOUBLE), 3),
+        ((a, 3, 2, MPI.DOUBLE), 3),
+        (memoryview(a), 10),
+        (array.array("d", range(10)), 10),
+    ]:
         msg = parse(spec, writable=True)
         assert isinstance(msg, Message), spec
         assert msg.count == count and msg.array.dtype == np.float64
@@ -45,4 +53,5 @@ def test_unserved_buffers_say_why_and_what_kind():
 
     class DeviceOnly:
         __cuda_array_interface__ = {"shape": (4,), "typestr": "<f8", "data": (0, False), "version": 3}
+
     assert _native(DeviceOnly()) == Native("device memory", Kind.DEVICE)

@@ -45,9 +45,15 @@ def _serving(comm: MPI.Intracomm, tree: str):
     """Settings that make adaptcoll serve every size with small segments on `tree`."""
     topo = f"nodes={min(3, comm.Get_size())}" if comm.Get_size() > 1 else ""
     return adaptcoll.configured(
-        bcast_algorithm=tree, reduce_algorithm=tree, allreduce_algorithm=tree,
-        bcast_segment_size=SEG_BYTES, reduce_segment_size=SEG_BYTES, allreduce_segment_size=SEG_BYTES,
-        native_below=0, topology=topo)
+        bcast_algorithm=tree,
+        reduce_algorithm=tree,
+        allreduce_algorithm=tree,
+        bcast_segment_size=SEG_BYTES,
+        reduce_segment_size=SEG_BYTES,
+        allreduce_segment_size=SEG_BYTES,
+        native_below=0,
+        topology=topo,
+    )
 
 
 def _served(name: str) -> int:
@@ -114,8 +120,17 @@ def test_reduce_allreduce_trees_roots_sizes(mpi_ranks):
         with _serving(world, tree):
             for root, (op, dtype) in itertools.product(_roots(size), [("SUM", "f8"), ("BXOR", "i4"), ("MAX", "f2")]):
                 for count in _counts(np.dtype(dtype).itemsize):
-                    _check_reduce(comm, world, rank, root, op, dtype, count, root + count,
-                                  f"{tree} root={root} {op} {dtype} count={count}")
+                    _check_reduce(
+                        comm,
+                        world,
+                        rank,
+                        root,
+                        op,
+                        dtype,
+                        count,
+                        root + count,
+                        f"{tree} root={root} {op} {dtype} count={count}",
+                    )
                     calls += 1
     assert (_served("Reduce") - before[0], _served("Allreduce") - before[1]) == (calls, calls)
 
@@ -132,16 +147,19 @@ def test_every_op_and_type(mpi_ranks):
             for op, dtypes in OP_TYPES.items():
                 for dtype in dtypes:
                     count = 3 * max(1, SEG_BYTES // np.dtype(dtype).itemsize) + 1
-                    _check_reduce(comm, world, rank, size - 1, op, dtype, count, 3,
-                                  f"{op} {dtype} reproducible={reproducible}")
+                    _check_reduce(
+                        comm, world, rank, size - 1, op, dtype, count, 3, f"{op} {dtype} reproducible={reproducible}"
+                    )
                     calls += 1
     assert _served("Reduce") - before == calls
 
 
 def _matmul_fold(lower: np.ndarray, higher: np.ndarray) -> None:
     """higher = lower @ higher for 2x2 matrices mod 251 packed 4 x 8 bits in a uint32 (non-commutative)."""
+
     def unpack(x):
         return [(x >> (8 * k)) & 0xFF for k in range(4)]
+
     a, b, c, d = unpack(lower.astype(np.uint64))
     e, f, g, h = unpack(higher.astype(np.uint64))
     out = [(a * e + b * g) % 251, (a * f + b * h) % 251, (c * e + d * g) % 251, (c * f + d * h) % 251]

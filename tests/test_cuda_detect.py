@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from adaptcoll import cuda, cuda_aware
+from adaptcoll import cuda_aware
 from adaptcoll.cuda import device_array_info, is_device_buffer
 from adaptcoll.cuda_aware import CUDA_AWARE_ENV, cuda_aware_mpi
 
@@ -99,14 +99,17 @@ def test_cai_readonly_and_explicit_contiguous_strides() -> None:
     assert device_array_info(FakeCAI(array, strides=(4, 12))).contiguous is False  # Fortran order
 
 
-@pytest.mark.parametrize("overrides,match", [
-    ({"typestr": "<x9"}, "unknown typestr"),
-    ({"typestr": 7}, "typestr must be a string"),
-    ({"typestr": "|O"}, "not a fixed-size plain type"),
-    ({"stream": 0}, "stream"),
-    ({"strides": (8,)}, "do not match shape"),
-    ({"mask": object()}, "mask"),
-])
+@pytest.mark.parametrize(
+    "overrides,match",
+    [
+        ({"typestr": "<x9"}, "unknown typestr"),
+        ({"typestr": 7}, "typestr must be a string"),
+        ({"typestr": "|O"}, "not a fixed-size plain type"),
+        ({"stream": 0}, "stream"),
+        ({"strides": (8,)}, "do not match shape"),
+        ({"mask": object()}, "mask"),
+    ],
+)
 def test_cai_rejects_bad_interfaces(overrides: dict, match: str) -> None:
     fake = FakeCAI(np.zeros((2, 3)), **overrides)
     assert is_device_buffer(fake)
@@ -178,6 +181,8 @@ def test_detection_agrees_with_this_mpi(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_modules_do_not_import_cupy() -> None:
-    code = ("import sys, adaptcoll.cuda, adaptcoll.backends.cupy_backend; "
-            "assert 'cupy' not in sys.modules, 'cupy was imported'")
+    code = (
+        "import sys, adaptcoll.cuda, adaptcoll.backends.cupy_backend; "
+        "assert 'cupy' not in sys.modules, 'cupy was imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])

@@ -4,7 +4,8 @@ result equals native MPI's on the same specification, and stats() says who serve
 from __future__ import annotations
 
 import array
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -35,12 +36,18 @@ class CudaArrayInterfaceOnly:
 
     @property
     def __cuda_array_interface__(self) -> dict:
-        return {"shape": self.a.shape, "typestr": self.a.dtype.str, "data": (self.a.ctypes.data, False),
-                "version": 3, "strides": None}
+        return {
+            "shape": self.a.shape,
+            "typestr": self.a.dtype.str,
+            "data": (self.a.ctypes.data, False),
+            "version": 3,
+            "strides": None,
+        }
 
 
 def _containers(code: str) -> dict[str, Callable[[np.ndarray], tuple[Any, np.ndarray]]]:
     """name -> make(values): (the buffer object, a NumPy array sharing its memory)."""
+
     def numpy_(v: np.ndarray) -> tuple[Any, np.ndarray]:
         a = v.copy()
         return a, a
@@ -65,8 +72,14 @@ def _containers(code: str) -> dict[str, Callable[[np.ndarray], tuple[Any, np.nda
         a = v.copy()
         return CudaArrayInterfaceOnly(a), a
 
-    return {"numpy": numpy_, "array.array": array_, "memoryview": memoryview_, "bytearray": bytearray_,
-            "dlpack": dlpack_, "cuda_array_interface": cai_}
+    return {
+        "numpy": numpy_,
+        "array.array": array_,
+        "memoryview": memoryview_,
+        "bytearray": bytearray_,
+        "dlpack": dlpack_,
+        "cuda_array_interface": cai_,
+    }
 
 
 def _specs(buf: Any, n: int, code: str, raw: bool) -> dict[str, Any]:
@@ -99,7 +112,8 @@ def _check_stats(name: str, route: str | None, where: str) -> None:
     else:
         reasons = row["native_reasons"]
         assert row["native"] == 1 and len(reasons) == 1 and next(iter(reasons)).startswith(route), (
-            f"{where}: expected native ({route}...), got {row}")
+            f"{where}: expected native ({route}...), got {row}"
+        )
 
 
 @pytest.mark.mpi(ranks=[2, 3], timeout=120)
@@ -109,10 +123,15 @@ def test_every_buffer_form_matches_native(mpi_ranks):
     rank, size = world.Get_rank(), world.Get_size()
     n = 11
     checked = 0
-    dtype_codes = {"numpy": "dfiqB", "array.array": "dfiq", "memoryview": "di", "bytearray": "B",
-                   "dlpack": "di", "cuda_array_interface": "d"}
-    with adaptcoll.configured(native_below=0, bcast_segment_size=16, reduce_segment_size=16,
-                              allreduce_segment_size=16):
+    dtype_codes = {
+        "numpy": "dfiqB",
+        "array.array": "dfiq",
+        "memoryview": "di",
+        "bytearray": "B",
+        "dlpack": "di",
+        "cuda_array_interface": "d",
+    }
+    with adaptcoll.configured(native_below=0, bcast_segment_size=16, reduce_segment_size=16, allreduce_segment_size=16):
         for cname, codes in dtype_codes.items():
             for code in codes:
                 make = _containers(code)[cname]

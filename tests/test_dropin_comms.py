@@ -35,7 +35,7 @@ def test_module_install_and_derived_communicators(mpi_ranks):
     with adaptcoll.configured(native_below=0):
         # the module: mpi4py's names, adaptcoll's predefined communicators
         assert isinstance(MPI.COMM_WORLD, adaptcoll.Intracomm) and isinstance(MPI.COMM_SELF, adaptcoll.Intracomm)
-        assert MPI.COMM_WORLD == world_plain and MPI.COMM_SELF == mpi4py_MPI.COMM_SELF
+        assert world_plain == MPI.COMM_WORLD and MPI.COMM_SELF == mpi4py_MPI.COMM_SELF
         assert MPI.SUM is mpi4py_MPI.SUM and MPI.Intracomm is mpi4py_MPI.Intracomm and MPI.Get_version()
         assert "Allreduce" not in MPI.__all__ and "COMM_WORLD" in MPI.__all__ and "Wtime" in MPI.__all__
         namespace: dict = {}
@@ -83,8 +83,12 @@ def test_module_install_and_derived_communicators(mpi_ranks):
         derived["Sub"] = derived["Create_cart"].Sub([True])
         derived["Split of Split"] = derived["Split"].Split(0, 0)
         group.Free()
-        kinds = {"Create_cart": Cartcomm, "Sub": Cartcomm, "Create_graph": Graphcomm,
-                 "Create_dist_graph_adjacent": Distgraphcomm}
+        kinds = {
+            "Create_cart": Cartcomm,
+            "Sub": Cartcomm,
+            "Create_graph": Graphcomm,
+            "Create_dist_graph_adjacent": Distgraphcomm,
+        }
         for name, comm in derived.items():
             assert isinstance(comm, adaptcoll.Intracomm), (name, type(comm))
             assert isinstance(comm, kinds.get(name, adaptcoll.Intracomm)), (name, type(comm))
@@ -125,8 +129,14 @@ def test_pickled_collectives_match_native(mpi_ranks):
             for inline in (64 * 1024, 0):
                 pickled.INLINE_BELOW = inline
                 for root in range(size):
-                    objects = [None, 42, "s" * 100_000, {"a": big + root, "b": [np.ones(70_000)] * 2, "c": "x"},
-                               [b"bytes" * 10_000, big[:10]], np.arange(12).reshape(3, 4)]
+                    objects = [
+                        None,
+                        42,
+                        "s" * 100_000,
+                        {"a": big + root, "b": [np.ones(70_000)] * 2, "c": "x"},
+                        [b"bytes" * 10_000, big[:10]],
+                        np.arange(12).reshape(3, 4),
+                    ]
                     for obj in objects:
                         adaptcoll.reset_stats()
                         got = comm.bcast(obj if rank == root else None, root)
@@ -135,9 +145,14 @@ def test_pickled_collectives_match_native(mpi_ranks):
                         assert got is not obj or not isinstance(obj, (dict, list, np.ndarray))
                         row = adaptcoll.stats()["bcast"]
                         assert row["adaptcoll"] + row["native"] == 1
-                    ops = [(mpi4py_MPI.SUM, lambda r: [r, "x" * r]), (mpi4py_MPI.SUM, lambda r: np.full(50_000, r)),
-                           (mpi4py_MPI.MAX, lambda r: (r * 7) % 5), (operator.add, lambda r: f"<{r}>"),
-                           (lambda a, b: a + b, lambda r: (r,)), (mpi4py_MPI.PROD, lambda r: r + 1.5)]
+                    ops = [
+                        (mpi4py_MPI.SUM, lambda r: [r, "x" * r]),
+                        (mpi4py_MPI.SUM, lambda r: np.full(50_000, r)),
+                        (mpi4py_MPI.MAX, lambda r: (r * 7) % 5),
+                        (operator.add, lambda r: f"<{r}>"),
+                        (lambda a, b: a + b, lambda r: (r,)),
+                        (mpi4py_MPI.PROD, lambda r: r + 1.5),
+                    ]
                     for op, make in ops:
                         got = comm.reduce(make(rank), op, root)
                         ref = world.reduce(make(rank), op, root)
@@ -165,8 +180,9 @@ def test_persistent_requests_restart_and_free(mpi_ranks):
     comm = adaptcoll.Intracomm(world).Dup()
     rank, size = comm.Get_rank(), comm.Get_size()
     n = 5000
-    with adaptcoll.configured(native_below=0, bcast_segment_size="4K", reduce_segment_size="2K",
-                              allreduce_segment_size="1K", tag_space=64):
+    with adaptcoll.configured(
+        native_below=0, bcast_segment_size="4K", reduce_segment_size="2K", allreduce_segment_size="1K", tag_space=64
+    ):
         b = np.zeros(n)
         s, r = np.zeros(n, "i8"), np.zeros(n, "i8")
         a_in, a_out = np.zeros(n, "f4"), np.zeros(n, "f4")

@@ -20,12 +20,19 @@ PROGRAMS = Path(__file__).parent / "programs"
 RANKS = 2
 
 
-def _launch(runner: str, args: list[str], n: int = RANKS, cwd: Path | None = None,
-            timeout: float = 120) -> subprocess.CompletedProcess:
+def _launch(
+    runner: str, args: list[str], n: int = RANKS, cwd: Path | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ADAPTCOLL_", "PYTEST_"))}
     env["MPIEXEC_TIMEOUT"] = str(int(timeout) - 5)
-    return subprocess.run(["mpiexec", "-n", str(n), sys.executable, "-m", runner, *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        ["mpiexec", "-n", str(n), sys.executable, "-m", runner, *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _stats(stderr: str) -> dict[int, dict[str, tuple[int, int]]]:
@@ -36,11 +43,14 @@ def _stats(stderr: str) -> dict[int, dict[str, tuple[int, int]]]:
     return found
 
 
-@pytest.mark.parametrize("program, served", [
-    ("jacobi.py", {"Allreduce", "Bcast", "Reduce"}),
-    ("montecarlo.py", {"Reduce", "reduce", "allreduce"}),
-    ("training.py", {"Bcast", "Allreduce", "allreduce"}),
-])
+@pytest.mark.parametrize(
+    "program, served",
+    [
+        ("jacobi.py", {"Allreduce", "Bcast", "Reduce"}),
+        ("montecarlo.py", {"Reduce", "reduce", "allreduce"}),
+        ("training.py", {"Bcast", "Allreduce", "allreduce"}),
+    ],
+)
 def test_program_output_same_as_mpi4py_with_adaptcoll_serving(program, served):
     native = _launch("mpi4py", [str(PROGRAMS / program)])
     assert native.returncode == 0, native.stderr
@@ -56,8 +66,20 @@ def test_program_output_same_as_mpi4py_with_adaptcoll_serving(program, served):
 
 
 def test_stats_default_prints_rank_zero_only_and_options_apply():
-    ours = _launch("adaptcoll", ["--stats", "--algorithm", "native", "--native-below", "0", "--set", "reproducible=1",
-                                 str(PROGRAMS / "jacobi.py"), "60"])
+    ours = _launch(
+        "adaptcoll",
+        [
+            "--stats",
+            "--algorithm",
+            "native",
+            "--native-below",
+            "0",
+            "--set",
+            "reproducible=1",
+            str(PROGRAMS / "jacobi.py"),
+            "60",
+        ],
+    )
     assert ours.returncode == 0, ours.stderr
     assert "adaptcoll stats (rank 0)" in ours.stderr and "(rank 1)" not in ours.stderr
     assert re.search(r"^Allreduce\s+0\s+\d+\s+algorithm=native", ours.stderr, re.M), ours.stderr
@@ -137,22 +159,50 @@ def test_thread_levels(level, code):
 
 
 def test_cli_maps_options_to_configure():
-    opts, changes, program = parse_args(["--algorithm", "binary", "--reduce-algorithm", "knomial:radix=4",
-                                         "--segment-size", "64K", "--allreduce-segment-size", "8K",
-                                         "--native-below", "1K", "--set", "sync-sends=all", "--stats=all",
-                                         "prog.py", "--algorithm", "x"])
+    opts, changes, program = parse_args(
+        [
+            "--algorithm",
+            "binary",
+            "--reduce-algorithm",
+            "knomial:radix=4",
+            "--segment-size",
+            "64K",
+            "--allreduce-segment-size",
+            "8K",
+            "--native-below",
+            "1K",
+            "--set",
+            "sync-sends=all",
+            "--stats=all",
+            "prog.py",
+            "--algorithm",
+            "x",
+        ]
+    )
     assert program == ["prog.py", "--algorithm", "x"]  # the program's own arguments are left alone
     assert opts.stats == "all"
-    assert changes == {"bcast_algorithm": "binary", "reduce_algorithm": "knomial:radix=4",
-                       "allreduce_algorithm": "binary", "bcast_segment_size": "64K", "reduce_segment_size": "64K",
-                       "allreduce_segment_size": "8K", "native_below": "1K", "sync_sends": "all"}
+    assert changes == {
+        "bcast_algorithm": "binary",
+        "reduce_algorithm": "knomial:radix=4",
+        "allreduce_algorithm": "binary",
+        "bcast_segment_size": "64K",
+        "reduce_segment_size": "64K",
+        "allreduce_segment_size": "8K",
+        "native_below": "1K",
+        "sync_sends": "all",
+    }
     with settings.configured(**changes) as cfg:
         assert cfg.allreduce_segment_size == 8192 and cfg.native_below == 1024
     _, _, program = parse_args(["--stats", "-m", "pkg.mod", "-v"])
     assert program == ["-m", "pkg.mod", "-v"]
     _, _, program = parse_args(["-rc", "thread_level=single", "-c", "print(1)", "a"])
     assert program == ["-c", "print(1)", "a"]
-    for bad in (["--set", "no_such=1", "p.py"], ["--bcast-algorithm", "bogus", "p.py"], ["--segment-size", "x", "p.py"],
-                [], ["-m"]):
+    for bad in (
+        ["--set", "no_such=1", "p.py"],
+        ["--bcast-algorithm", "bogus", "p.py"],
+        ["--segment-size", "x", "p.py"],
+        [],
+        ["-m"],
+    ):
         with pytest.raises(SystemExit):
             parse_args(bad)

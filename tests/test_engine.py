@@ -65,6 +65,7 @@ def test_a_raising_callback_does_not_stop_the_others(self_comm):
 
     def boom() -> None:
         raise RuntimeError("callback failed")
+
     bufs = [np.zeros(1) for _ in range(3)]
     t.irecv(bufs[0], 0, 0, boom)
     t.irecv(bufs[1], 0, 1, lambda: fired.append(1))
@@ -85,6 +86,7 @@ def test_watch_fires_when_poll_turns_true():
     def poll() -> bool:
         polls[0] += 1
         return polls[0] >= 4
+
     fired: list[bool] = []
     eng.watch(poll, lambda: fired.append(True))
     assert eng.pending == 1

@@ -10,12 +10,12 @@ import pytest
 def _gpu_reason() -> str | None:
     try:
         import cupy
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         return f"CuPy is not installed ({type(exc).__name__}); install the 'gpu' extra on a GPU machine"
     try:
         if cupy.cuda.runtime.getDeviceCount() < 1:
             return "CuPy found no CUDA device"
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         return f"no usable CUDA device ({exc})"
     return None
 
@@ -23,9 +23,18 @@ def _gpu_reason() -> str | None:
 REASON = _gpu_reason()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
 
-OPS = {"SUM": ["i4", "u8", "f2", "f4", "f8", "c8", "c16"], "PROD": ["i8", "f4", "f8"], "MAX": ["i1", "f4", "f8"],
-       "MIN": ["u2", "f8"], "LAND": ["i4", "?"], "LOR": ["u1", "?"], "LXOR": ["i8"], "BAND": ["u4"],
-       "BOR": ["i2"], "BXOR": ["u8"]}
+OPS = {
+    "SUM": ["i4", "u8", "f2", "f4", "f8", "c8", "c16"],
+    "PROD": ["i8", "f4", "f8"],
+    "MAX": ["i1", "f4", "f8"],
+    "MIN": ["u2", "f8"],
+    "LAND": ["i4", "?"],
+    "LOR": ["u1", "?"],
+    "LXOR": ["i8"],
+    "BAND": ["u4"],
+    "BOR": ["i2"],
+    "BXOR": ["u8"],
+}
 
 
 @pytest.mark.mpi(ranks=[2, 3], timeout=300)
@@ -38,8 +47,9 @@ def test_cupy_collectives_equal_native_on_host_copies(mpi_ranks):
     world = MPI.COMM_WORLD
     comm = adaptcoll.Intracomm(world)
     rank = world.Get_rank()
-    with adaptcoll.configured(native_below=0, reduce_segment_size=4096, allreduce_segment_size=4096,
-                              bcast_segment_size=4096):
+    with adaptcoll.configured(
+        native_below=0, reduce_segment_size=4096, allreduce_segment_size=4096, bcast_segment_size=4096
+    ):
         for op, dtypes in OPS.items():
             for dtype in dtypes:
                 n = 10_000

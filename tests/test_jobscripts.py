@@ -15,16 +15,31 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 JOBS = ROOT / "jobscripts"
 SCRIPTS = sorted(JOBS.glob("*.slurm")) + sorted(JOBS.glob("*.pbs"))
-SCHEDULER_VARS = ("SLURM_JOB_ID", "SLURM_NTASKS", "PBS_NODEFILE", "PBS_JOBID", "LAUNCHER", "NP", "MPIEXEC",
-                  "DRY_RUN", "RESULTS", "GRID", "COLLS", "IMPLS", "NOISE_MODE", "PYTHON")
+SCHEDULER_VARS = (
+    "SLURM_JOB_ID",
+    "SLURM_NTASKS",
+    "PBS_NODEFILE",
+    "PBS_JOBID",
+    "LAUNCHER",
+    "NP",
+    "MPIEXEC",
+    "DRY_RUN",
+    "RESULTS",
+    "GRID",
+    "COLLS",
+    "IMPLS",
+    "NOISE_MODE",
+    "PYTHON",
+)
 
 
 def dry_run(script: str, *args: str, **env: str) -> list[list[str]]:
     """Run `script --dry-run args` with a clean scheduler environment; return its commands as word lists."""
     clean = {k: v for k, v in os.environ.items() if k not in SCHEDULER_VARS}
     clean.update(env)
-    out = subprocess.run(["bash", str(JOBS / script), "--dry-run", *args], capture_output=True, text=True,
-                         env=clean, timeout=30)
+    out = subprocess.run(
+        ["bash", str(JOBS / script), "--dry-run", *args], capture_output=True, text=True, env=clean, timeout=30
+    )
     assert out.returncode == 0, out.stderr
     return [shlex.split(line) for line in out.stdout.splitlines() if line.strip()]
 
@@ -47,8 +62,9 @@ def test_bash_syntax(path):
 def test_shellcheck():
     if shutil.which("shellcheck") is None:
         pytest.skip("shellcheck is not installed (apt-get install shellcheck)")
-    out = subprocess.run(["shellcheck", "-x", *map(str, SCRIPTS), str(JOBS / "common.sh")], capture_output=True,
-                         text=True, cwd=ROOT)
+    out = subprocess.run(
+        ["shellcheck", "-x", *map(str, SCRIPTS), str(JOBS / "common.sh")], capture_output=True, text=True, cwd=ROOT
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
 
@@ -78,7 +94,7 @@ def test_osu_dry_run():
         assert cmd[4:6] == ["python3", str(ROOT / "bench" / "osu.py")]
         flags = cmd[6:]
         for pair in (["-m", "4:64K"], ["-i", "50"], ["-x", "5"], ["--impl", "native"], ["--impl", "adaptcoll"]):
-            assert any(flags[i:i + 2] == pair for i in range(len(flags))), pair
+            assert any(flags[i : i + 2] == pair for i in range(len(flags))), pair
         assert "-f" in flags and "--json" in flags
     (one,) = dry_run("osu.pbs", "COLLS=allreduce", "FULL=0", "IMPLS=adaptcoll")
     assert "-f" not in one and one.count("--impl") == 1 and one[0] == "mpiexec"
@@ -88,8 +104,12 @@ def test_noise_grid_dry_run_flag_mode():
     cmds = dry_run("noise.pbs", "NP=4", "COLLS=bcast allreduce", "RESULTS=g", "SEED=3")
     assert len(cmds) == 8
     specs = [c[c.index("--noise") + 1] if "--noise" in c else "off" for c in cmds[:4]]
-    assert specs == ["off", "10Hz x 2.5ms, poisson, seed=3", "100Hz x 250us, poisson, seed=3",
-                     "1kHz x 25us, poisson, seed=3"]
+    assert specs == [
+        "off",
+        "10Hz x 2.5ms, poisson, seed=3",
+        "100Hz x 250us, poisson, seed=3",
+        "1kHz x 25us, poisson, seed=3",
+    ]
     from adaptcoll.noise import parse_spec
 
     for spec in specs[1:]:
@@ -102,8 +122,15 @@ def test_noise_grid_dry_run_flag_mode():
 def test_noise_grid_dry_run_wrap_mode_uses_the_mpi_free_wrapper():
     from adaptcoll.noise.__main__ import SAFE_PYTHON_C
 
-    cmds = dry_run("noise.slurm", "NOISE_MODE=wrap", "COLLS=reduce", "GRID=1kHz x 25us; 10Hz x 2.5ms",
-                   "PATTERN=periodic", SLURM_JOB_ID="9", SLURM_NTASKS="32")
+    cmds = dry_run(
+        "noise.slurm",
+        "NOISE_MODE=wrap",
+        "COLLS=reduce",
+        "GRID=1kHz x 25us; 10Hz x 2.5ms",
+        "PATTERN=periodic",
+        SLURM_JOB_ID="9",
+        SLURM_NTASKS="32",
+    )
     assert len(cmds) == 2
     for cmd, spec in zip(cmds, ["1kHz x 25us, periodic, seed=0", "10Hz x 2.5ms, periodic, seed=0"]):
         assert cmd[:4] == ["srun", "-n", "32", "--cpu-bind=cores"]
@@ -121,8 +148,13 @@ def test_bad_argument_and_help():
 
 def test_smoke_check_runs_against_native():
     py_compile.compile(str(JOBS / "smoke_check.py"), doraise=True)
-    out = subprocess.run(["timeout", "120", "mpiexec", "-n", "2", sys.executable, "-m", "mpi4py",
-                          str(JOBS / "smoke_check.py")], capture_output=True, text=True, timeout=150, cwd=ROOT)
+    out = subprocess.run(
+        ["timeout", "120", "mpiexec", "-n", "2", sys.executable, "-m", "mpi4py", str(JOBS / "smoke_check.py")],
+        capture_output=True,
+        text=True,
+        timeout=150,
+        cwd=ROOT,
+    )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert "smoke check on 2 ranks: PASS" in out.stdout
     assert out.stdout.count("ok   ") > 100

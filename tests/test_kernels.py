@@ -24,7 +24,7 @@ needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH: canno
 def elf_function_symbols(blob: bytes) -> set[str]:
     """Names of the global FUNC symbols of a 64-bit little-endian ELF file (a cubin)."""
     assert blob[:4] == b"\x7fELF" and blob[4] == 2 and blob[5] == 1, "not a 64-bit little-endian ELF"
-    shoff, = struct.unpack_from("<Q", blob, 0x28)
+    (shoff,) = struct.unpack_from("<Q", blob, 0x28)
     shentsize, shnum = struct.unpack_from("<HH", blob, 0x3A)
     sections = [struct.unpack_from("<IIQQQQIIQQ", blob, shoff + i * shentsize) for i in range(shnum)]
     names: set[str] = set()
@@ -36,7 +36,7 @@ def elf_function_symbols(blob: bytes) -> set[str]:
             st_name, st_info = struct.unpack_from("<IB", blob, start)
             if st_info >> 4 == 1 and st_info & 0xF == 2:  # STB_GLOBAL, STT_FUNC
                 end = blob.index(b"\0", strtab_offset + st_name)
-                names.add(blob[strtab_offset + st_name:end].decode())
+                names.add(blob[strtab_offset + st_name : end].decode())
     return names
 
 
@@ -128,13 +128,18 @@ def test_gpu_bench_runs_or_explains_why_not() -> None:
     script = repo / "bench" / "gpu_kernels.py"
     help_run = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, cwd=repo)
     assert help_run.returncode == 0 and "--sizes" in help_run.stdout
-    run = subprocess.run([sys.executable, str(script), "--sizes", "1M", "--iters", "3", "--warmup", "1"],
-                         capture_output=True, text=True, cwd=repo, timeout=600)
+    run = subprocess.run(
+        [sys.executable, str(script), "--sizes", "1M", "--iters", "3", "--warmup", "1"],
+        capture_output=True,
+        text=True,
+        cwd=repo,
+        timeout=600,
+    )
     try:
         import cupy
 
         has_gpu = cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:  # noqa: BLE001 - not installed, no driver, no device
+    except Exception:
         has_gpu = False
     if has_gpu:
         assert run.returncode == 0, run.stderr

@@ -38,6 +38,7 @@ def _wait_gone(pid: int, seconds: float) -> bool:
 
 # --- detours: lifecycle ---------------------------------------------------------------------------
 
+
 def test_detours_start_stop_context_manager_leaves_no_child():
     cpu = max(os.sched_getaffinity(0))
     with noise.Detours(200, 100e-6, cpus=[cpu]) as det:
@@ -115,6 +116,7 @@ def test_detours_child_does_not_see_launcher_variables(monkeypatch):
 
 # --- detours: accuracy ----------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("pattern", ["periodic", "poisson"])
 @pytest.mark.parametrize("frequency, duration", [(100, 250e-6), (20, 2.5e-3)])
 def test_detours_achieve_frequency_and_duration(pattern, frequency, duration):
@@ -127,8 +129,12 @@ def test_detours_achieve_frequency_and_duration(pattern, frequency, duration):
         expected = frequency * s.elapsed_s
         # Poisson counts have sd sqrt(n); allow 4 sd, periodic within 10% (a slow wake-up may skip one).
         allowed = 4 * math.sqrt(expected) if pattern == "poisson" else 0.1 * expected + 1
-        ok = (abs(s.detours - expected) <= allowed and abs(s.mean_duration_s - duration) < 0.1 * duration
-              and s.min_wall_s > 0 and s.cpu_total_s >= 0.9 * s.detours * duration)
+        ok = (
+            abs(s.detours - expected) <= allowed
+            and abs(s.mean_duration_s - duration) < 0.1 * duration
+            and s.min_wall_s > 0
+            and s.cpu_total_s >= 0.9 * s.detours * duration
+        )
         if ok:
             break
     assert ok, s.summary()
@@ -147,9 +153,13 @@ def test_detours_1khz_25us_is_reported_honestly():
 
 
 def test_detours_argument_errors():
-    for bad in [dict(frequency_hz=0, duration_s=1e-3), dict(frequency_hz=10, duration_s=-1),
-                dict(frequency_hz=1000, duration_s=1e-3), dict(frequency_hz=10, duration_s=1e-3, pattern="x"),
-                dict(frequency_hz=10, duration_s=1e-3, budget="x")]:
+    for bad in [
+        dict(frequency_hz=0, duration_s=1e-3),
+        dict(frequency_hz=10, duration_s=-1),
+        dict(frequency_hz=1000, duration_s=1e-3),
+        dict(frequency_hz=10, duration_s=1e-3, pattern="x"),
+        dict(frequency_hz=10, duration_s=1e-3, budget="x"),
+    ]:
         with pytest.raises(ValueError):
             noise.Detours(**bad)
 
@@ -157,12 +167,14 @@ def test_detours_argument_errors():
 def test_phases_differ_across_ranks_and_repeat_per_seed():
     # The child's schedule comes from (seed, rank): same key -> same first gap, different ranks differ.
     import random
+
     first = {r: random.Random(f"adaptcoll.noise:7:{r}").random() for r in range(4)}
     assert len(set(first.values())) == 4
     assert random.Random("adaptcoll.noise:7:2").random() == first[2]
 
 
 # --- spec parsing ---------------------------------------------------------------------------------
+
 
 def test_parse_spec_grammar():
     s = noise.parse_spec("1000Hz x 25us, poisson")
@@ -178,16 +190,19 @@ def test_parse_spec_grammar():
         assert noise.parse_spec(off) is None
 
 
-@pytest.mark.parametrize("text, fragment", [
-    ("1000 x 25us", "<frequency> x <duration>"),
-    ("1000Hz", "<frequency> x <duration>"),
-    ("10GHz x 1us", "unknown frequency unit"),
-    ("10Hz x 1min", "unknown duration unit"),
-    ("1kHz x 1ms", "leaves no CPU"),
-    ("10Hz x 1ms, gaussian", "unknown option"),
-    ("10Hz x 1ms, seed=abc", "seed must be an integer"),
-    ("10Hz x 1ms, cpus=3-1", "cpus must look like"),
-])
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("1000 x 25us", "<frequency> x <duration>"),
+        ("1000Hz", "<frequency> x <duration>"),
+        ("10GHz x 1us", "unknown frequency unit"),
+        ("10Hz x 1min", "unknown duration unit"),
+        ("1kHz x 1ms", "leaves no CPU"),
+        ("10Hz x 1ms, gaussian", "unknown option"),
+        ("10Hz x 1ms, seed=abc", "seed must be an integer"),
+        ("10Hz x 1ms, cpus=3-1", "cpus must look like"),
+    ],
+)
 def test_parse_spec_errors(text, fragment):
     with pytest.raises(ValueError, match=fragment):
         noise.parse_spec(text)
@@ -225,6 +240,7 @@ def test_rank_from_env_order():
 
 
 # --- skew -----------------------------------------------------------------------------------------
+
 
 def test_skew_is_reproducible_per_seed_rank_iteration():
     a = noise.Skew("exponential", 1e-4, seed=1, rank=2)
@@ -275,6 +291,7 @@ def test_unit_random_is_uniform_and_keyed():
 
 # --- network noise (MPI) --------------------------------------------------------------------------
 
+
 def test_network_noise_pairs_validation():
     class FakeComm:
         def Get_size(self):
@@ -294,14 +311,16 @@ def test_network_noise_pairs_validation():
 
 @pytest.mark.mpi(ranks=[2, 4], timeout=120)
 def test_network_noise_under_mpi(mpi_ranks):
-    from mpi4py import MPI
-
     import numpy as np
+    from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
-    cases = [dict(pairs=None, nbytes=1 << 20), dict(pairs=[(0, size - 1)], nbytes=10 << 20),
-             dict(pairs=None, nbytes=3, poll_interval_s=1e-4)]
+    cases = [
+        dict(pairs=None, nbytes=1 << 20),
+        dict(pairs=[(0, size - 1)], nbytes=10 << 20),
+        dict(pairs=None, nbytes=3, poll_interval_s=1e-4),
+    ]
     for case in cases:
         net = noise.NetworkNoise(comm, **case)
         with net:
@@ -335,6 +354,7 @@ def test_network_noise_under_mpi(mpi_ranks):
 
 # --- calibration ----------------------------------------------------------------------------------
 
+
 def test_calibration_fwq_slowdown_matches_detour_fraction():
     # 100 Hz x 2 ms = 20% of one CPU shared by the FWQ loop and the detour process: the loop should
     # take 1/(1 - 0.2) = 1.25x as long. When other jobs share the CPU, the FWQ gets a share S < 1 even
@@ -345,8 +365,11 @@ def test_calibration_fwq_slowdown_matches_detour_fraction():
         results.append(r)
         expected = r.expected_slowdown if not r.disturbed else r.expected_slowdown_loaded
         excess, expected_excess = r.measured_slowdown - 1, expected - 1
-        if (abs(r.duration_s - 2e-3) < 0.1 * 2e-3 and 50 <= r.frequency_hz <= 110
-                and 0.35 * expected_excess <= excess <= 1.6 * expected_excess):
+        if (
+            abs(r.duration_s - 2e-3) < 0.1 * 2e-3
+            and 50 <= r.frequency_hz <= 110
+            and 0.35 * expected_excess <= excess <= 1.6 * expected_excess
+        ):
             print(r.summary())
             return
     text = " | ".join(r.summary() for r in results)

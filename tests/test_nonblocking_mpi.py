@@ -17,8 +17,9 @@ def test_many_in_flight_with_user_traffic(mpi_ranks):
     world = MPI.COMM_WORLD
     comm = adaptcoll.Intracomm(world)
     rank, size = world.Get_rank(), world.Get_size()
-    with adaptcoll.configured(native_below=0, bcast_segment_size=256, reduce_segment_size=256,
-                              allreduce_segment_size=256):
+    with adaptcoll.configured(
+        native_below=0, bcast_segment_size=256, reduce_segment_size=256, allreduce_segment_size=256
+    ):
         # a pending user receive that matches anything: adaptcoll's traffic must never satisfy it
         user_buf = np.zeros(4, "i8")
         status = MPI.Status()
@@ -81,8 +82,9 @@ def test_tag_space_wraps_and_more_segments_than_tags(mpi_ranks):
     world = MPI.COMM_WORLD
     comm = adaptcoll.Intracomm(world)
     rank = world.Get_rank()
-    with adaptcoll.configured(native_below=0, tag_space=5, bcast_segment_size=8, reduce_segment_size=8,
-                              allreduce_segment_size=8):
+    with adaptcoll.configured(
+        native_below=0, tag_space=5, bcast_segment_size=8, reduce_segment_size=8, allreduce_segment_size=8
+    ):
         for rep in range(7):  # the sequence wraps around the 5 tags many times
             n = 3 + 11 * rep  # up to 69 segments of 8 bytes wanted; never more than 5 used
             a = np.arange(n, dtype="f8") + rep if rank == 0 else np.zeros(n)
@@ -123,7 +125,7 @@ def test_threads_on_different_communicators(mpi_ranks):
                 b = np.full(300, k) if rank == 0 else np.zeros(300, "i8")
                 c.Bcast(b, 0)
                 assert (b == k).all()
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
 
     with adaptcoll.configured(native_below=0, allreduce_segment_size=512, bcast_segment_size=512):

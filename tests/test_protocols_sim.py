@@ -51,8 +51,12 @@ def run_bcast(size, root, kind, count, seg, seed, window=(2, 3), sync="first"):
     bufs = [expect.copy() if r == root else np.zeros(count, np.uint8) for r in range(size)]
     be = NumpyBackend()
     ctxs = [OpContext(world.transports[r], be, plan, window[0], window[1], sync) for r in range(size)]
-    ops = _start_all(world, tset, plan.nseg, lambda r, link, done: Bcast(
-        ctxs[r], link.parent, link.children, bufs[r], link.segs, done).start())
+    ops = _start_all(
+        world,
+        tset,
+        plan.nseg,
+        lambda r, link, done: Bcast(ctxs[r], link.parent, link.children, bufs[r], link.segs, done).start(),
+    )
     world.run(_all_done(ops))
     assert world.unmatched == 0
     for r in range(size):
@@ -60,8 +64,21 @@ def run_bcast(size, root, kind, count, seg, seed, window=(2, 3), sync="first"):
     return world
 
 
-def run_reduce(size, root, kind, count, seg_elems, seed, backend, ordered=False, in_place=False, allreduce=False,
-               op=ReduceOp("SUM"), dtype="i8", data=None):
+def run_reduce(
+    size,
+    root,
+    kind,
+    count,
+    seg_elems,
+    seed,
+    backend,
+    ordered=False,
+    in_place=False,
+    allreduce=False,
+    op=ReduceOp("SUM"),
+    dtype="i8",
+    data=None,
+):
     world = LoopbackWorld(size, seed)
     plan = plan_segments(count, 1, seg_elems, tag_base=3 * seed, tag_space=1 << 15)
     tset = _trees(kind, size, root)
@@ -78,6 +95,7 @@ def run_reduce(size, root, kind, count, seg_elems, seed, backend, ordered=False,
         else:
             target = outs[r] if r == root else None
             Reduce(ctxs[r], link.parent, link.children, data[r], target, op, link.segs, done).start()
+
     ops = _start_all(world, tset, plan.nseg, start_one)
     world.run(_all_done(ops))
     assert world.unmatched == 0
@@ -100,11 +118,13 @@ def test_reduce_and_allreduce_every_tree(kind):
     be = NumpyBackend()
     for size, seed in [(1, 0), (2, 1), (3, 0), (6, 1), (9, 0), (17, 1)]:
         for root in sorted({0, size - 1, size // 2}):
-            for (count, seg), ordered, in_place in itertools.product([(0, 8), (1, 8), (37, 1), (37, 8)], [False, True],
-                                                                      [False, True]):
+            for (count, seg), ordered, in_place in itertools.product(
+                [(0, 8), (1, 8), (37, 1), (37, 8)], [False, True], [False, True]
+            ):
                 for allreduce in (False, True):
-                    _, outs, original, _ = run_reduce(size, root, kind, count, seg, seed, be, ordered, in_place,
-                                                      allreduce)
+                    _, outs, original, _ = run_reduce(
+                        size, root, kind, count, seg, seed, be, ordered, in_place, allreduce
+                    )
                     expect = np.sum(original, axis=0) if count else np.zeros(0, "i8")
                     ranks = range(size) if allreduce else [root]
                     for r in ranks:
@@ -120,7 +140,7 @@ def test_asynchronous_folds_deferred_and_out_of_order():
         for ordered, allreduce, in_place in itertools.product([False, True], [False, True], [False, True]):
             _, outs, original, _ = run_reduce(size, size // 2, kind, 97, 4, seed, be, ordered, in_place, allreduce)
             expect = np.sum(original, axis=0)
-            for r in (range(size) if allreduce else [size // 2]):
+            for r in range(size) if allreduce else [size // 2]:
                 np.testing.assert_array_equal(outs[r], expect)
             checked += 1
         assert be.stats.completed_out_of_order > 0, "the deferred backend never reordered completions"
@@ -150,8 +170,20 @@ def test_ordered_mode_gives_rank_order_for_noncommutative_ops():
             _affine(expect, nxt)
             expect = nxt
         for allreduce in (False, True):
-            _, outs, _, _ = run_reduce(size, 0, "in_order_binomial", 50, 7, seed, be, ordered=True,
-                                       allreduce=allreduce, op=op, dtype="u8", data=[d.copy() for d in data])
+            _, outs, _, _ = run_reduce(
+                size,
+                0,
+                "in_order_binomial",
+                50,
+                7,
+                seed,
+                be,
+                ordered=True,
+                allreduce=allreduce,
+                op=op,
+                dtype="u8",
+                data=[d.copy() for d in data],
+            )
             np.testing.assert_array_equal(outs[0], expect)
 
 
@@ -161,14 +193,16 @@ def test_reproducible_mode_is_independent_of_arrival_order():
     data = [rng.standard_normal(300) * 10.0 ** rng.integers(-8, 8, 300) for _ in range(9)]
     results = set()
     for seed in range(8):
-        _, outs, _, _ = run_reduce(9, 0, "binomial", 300, 16, seed, be, ordered=True, dtype="f8",
-                                   data=[d.copy() for d in data])
+        _, outs, _, _ = run_reduce(
+            9, 0, "binomial", 300, 16, seed, be, ordered=True, dtype="f8", data=[d.copy() for d in data]
+        )
         results.add(outs[0].tobytes())
     assert len(results) == 1
     arrival = set()
     for seed in range(8):
-        _, outs, _, _ = run_reduce(9, 0, "binomial", 300, 16, seed, be, ordered=False, dtype="f8",
-                                   data=[d.copy() for d in data])
+        _, outs, _, _ = run_reduce(
+            9, 0, "binomial", 300, 16, seed, be, ordered=False, dtype="f8", data=[d.copy() for d in data]
+        )
         arrival.add(outs[0].tobytes())
     assert len(arrival) > 1, "arrival order never changed the float sum: the test shows nothing"
 

@@ -20,6 +20,7 @@ def _later(polls: int) -> Operation:
     def poll() -> bool:
         left[0] -= 1
         return left[0] <= 0
+
     engine().watch(poll, op.complete)
     return op
 

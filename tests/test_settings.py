@@ -12,33 +12,45 @@ from adaptcoll import settings
 
 
 def test_sizes_and_suffixes():
-    env = {"ADAPTCOLL_BCAST_SEGMENT_SIZE": "64K", "ADAPTCOLL_REDUCE_SEGMENT_SIZE": "2M",
-           "ADAPTCOLL_ALLREDUCE_SEGMENT_SIZE": "1000", "ADAPTCOLL_NATIVE_BELOW": "0"}
+    env = {
+        "ADAPTCOLL_BCAST_SEGMENT_SIZE": "64K",
+        "ADAPTCOLL_REDUCE_SEGMENT_SIZE": "2M",
+        "ADAPTCOLL_ALLREDUCE_SEGMENT_SIZE": "1000",
+        "ADAPTCOLL_NATIVE_BELOW": "0",
+    }
     s = settings.from_environ(env)
     assert (s.bcast_segment_size, s.reduce_segment_size, s.allreduce_segment_size) == (65536, 2 << 20, 1000)
     assert s.native_below == 0
     assert settings.parse_size("3MiB", "x") == 3 << 20
 
 
-@pytest.mark.parametrize("var, value", [
-    ("ADAPTCOLL_BCAST_ALGORITHM", "fibonacci"),
-    ("ADAPTCOLL_REDUCE_ALGORITHM", "knomial:radix"),
-    ("ADAPTCOLL_BCAST_SEGMENT_SIZE", "0"),
-    ("ADAPTCOLL_ALLREDUCE_SEGMENT_SIZE", "12Q"),
-    ("ADAPTCOLL_NATIVE_BELOW", "-1"),
-    ("ADAPTCOLL_BCAST_SEND_WINDOW", "0"),
-    ("ADAPTCOLL_REDUCE_RECV_WINDOW", "many"),
-    ("ADAPTCOLL_SYNC_SENDS", "sometimes"),
-    ("ADAPTCOLL_REPRODUCIBLE", "maybe"),
-])
+@pytest.mark.parametrize(
+    "var, value",
+    [
+        ("ADAPTCOLL_BCAST_ALGORITHM", "fibonacci"),
+        ("ADAPTCOLL_REDUCE_ALGORITHM", "knomial:radix"),
+        ("ADAPTCOLL_BCAST_SEGMENT_SIZE", "0"),
+        ("ADAPTCOLL_ALLREDUCE_SEGMENT_SIZE", "12Q"),
+        ("ADAPTCOLL_NATIVE_BELOW", "-1"),
+        ("ADAPTCOLL_BCAST_SEND_WINDOW", "0"),
+        ("ADAPTCOLL_REDUCE_RECV_WINDOW", "many"),
+        ("ADAPTCOLL_SYNC_SENDS", "sometimes"),
+        ("ADAPTCOLL_REPRODUCIBLE", "maybe"),
+    ],
+)
 def test_invalid_environment_values_name_the_variable(var, value):
     with pytest.raises(ValueError, match=var):
         settings.from_environ({var: value})
 
 
 def test_invalid_environment_at_import_is_a_clear_error():
-    proc = subprocess.run([sys.executable, "-c", "import adaptcoll"], capture_output=True, text=True,
-                          env={"ADAPTCOLL_BCAST_ALGORITHM": "nope", "PATH": ""}, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", "import adaptcoll"],
+        capture_output=True,
+        text=True,
+        env={"ADAPTCOLL_BCAST_ALGORITHM": "nope", "PATH": ""},
+        timeout=60,
+    )
     assert proc.returncode != 0
     assert "ADAPTCOLL_BCAST_ALGORITHM" in proc.stderr and "binomial" in proc.stderr
 
@@ -64,17 +76,22 @@ def test_configure_and_configured():
 
 
 def test_thresholds_follow_native_below_and_the_live_dict():
-    assert settings.THRESHOLDS == settings.current().thresholds
+    assert settings.current().thresholds == settings.THRESHOLDS
     with adaptcoll.configured(native_below="64K"):
         assert settings.THRESHOLDS == {"bcast": 65536, "reduce": 65536, "allreduce": 65536}
         with adaptcoll.configured(reduce_native_below="1M"):
             assert settings.THRESHOLDS["reduce"] == 1 << 20 and settings.THRESHOLDS["bcast"] == 65536
-    assert settings.THRESHOLDS == settings.current().thresholds
+    assert settings.current().thresholds == settings.THRESHOLDS
 
 
 def test_windows_and_segment_size_per_collective():
-    with adaptcoll.configured(bcast_send_window=5, bcast_recv_window=7, reduce_send_window=1, reduce_recv_window=2,
-                              allreduce_segment_size="8K"):
+    with adaptcoll.configured(
+        bcast_send_window=5,
+        bcast_recv_window=7,
+        reduce_send_window=1,
+        reduce_recv_window=2,
+        allreduce_segment_size="8K",
+    ):
         cfg = settings.current()
         assert cfg.windows("bcast") == (5, 7)
         assert cfg.windows("reduce") == cfg.windows("allreduce") == (1, 2)

@@ -46,6 +46,7 @@ class LateStager:
             if left[0] == 0:
                 dst[...] = src
             return left[0] <= 0
+
         return poll
 
     def to_host(self, device_array, host=None):
@@ -72,7 +73,8 @@ def test_staged_bcast_reduce_allreduce():
         be = DeferredBackend(seed=seed)
 
         def done():
-            left[0] -= 1
+            left[0] -= 1  # noqa: B023 - this iteration's counter, run within it
+
         for r in range(size):
             pool = SegmentPool(be, np.dtype("i8"))
             for k, t in enumerate(tset):
@@ -81,11 +83,25 @@ def test_staged_bcast_reduce_allreduce():
                 left[0] += 3
                 ctx = OpContext(ts[r], be, plan, 2, 3, "first", False, pool)
                 Bcast(ctx, *args, bc[r], segs, done).start()
-                Reduce(ctx.with_plan(plan_segments(n, 8, 32, 1000, 1 << 15)), *args, data[r],
-                       red[r] if r == 0 else None, ReduceOp("SUM"), segs, done).start()
-                Allreduce(ctx.with_plan(plan_segments(n, 8, 32, 2000, 1 << 15)), *args, data[r], allr[r],
-                          ReduceOp("SUM"), segs, done).start()
-        world.run(lambda: left[0] == 0)
+                Reduce(
+                    ctx.with_plan(plan_segments(n, 8, 32, 1000, 1 << 15)),
+                    *args,
+                    data[r],
+                    red[r] if r == 0 else None,
+                    ReduceOp("SUM"),
+                    segs,
+                    done,
+                ).start()
+                Allreduce(
+                    ctx.with_plan(plan_segments(n, 8, 32, 2000, 1 << 15)),
+                    *args,
+                    data[r],
+                    allr[r],
+                    ReduceOp("SUM"),
+                    segs,
+                    done,
+                ).start()
+        world.run(lambda: left[0] == 0)  # noqa: B023
         total = np.sum(data, axis=0)
         for r in range(size):
             np.testing.assert_array_equal(bc[r], data[0])

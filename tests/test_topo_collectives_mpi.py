@@ -26,10 +26,17 @@ def test_topo_and_two_tree_equal_native(mpi_ranks):
         comm = adaptcoll.Intracomm(world.Dup())
         try:
             for algorithm in algorithms:
-                with adaptcoll.configured(native_below=0, topology=topology, bcast_algorithm=algorithm,
-                                          reduce_algorithm=algorithm, allreduce_algorithm=algorithm,
-                                          bcast_segment_size=64, reduce_segment_size=64,
-                                          allreduce_segment_size=64, max_segments=0):
+                with adaptcoll.configured(
+                    native_below=0,
+                    topology=topology,
+                    bcast_algorithm=algorithm,
+                    reduce_algorithm=algorithm,
+                    allreduce_algorithm=algorithm,
+                    bcast_segment_size=64,
+                    reduce_segment_size=64,
+                    allreduce_segment_size=64,
+                    max_segments=0,
+                ):
                     for root in sorted({0, size - 1, size // 2}):
                         n = 101
                         ref = np.arange(n, dtype="f8") * (root + 1) if rank == root else np.zeros(n)

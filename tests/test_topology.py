@@ -41,16 +41,19 @@ def test_parse_flat() -> None:
         assert parse(spec, 4) == Topology((), ())
 
 
-@pytest.mark.parametrize("spec,message", [
-    ("nodes=x", "non-integer"),
-    ("nodes=0", "count >= 1"),
-    ("0,1,2,3", "before any 'name='"),
-    ("node=0,1,0", "lists 3 ids but there are 4 ranks"),
-    ("node=0,1,0,-1", "negative id"),
-    ("nodes=2,,sockets=2", "empty item"),
-    ("nodes=2,nodes=2", "given twice"),
-    ("2x=3", "not an identifier"),
-])
+@pytest.mark.parametrize(
+    "spec,message",
+    [
+        ("nodes=x", "non-integer"),
+        ("nodes=0", "count >= 1"),
+        ("0,1,2,3", "before any 'name='"),
+        ("node=0,1,0", "lists 3 ids but there are 4 ranks"),
+        ("node=0,1,0,-1", "negative id"),
+        ("nodes=2,,sockets=2", "empty item"),
+        ("nodes=2,nodes=2", "given twice"),
+        ("2x=3", "not an identifier"),
+    ],
+)
 def test_parse_errors_name_the_variable(spec: str, message: str) -> None:
     with pytest.raises(ValueError, match=message) as info:
         parse(spec, 4)

@@ -44,12 +44,18 @@ def children_map(t: trees.Tree) -> dict[int, list[int]]:
 
 
 def build_any(kind: str, size: int, root: int, draw_param: int) -> trees.Tree:
-    params = {"binary": {"fanout": 1 + draw_param % 5}, "chain": {"chains": 1 + draw_param % 7},
-              "linear": {"fanout": 1 + draw_param % 40}, "knomial": {"radix": 2 + draw_param % 7},
-              "two_tree": {"which": draw_param % 2}}.get(kind, {})
+    params = {
+        "binary": {"fanout": 1 + draw_param % 5},
+        "chain": {"chains": 1 + draw_param % 7},
+        "linear": {"fanout": 1 + draw_param % 40},
+        "knomial": {"radix": 2 + draw_param % 7},
+        "two_tree": {"which": draw_param % 2},
+    }.get(kind, {})
     if kind == "topo":
-        params = {"levels": parse(f"nodes={1 + draw_param % 5},sockets=2", size),
-                  "inner": trees.SHAPES[draw_param % len(trees.SHAPES)]}
+        params = {
+            "levels": parse(f"nodes={1 + draw_param % 5},sockets=2", size),
+            "inner": trees.SHAPES[draw_param % len(trees.SHAPES)],
+        }
     return trees.build(kind, size, root, **params)
 
 
@@ -143,7 +149,8 @@ def test_is_rank_ordered() -> None:
 def test_knomial_radix_two_equals_in_order_binomial() -> None:
     for size in range(1, 100):
         assert children_map(trees.build("knomial", size, 0, radix=2)) == children_map(
-            trees.build("in_order_binomial", size, 0))
+            trees.build("in_order_binomial", size, 0)
+        )
 
 
 # ---------------------------------------------------------------- topo
@@ -167,8 +174,9 @@ def check_topo(t: trees.Tree, levels: tuple[tuple[int, ...], ...]) -> None:
             else:  # entered exactly once, at its lowest rank (the leader)
                 assert entries == [min(members)]
     for r in range(t.size):  # outer-level edges first in every child order
-        crossing = [next((i for i in range(len(levels)) if levels[i][r] != levels[i][c]), len(levels))
-                    for c in t.children(r)]
+        crossing = [
+            next((i for i in range(len(levels)) if levels[i][r] != levels[i][c]), len(levels)) for c in t.children(r)
+        ]
         assert crossing == sorted(crossing)
 
 
@@ -176,8 +184,7 @@ def check_topo(t: trees.Tree, levels: tuple[tuple[int, ...], ...]) -> None:
 @given(st.integers(1, 120), st.data())
 def test_topo_crosses_each_group_boundary_once(size: int, data) -> None:
     nlevels = data.draw(st.integers(0, 3))
-    levels = tuple(tuple(data.draw(st.lists(st.integers(0, 3), min_size=size, max_size=size)))
-                   for _ in range(nlevels))
+    levels = tuple(tuple(data.draw(st.lists(st.integers(0, 3), min_size=size, max_size=size))) for _ in range(nlevels))
     root = data.draw(st.integers(0, size - 1))
     inner = data.draw(st.sampled_from(trees.SHAPES))
     intra = data.draw(st.sampled_from(trees.SHAPES))
@@ -255,31 +262,34 @@ def test_text_and_dot_rendering() -> None:
     assert edges == {(str(p), str(c)) for p in range(8) for c in t.children(p)}
 
 
-@pytest.mark.parametrize("call,message", [
-    (lambda: trees.build("nope", 8), "valid kinds: binomial, in_order_binomial"),
-    (lambda: trees.build("binomial", 8, radix=2), "valid parameters: none"),
-    (lambda: trees.build("knomial", 8, radix=1), "radix must be an int >= 2"),
-    (lambda: trees.build("knomial", 8, rdx=3), "valid parameters: radix"),
-    (lambda: trees.build("binary", 8, fanout=0), "fanout must be an int >= 1"),
-    (lambda: trees.build("linear", 8, fanout="x"), "fanout must be an int"),
-    (lambda: trees.build("chain", 8, chains=0), "chains must be an int >= 1"),
-    (lambda: trees.build("binomial", 0), "size must be >= 1"),
-    (lambda: trees.build("binomial", 8, 8), r"root must be in 0\.\.7"),
-    (lambda: trees.build("binomial", 8, -1), r"root must be in 0\.\.7"),
-    (lambda: trees.build("binomial", 2.5), "size must be an int"),
-    (lambda: trees.build("binomial", 8, True), "root must be an int"),
-    (lambda: trees.build("two_tree", 8, which=2), "which must be 0 or 1"),
-    (lambda: trees.build_all("two_tree", 8, which=1), "do not pass which"),
-    (lambda: trees.build("topo", 8, inner="two_tree"), "valid kinds: binomial.*knomial$"),
-    (lambda: trees.build("topo", 8, intra="knomial:radix=1"), "topo parameter intra"),
-    (lambda: trees.build("topo", 8, levels=((0, 1),)), "has 2 group ids but the tree has 8"),
-    (lambda: trees.build("topo", 8, levels="nodes=2"), "not a string"),
-    (lambda: trees.build("topo", 8, levels=parse("nodes=2", 6)), "has 6 group ids"),
-    (lambda: trees.parse_algorithm("knomial:radix"), "expected kind"),
-    (lambda: trees.parse_algorithm("chain:fanout=2"), "valid parameters: chains"),
-    (lambda: trees.parse_algorithm("tree"), "valid kinds"),
-    (lambda: trees.build("binomial", 8).parent(8), "out of range"),
-])
+@pytest.mark.parametrize(
+    "call,message",
+    [
+        (lambda: trees.build("nope", 8), "valid kinds: binomial, in_order_binomial"),
+        (lambda: trees.build("binomial", 8, radix=2), "valid parameters: none"),
+        (lambda: trees.build("knomial", 8, radix=1), "radix must be an int >= 2"),
+        (lambda: trees.build("knomial", 8, rdx=3), "valid parameters: radix"),
+        (lambda: trees.build("binary", 8, fanout=0), "fanout must be an int >= 1"),
+        (lambda: trees.build("linear", 8, fanout="x"), "fanout must be an int"),
+        (lambda: trees.build("chain", 8, chains=0), "chains must be an int >= 1"),
+        (lambda: trees.build("binomial", 0), "size must be >= 1"),
+        (lambda: trees.build("binomial", 8, 8), r"root must be in 0\.\.7"),
+        (lambda: trees.build("binomial", 8, -1), r"root must be in 0\.\.7"),
+        (lambda: trees.build("binomial", 2.5), "size must be an int"),
+        (lambda: trees.build("binomial", 8, True), "root must be an int"),
+        (lambda: trees.build("two_tree", 8, which=2), "which must be 0 or 1"),
+        (lambda: trees.build_all("two_tree", 8, which=1), "do not pass which"),
+        (lambda: trees.build("topo", 8, inner="two_tree"), "valid kinds: binomial.*knomial$"),
+        (lambda: trees.build("topo", 8, intra="knomial:radix=1"), "topo parameter intra"),
+        (lambda: trees.build("topo", 8, levels=((0, 1),)), "has 2 group ids but the tree has 8"),
+        (lambda: trees.build("topo", 8, levels="nodes=2"), "not a string"),
+        (lambda: trees.build("topo", 8, levels=parse("nodes=2", 6)), "has 6 group ids"),
+        (lambda: trees.parse_algorithm("knomial:radix"), "expected kind"),
+        (lambda: trees.parse_algorithm("chain:fanout=2"), "valid parameters: chains"),
+        (lambda: trees.parse_algorithm("tree"), "valid kinds"),
+        (lambda: trees.build("binomial", 8).parent(8), "out of range"),
+    ],
+)
 def test_bad_input_messages(call, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         call()
@@ -289,7 +299,9 @@ def test_parse_algorithm() -> None:
     assert trees.parse_algorithm("knomial:radix=4") == ("knomial", {"radix": 4})
     assert trees.parse_algorithm(" binomial ") == ("binomial", {})
     assert trees.parse_algorithm("topo:inner=knomial:radix=8,intra=chain") == (
-        "topo", {"inner": "knomial:radix=8", "intra": "chain"})
+        "topo",
+        {"inner": "knomial:radix=8", "intra": "chain"},
+    )
     kind, params = trees.parse_algorithm("chain:chains=2")
     assert trees.build(kind, 5, 0, **params).children(0) == (1, 3)
 
@@ -321,7 +333,9 @@ def test_viewer_subprocess_text_and_dot(tmp_path) -> None:
     assert out.returncode == 0 and out.stdout == ""
     t = trees.build("knomial", 20, 0, radix=3)
     assert dot_file.read_text() == t.to_dot()
-    assert set(re.findall(r"(\d+) -> (\d+)", t.to_dot())) == {(str(p), str(c)) for p in range(20) for c in t.children(p)}
+    assert set(re.findall(r"(\d+) -> (\d+)", t.to_dot())) == {
+        (str(p), str(c)) for p in range(20) for c in t.children(p)
+    }
     out = viewer("--kind", "knomial", "--size", "8", "--param", "radix=1")
     assert out.returncode == 2 and "radix must be" in out.stderr and "Traceback" not in out.stderr
 
@@ -332,15 +346,18 @@ def test_viewer_two_tree_dot(capsys) -> None:
     assert out.startswith("digraph") and out.count("->") == 2 * 5 and out.count("style=dashed") == 5
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--kind", "foo", "--size", "8"], "invalid choice"),
-    (["--size", "x"], "invalid int value"),
-    (["--size", "8", "--root", "9"], "root must be in"),
-    (["--kind", "knomial", "--size", "8", "--param", "radix=1"], "radix must be"),
-    (["--kind", "knomial", "--size", "8", "--param", "radix"], "expects K=V"),
-    (["--kind", "binomial", "--size", "8", "--inner", "chain"], "only apply to --kind topo"),
-    (["--kind", "topo", "--size", "8", "--topology", "nodes=x"], "ADAPTCOLL_TOPOLOGY"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--kind", "foo", "--size", "8"], "invalid choice"),
+        (["--size", "x"], "invalid int value"),
+        (["--size", "8", "--root", "9"], "root must be in"),
+        (["--kind", "knomial", "--size", "8", "--param", "radix=1"], "radix must be"),
+        (["--kind", "knomial", "--size", "8", "--param", "radix"], "expects K=V"),
+        (["--kind", "binomial", "--size", "8", "--inner", "chain"], "only apply to --kind topo"),
+        (["--kind", "topo", "--size", "8", "--topology", "nodes=x"], "ADAPTCOLL_TOPOLOGY"),
+    ],
+)
 def test_viewer_bad_arguments(args: list[str], message: str, capsys) -> None:
     with pytest.raises(SystemExit) as info:
         trees.main(args)

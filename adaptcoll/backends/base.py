@@ -6,8 +6,9 @@ CuPy (device, asynchronous on a stream) or a deferred test backend whose folds f
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from ..transport import Poll
 

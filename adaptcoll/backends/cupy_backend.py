@@ -135,8 +135,9 @@ class CupyBackend(ArrayBackend):
 
     name = "cupy"
 
-    def __init__(self, device: Optional[int] = None, stream: Any = None, block_size: int = 256,
-                 blocks_per_sm: int = 16) -> None:
+    def __init__(
+        self, device: Optional[int] = None, stream: Any = None, block_size: int = 256, blocks_per_sm: int = 16
+    ) -> None:
         cupy = import_cupy()
         self._cupy = cupy
         self.device = cupy.cuda.Device(device) if device is not None else cupy.cuda.Device()
@@ -159,8 +160,9 @@ class CupyBackend(ArrayBackend):
         if nbytes != _nbytes(src):
             raise ValueError(f"copy size mismatch: dst has {nbytes} bytes, src {_nbytes(src)}")
         if nbytes:
-            cupy.cuda.runtime.memcpyAsync(_pointer(dst), _pointer(src), nbytes,
-                                          cupy.cuda.runtime.memcpyDefault, self.stream.ptr)
+            cupy.cuda.runtime.memcpyAsync(
+                _pointer(dst), _pointer(src), nbytes, cupy.cuda.runtime.memcpyDefault, self.stream.ptr
+            )
         self.stream.synchronize()
 
     def supports(self, op: ReduceOp, dtype: Any) -> bool:
@@ -188,8 +190,9 @@ class CupyBackend(ArrayBackend):
         else:  # predefined ops commute: out = higher, then out op= lower
             acc, incoming, higher = out_c, lower_c, higher_c
             if higher.data.ptr != acc.data.ptr:
-                cupy.cuda.runtime.memcpyAsync(acc.data.ptr, higher.data.ptr, acc.nbytes,
-                                              cupy.cuda.runtime.memcpyDeviceToDevice, self.stream.ptr)
+                cupy.cuda.runtime.memcpyAsync(
+                    acc.data.ptr, higher.data.ptr, acc.nbytes, cupy.cuda.runtime.memcpyDeviceToDevice, self.stream.ptr
+                )
         kernel = self._kernels.get((op.name, acc.dtype))
         if kernel is None:
             kernel = load_kernel(kernel_name(op.name, acc.dtype), self.device.id)
@@ -213,6 +216,8 @@ class CupyBackend(ArrayBackend):
         host_lower = self._cupy.asnumpy(_as_cupy(self._cupy, lower), stream=self.stream)
         host_higher = self._cupy.asnumpy(_as_cupy(self._cupy, higher), stream=self.stream)
         self.stream.synchronize()
+        if op.user_fold is None:
+            raise ValueError(f"reduction op {op.name!r} is neither predefined nor carries a user_fold")
         op.user_fold(host_lower, host_higher)
         self.copy(out, host_higher)
 
@@ -300,4 +305,3 @@ def synchronize_producer(array: Any, stream: Any = None) -> None:
     if not isinstance(producer, int) or producer == 0:
         raise ValueError(f"invalid __cuda_array_interface__ stream {producer!r} (CAI v3 forbids 0)")
     import_cupy().cuda.runtime.streamSynchronize(producer)
-

@@ -41,8 +41,17 @@ class _DeferredFold:
 
     __slots__ = ("backend", "seq", "op", "lower", "higher", "out", "polls_left", "snapshot", "done")
 
-    def __init__(self, backend: "DeferredBackend", seq: int, op: ReduceOp, lower: Any, higher: Any,
-                 out: Any, delay: int, check_inputs: bool) -> None:
+    def __init__(
+        self,
+        backend: DeferredBackend,
+        seq: int,
+        op: ReduceOp,
+        lower: Any,
+        higher: Any,
+        out: Any,
+        delay: int,
+        check_inputs: bool,
+    ) -> None:
         self.backend = backend
         self.seq = seq
         self.op, self.lower, self.higher, self.out = op, lower, higher, out
@@ -63,7 +72,10 @@ class _DeferredFold:
     def finish(self) -> None:
         """Check the inputs are untouched, do the arithmetic now, and update the backend's stats."""
         if self.snapshot is not None:
-            for label, now, then in (("lower", self.lower, self.snapshot[0]), ("higher", self.higher, self.snapshot[1])):
+            for label, now, then in (
+                ("lower", self.lower, self.snapshot[0]),
+                ("higher", self.higher, self.snapshot[1]),
+            ):
                 if not np.array_equal(now, then, equal_nan=now.dtype.kind in "fc"):
                     raise InputModifiedError(f"deferred fold #{self.seq}: `{label}` changed before the fold completed")
         result = self.backend.inner.combine(self.op, self.lower, self.higher, self.out)
@@ -80,8 +92,9 @@ class DeferredBackend(ArrayBackend):
 
     name = "deferred"
 
-    def __init__(self, inner: Optional[ArrayBackend] = None, seed: int = 0, max_delay_polls: int = 5,
-                 check_inputs: bool = True) -> None:
+    def __init__(
+        self, inner: Optional[ArrayBackend] = None, seed: int = 0, max_delay_polls: int = 5, check_inputs: bool = True
+    ) -> None:
         if max_delay_polls < 1:
             raise ValueError("max_delay_polls must be >= 1 (a deferred fold is never done at once)")
         self.inner = inner if inner is not None else NumpyBackend()

@@ -25,10 +25,12 @@ from .spec import ENV_VAR, RANK_VARIABLES, parse_spec, rank_from_env
 
 __all__ = ["main", "SAFE_PYTHON_C"]
 
-SAFE_PYTHON_C = ("import importlib.util, sys, types; spec = importlib.util.find_spec('adaptcoll'); "
-                 "pkg = types.ModuleType('adaptcoll'); pkg.__path__ = list(spec.submodule_search_locations); "
-                 "sys.modules['adaptcoll'] = pkg; from adaptcoll.noise.__main__ import main; "
-                 "raise SystemExit(main())")
+SAFE_PYTHON_C = (
+    "import importlib.util, sys, types; spec = importlib.util.find_spec('adaptcoll'); "
+    "pkg = types.ModuleType('adaptcoll'); pkg.__path__ = list(spec.submodule_search_locations); "
+    "sys.modules['adaptcoll'] = pkg; from adaptcoll.noise.__main__ import main; "
+    "raise SystemExit(main())"
+)
 """`python -c SAFE_PYTHON_C run ...` loads adaptcoll.noise without running adaptcoll/__init__.py (which
 imports mpi4py.MPI), so the wrapper never touches MPI."""
 
@@ -41,9 +43,11 @@ def _mpi_initialized_here() -> bool:
 
 def _run(args: argparse.Namespace) -> int:
     if _mpi_initialized_here() and any(v in os.environ for v in RANK_VARIABLES):
-        raise SystemExit("adaptcoll.noise run: MPI was initialized in the wrapper (importing adaptcoll "
-                         "imported mpi4py.MPI), so the wrapped rank could not join the job. Start the "
-                         f"wrapper as: python -c '{SAFE_PYTHON_C}' run ...")
+        raise SystemExit(
+            "adaptcoll.noise run: MPI was initialized in the wrapper (importing adaptcoll "
+            "imported mpi4py.MPI), so the wrapped rank could not join the job. Start the "
+            f"wrapper as: python -c '{SAFE_PYTHON_C}' run ..."
+        )
     text = args.spec if args.spec is not None else os.environ.get(ENV_VAR, "")
     name = "--spec" if args.spec is not None else ENV_VAR
     spec = parse_spec(text, name)
@@ -63,7 +67,7 @@ def _run(args: argparse.Namespace) -> int:
         for s, handler in previous.items():
             signal.signal(s, handler)
         stats = detours.stop() if detours is not None else None
-    if stats is not None and not args.quiet:
+    if stats is not None and detours is not None and not args.quiet:
         print(f"adaptcoll.noise rank {rank} cpus {detours.child_cpus}: {stats.summary()}", file=sys.stderr)
     return code if code >= 0 else 128 - code
 
@@ -75,8 +79,9 @@ def _seconds(text: str) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m adaptcoll.noise`."""
-    parser = argparse.ArgumentParser(prog="python -m adaptcoll.noise", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m adaptcoll.noise", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="action", required=True)
     run = sub.add_parser("run", help="run a command (an MPI rank) beside a detour process")
     run.add_argument("--spec", help=f"detour spec, default ${ENV_VAR}; 'off' runs without noise")
@@ -99,8 +104,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.action == "run":
             return _run(args)
         if args.action == "calibrate":
-            result = calibrate(args.frequency, args.duration, args.pattern, cpu=args.cpu,
-                               seconds=args.seconds, rounds=args.rounds, realtime=args.realtime)
+            result = calibrate(
+                args.frequency,
+                args.duration,
+                args.pattern,
+                cpu=args.cpu,
+                seconds=args.seconds,
+                rounds=args.rounds,
+                realtime=args.realtime,
+            )
             print(result.summary(), flush=True)
             print(result.stats.summary(), flush=True)
             return 0

@@ -87,8 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     stdin_fd = sys.stdin.fileno()
 
     out = sys.stdout
-    out.write(json.dumps({"ready": True, "pid": os.getpid(),
-                          "cpus": sorted(os.sched_getaffinity(0)), "realtime": realtime}) + "\n")
+    out.write(
+        json.dumps({"ready": True, "pid": os.getpid(), "cpus": sorted(os.sched_getaffinity(0)), "realtime": realtime})
+        + "\n"
+    )
     out.flush()
 
     count = skipped = 0
@@ -134,10 +136,19 @@ def main(argv: list[str] | None = None) -> int:
         deadline += period if args.pattern == "periodic" else rng.expovariate(args.frequency)
     elapsed = time.perf_counter() - start
     cpu_total = time.thread_time() - cpu_start
-    stats = {"detours": count, "skipped": skipped, "elapsed_s": elapsed, "sum_wall_s": sum_wall,
-             "sum_cpu_s": sum_cpu, "cpu_total_s": cpu_total, "min_wall_s": min_wall if count else 0.0, "max_wall_s": max_wall,
-             "mean_late_s": sum_late / count if count else 0.0, "max_late_s": max_late,
-             "realtime": realtime}
+    stats = {
+        "detours": count,
+        "skipped": skipped,
+        "elapsed_s": elapsed,
+        "sum_wall_s": sum_wall,
+        "sum_cpu_s": sum_cpu,
+        "cpu_total_s": cpu_total,
+        "min_wall_s": min_wall if count else 0.0,
+        "max_wall_s": max_wall,
+        "mean_late_s": sum_late / count if count else 0.0,
+        "max_late_s": max_late,
+        "realtime": realtime,
+    }
     try:
         out.write(json.dumps(stats) + "\n")
         out.flush()

@@ -79,17 +79,28 @@ class CalibrationResult:
 
     def summary(self) -> str:
         """One human-readable line."""
-        return (f"cpu {self.cpu}: f = {self.frequency_hz:.1f} Hz, d = {self.duration_s * 1e6:.1f} us, "
-                f"f*d = {self.noise_fraction:.4f}; FWQ slowdown {self.measured_slowdown:.4f} vs expected "
-                f"{self.expected_slowdown:.4f} ({self.relative_error:+.2%}), {self.expected_slowdown_loaded:.4f} "
-                f"adjusted for the quiet CPU share {self.quiet_cpu_share:.2f}; rounds "
-                f"{', '.join(f'{r:.3f}' for r in self.round_slowdowns)}); quiet {self.quiet_s:.3f} s, "
-                f"noisy {self.noisy_s:.3f} s, {self.quanta} quanta of {self.quantum_s * 1e3:.2f} ms")
+        return (
+            f"cpu {self.cpu}: f = {self.frequency_hz:.1f} Hz, d = {self.duration_s * 1e6:.1f} us, "
+            f"f*d = {self.noise_fraction:.4f}; FWQ slowdown {self.measured_slowdown:.4f} vs expected "
+            f"{self.expected_slowdown:.4f} ({self.relative_error:+.2%}), {self.expected_slowdown_loaded:.4f} "
+            f"adjusted for the quiet CPU share {self.quiet_cpu_share:.2f}; rounds "
+            f"{', '.join(f'{r:.3f}' for r in self.round_slowdowns)}); quiet {self.quiet_s:.3f} s, "
+            f"noisy {self.noisy_s:.3f} s, {self.quanta} quanta of {self.quantum_s * 1e3:.2f} ms"
+        )
 
 
-def calibrate(frequency_hz: float = 100.0, duration_s: float = 2e-3, pattern: str = "periodic",
-              cpu: int | None = None, seconds: float = 1.0, quantum_s: float = 1e-3, rounds: int = 5,
-              seed: int = 0, budget: str = "cpu", realtime: bool = False) -> CalibrationResult:
+def calibrate(
+    frequency_hz: float = 100.0,
+    duration_s: float = 2e-3,
+    pattern: str = "periodic",
+    cpu: int | None = None,
+    seconds: float = 1.0,
+    quantum_s: float = 1e-3,
+    rounds: int = 5,
+    seed: int = 0,
+    budget: str = "cpu",
+    realtime: bool = False,
+) -> CalibrationResult:
     """Pin this process and a Detours process to one CPU; compare FWQ slowdown with 1/(1 - f*d).
 
     Runs `rounds` pairs of (quiet, noisy) FWQ segments, `seconds` of noisy work in all, and takes the
@@ -109,8 +120,9 @@ def calibrate(frequency_hz: float = 100.0, duration_s: float = 2e-3, pattern: st
             cpu0 = time.thread_time()
             quiet = sum(fwq(quanta, iterations))
             quiet_cpu += time.thread_time() - cpu0
-            with Detours(frequency_hz, duration_s, pattern, seed=seed, rank=r, cpus=[cpu],
-                         budget=budget, realtime=realtime) as detours:
+            with Detours(
+                frequency_hz, duration_s, pattern, seed=seed, rank=r, cpus=[cpu], budget=budget, realtime=realtime
+            ) as detours:
                 noisy = sum(fwq(quanta, iterations))
             if detours.stats is None or detours.stats.detours == 0:
                 raise RuntimeError("the detour process reported no detours")
@@ -122,22 +134,36 @@ def calibrate(frequency_hz: float = 100.0, duration_s: float = 2e-3, pattern: st
         os.sched_setaffinity(0, saved)
     stats = merge_stats(all_stats)
     fraction = stats.noise_fraction
-    return CalibrationResult(cpu=cpu, frequency_hz=stats.achieved_frequency_hz,
-                             duration_s=stats.mean_duration_s, noise_fraction=fraction,
-                             expected_slowdown=1.0 / (1.0 - fraction),
-                             measured_slowdown=statistics.median(ratios), round_slowdowns=tuple(ratios),
-                             quiet_s=quiet_total, noisy_s=noisy_total, quiet_cpu_share=quiet_cpu / quiet_total, quanta=quanta * rounds,
-                             quantum_s=quiet_total / (quanta * rounds), stats=stats)
+    return CalibrationResult(
+        cpu=cpu,
+        frequency_hz=stats.achieved_frequency_hz,
+        duration_s=stats.mean_duration_s,
+        noise_fraction=fraction,
+        expected_slowdown=1.0 / (1.0 - fraction),
+        measured_slowdown=statistics.median(ratios),
+        round_slowdowns=tuple(ratios),
+        quiet_s=quiet_total,
+        noisy_s=noisy_total,
+        quiet_cpu_share=quiet_cpu / quiet_total,
+        quanta=quanta * rounds,
+        quantum_s=quiet_total / (quanta * rounds),
+        stats=stats,
+    )
 
 
 def merge_stats(parts: list[DetourStats]) -> DetourStats:
     """Pool the statistics of several detour runs into one."""
     n = sum(p.detours for p in parts)
     return DetourStats(
-        detours=n, skipped=sum(p.skipped for p in parts), elapsed_s=sum(p.elapsed_s for p in parts),
+        detours=n,
+        skipped=sum(p.skipped for p in parts),
+        elapsed_s=sum(p.elapsed_s for p in parts),
         mean_duration_s=sum(p.mean_duration_s * p.detours for p in parts) / n if n else 0.0,
         mean_wall_s=sum(p.mean_wall_s * p.detours for p in parts) / n if n else 0.0,
-        min_wall_s=min(p.min_wall_s for p in parts), max_wall_s=max(p.max_wall_s for p in parts),
+        min_wall_s=min(p.min_wall_s for p in parts),
+        max_wall_s=max(p.max_wall_s for p in parts),
         mean_late_s=sum(p.mean_late_s * p.detours for p in parts) / n if n else 0.0,
-        max_late_s=max(p.max_late_s for p in parts), cpu_total_s=sum(p.cpu_total_s for p in parts),
-        realtime=all(p.realtime for p in parts))
+        max_late_s=max(p.max_late_s for p in parts),
+        cpu_total_s=sum(p.cpu_total_s for p in parts),
+        realtime=all(p.realtime for p in parts),
+    )

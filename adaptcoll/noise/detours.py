@@ -12,15 +12,15 @@ import os
 import subprocess
 import sys
 import weakref
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 __all__ = ["DetourStats", "Detours", "PATTERNS"]
 
 PATTERNS = ("periodic", "poisson")
 _CHILD_SCRIPT = Path(__file__).with_name("_detour_child.py")
-_LIVE: "weakref.WeakSet[Detours]" = weakref.WeakSet()
+_LIVE: weakref.WeakSet[Detours] = weakref.WeakSet()
 # Variables through which an MPI launcher talks to its ranks; the detour process must not see them.
 _LAUNCHER_ENV_PREFIXES = ("PMI_", "PMIX_", "OMPI_", "MPICH_", "HYDRA_", "I_MPI_")
 
@@ -57,22 +57,31 @@ class DetourStats:
         return self.cpu_total_s / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
     @classmethod
-    def from_child(cls, raw: dict) -> "DetourStats":
+    def from_child(cls, raw: dict) -> DetourStats:
         """Build from the JSON line the detour process prints at exit."""
         n = raw["detours"]
-        return cls(detours=n, skipped=raw["skipped"], elapsed_s=raw["elapsed_s"],
-                   mean_duration_s=raw["sum_cpu_s"] / n if n else 0.0,
-                   mean_wall_s=raw["sum_wall_s"] / n if n else 0.0,
-                   min_wall_s=raw["min_wall_s"], max_wall_s=raw["max_wall_s"],
-                   mean_late_s=raw["mean_late_s"], max_late_s=raw["max_late_s"],
-                   cpu_total_s=raw["cpu_total_s"], realtime=raw["realtime"])
+        return cls(
+            detours=n,
+            skipped=raw["skipped"],
+            elapsed_s=raw["elapsed_s"],
+            mean_duration_s=raw["sum_cpu_s"] / n if n else 0.0,
+            mean_wall_s=raw["sum_wall_s"] / n if n else 0.0,
+            min_wall_s=raw["min_wall_s"],
+            max_wall_s=raw["max_wall_s"],
+            mean_late_s=raw["mean_late_s"],
+            max_late_s=raw["max_late_s"],
+            cpu_total_s=raw["cpu_total_s"],
+            realtime=raw["realtime"],
+        )
 
     def summary(self) -> str:
         """One human-readable line."""
-        return (f"{self.detours} detours in {self.elapsed_s:.3f} s: f = {self.achieved_frequency_hz:.1f} Hz, "
-                f"d = {self.mean_duration_s * 1e6:.1f} us cpu ({self.mean_wall_s * 1e6:.1f} us wall), "
-                f"noise fraction {self.noise_fraction:.4f} (cpu {self.cpu_fraction:.4f}), skipped {self.skipped}, "
-                f"mean lateness {self.mean_late_s * 1e6:.1f} us")
+        return (
+            f"{self.detours} detours in {self.elapsed_s:.3f} s: f = {self.achieved_frequency_hz:.1f} Hz, "
+            f"d = {self.mean_duration_s * 1e6:.1f} us cpu ({self.mean_wall_s * 1e6:.1f} us wall), "
+            f"noise fraction {self.noise_fraction:.4f} (cpu {self.cpu_fraction:.4f}), skipped {self.skipped}, "
+            f"mean lateness {self.mean_late_s * 1e6:.1f} us"
+        )
 
 
 class Detours:
@@ -85,9 +94,17 @@ class Detours:
     realtime: ask for SCHED_FIFO (preempts like kernel noise; needs CAP_SYS_NICE, else ignored).
     """
 
-    def __init__(self, frequency_hz: float, duration_s: float, pattern: str = "periodic", seed: int = 0,
-                 rank: int = 0, cpus: Iterable[int] | None = None, budget: str = "cpu",
-                 realtime: bool = False) -> None:
+    def __init__(
+        self,
+        frequency_hz: float,
+        duration_s: float,
+        pattern: str = "periodic",
+        seed: int = 0,
+        rank: int = 0,
+        cpus: Iterable[int] | None = None,
+        budget: str = "cpu",
+        realtime: bool = False,
+    ) -> None:
         if not frequency_hz > 0:
             raise ValueError(f"frequency_hz must be > 0, got {frequency_hz!r}")
         if not duration_s > 0:
@@ -112,8 +129,10 @@ class Detours:
         self._proc: subprocess.Popen | None = None
 
     def __repr__(self) -> str:
-        return (f"Detours({self.frequency_hz:g} Hz x {self.duration_s * 1e6:g} us, {self.pattern}, "
-                f"seed={self.seed}, rank={self.rank}, cpus={self.cpus})")
+        return (
+            f"Detours({self.frequency_hz:g} Hz x {self.duration_s * 1e6:g} us, {self.pattern}, "
+            f"seed={self.seed}, rank={self.rank}, cpus={self.cpus})"
+        )
 
     @property
     def pid(self) -> int | None:
@@ -125,17 +144,36 @@ class Detours:
         """True between start() and stop()."""
         return self._proc is not None
 
-    def start(self) -> "Detours":
+    def start(self) -> Detours:
         """Spawn the detour process and wait until it is pinned and running."""
         if self._proc is not None:
             raise RuntimeError("Detours already started")
         cpus = self.cpus if self.cpus is not None else sorted(os.sched_getaffinity(0))
         env = {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCHER_ENV_PREFIXES)}
-        cmd = [sys.executable, "-I", "-S", str(_CHILD_SCRIPT),
-               "--frequency", repr(self.frequency_hz), "--duration", repr(self.duration_s),
-               "--pattern", self.pattern, "--seed", str(self.seed), "--rank", str(self.rank),
-               "--cpus", ",".join(map(str, cpus)), "--budget", self.budget,
-               "--realtime", str(int(self.realtime)), "--parent-pid", str(os.getpid())]
+        cmd = [
+            sys.executable,
+            "-I",
+            "-S",
+            str(_CHILD_SCRIPT),
+            "--frequency",
+            repr(self.frequency_hz),
+            "--duration",
+            repr(self.duration_s),
+            "--pattern",
+            self.pattern,
+            "--seed",
+            str(self.seed),
+            "--rank",
+            str(self.rank),
+            "--cpus",
+            ",".join(map(str, cpus)),
+            "--budget",
+            self.budget,
+            "--realtime",
+            str(int(self.realtime)),
+            "--parent-pid",
+            str(os.getpid()),
+        ]
         # close_fds (default) keeps the launcher's PMI sockets out of the child.
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True)
         line = proc.stdout.readline() if proc.stdout else ""
@@ -170,7 +208,7 @@ class Detours:
                 self.stats = None
         return self.stats
 
-    def __enter__(self) -> "Detours":
+    def __enter__(self) -> Detours:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -11,8 +11,9 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 __all__ = ["NetworkNoise", "NetworkNoiseStats", "default_pairs"]
 
@@ -51,8 +52,13 @@ class NetworkNoise:
     take part in the collective start/stop.
     """
 
-    def __init__(self, comm: Any, pairs: Sequence[tuple[int, int]] | int | None = None,
-                 nbytes: int = 10 << 20, poll_interval_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        comm: Any,
+        pairs: Sequence[tuple[int, int]] | int | None = None,
+        nbytes: int = 10 << 20,
+        poll_interval_s: float = 0.0,
+    ) -> None:
         size, rank = comm.Get_size(), comm.Get_rank()
         if pairs is None:
             pairs = default_pairs(size)
@@ -93,7 +99,7 @@ class NetworkNoise:
         """True between start() and stop()."""
         return self._dup is not None
 
-    def start(self) -> "NetworkNoise":
+    def start(self) -> NetworkNoise:
         """Collective: duplicate the communicator and start this rank's exchange thread (if paired)."""
         from mpi4py import MPI  # here, not at the top: importing adaptcoll.noise must not initialize MPI
 
@@ -107,8 +113,7 @@ class NetworkNoise:
         self._counts = [0, 0, 0, 0]
         self._started_at = time.perf_counter()
         if self.partner is not None:
-            self._thread = threading.Thread(target=self._run, args=(MPI,), name="adaptcoll-network-noise",
-                                            daemon=True)
+            self._thread = threading.Thread(target=self._run, args=(MPI,), name="adaptcoll-network-noise", daemon=True)
             self._thread.start()
         return self
 
@@ -120,6 +125,7 @@ class NetworkNoise:
 
     def _exchange_loop(self, MPI: Any) -> None:
         partner, n = self.partner, self.nbytes
+        assert partner is not None  # only paired ranks run the exchange thread
         send = bytearray([self.rank & 0xFF]) * n
         recv = bytearray(n)
         expected = partner & 0xFF
@@ -134,7 +140,7 @@ class NetworkNoise:
                     time.sleep(self.poll_interval_s)
                 else:
                     os.sched_yield()
-            if n > 1 and recv[-1] != (counts[0] + 7 * partner) & 0xFF or n > 2 and recv[n // 2] != expected:
+            if (n > 1 and recv[-1] != (counts[0] + 7 * partner) & 0xFF) or (n > 2 and recv[n // 2] != expected):
                 counts[3] += 1
             counts[0] += 1
             counts[1] += n
@@ -161,7 +167,7 @@ class NetworkNoise:
             raise RuntimeError("network noise thread failed") from self._error
         return self.stats
 
-    def __enter__(self) -> "NetworkNoise":
+    def __enter__(self) -> NetworkNoise:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Iterable
+from collections.abc import Iterable
 
 __all__ = ["Skew", "DISTRIBUTIONS", "unit_random"]
 
@@ -40,8 +40,16 @@ class Skew:
     ranks are ever delayed (one slow rank near the root vs at a leaf, say).
     """
 
-    def __init__(self, distribution: str = "uniform", scale_s: float = 0.0, probability: float = 1.0,
-                 seed: int = 0, rank: int = 0, slow_ranks: Iterable[int] = (), mode: str = "spin") -> None:
+    def __init__(
+        self,
+        distribution: str = "uniform",
+        scale_s: float = 0.0,
+        probability: float = 1.0,
+        seed: int = 0,
+        rank: int = 0,
+        slow_ranks: Iterable[int] = (),
+        mode: str = "spin",
+    ) -> None:
         if distribution not in DISTRIBUTIONS:
             raise ValueError(f"distribution must be one of {DISTRIBUTIONS}, got {distribution!r}")
         if not scale_s >= 0:
@@ -61,8 +69,10 @@ class Skew:
         self.total_delay_s = 0.0
 
     def __repr__(self) -> str:
-        return (f"Skew({self.distribution!r}, scale_s={self.scale_s:g}, probability={self.probability:g}, "
-                f"seed={self.seed}, rank={self.rank}, slow_ranks={sorted(self.slow_ranks)})")
+        return (
+            f"Skew({self.distribution!r}, scale_s={self.scale_s:g}, probability={self.probability:g}, "
+            f"seed={self.seed}, rank={self.rank}, slow_ranks={sorted(self.slow_ranks)})"
+        )
 
     def sample(self, iteration: int) -> float:
         """The delay in seconds for `iteration` on this rank; the same for the same (seed, rank, iteration)."""

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from .detours import PATTERNS, Detours
 
@@ -27,8 +27,7 @@ _TIME_UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6, "µs": 1e6, "ns": 1e9}  # divisor
 _NUMBER = r"([0-9]*\.?[0-9]+(?:e[-+]?[0-9]+)?)"
 _HEAD = re.compile(rf"^\s*{_NUMBER}\s*([a-z]+)\s*[x*×]\s*{_NUMBER}\s*([a-zµ]+)\s*$", re.IGNORECASE)
 # Launcher variables holding this process's rank in MPI_COMM_WORLD, most specific first.
-RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "PALS_RANKID",
-                  "MV2_COMM_WORLD_RANK")
+RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "PALS_RANKID", "MV2_COMM_WORLD_RANK")
 
 
 @dataclass(frozen=True)
@@ -50,9 +49,16 @@ class NoiseSpec:
 
     def detours(self, rank: int = 0, seed: int | None = None) -> Detours:
         """An unstarted Detours for `rank` (seed overrides the spec's seed when given)."""
-        return Detours(self.frequency_hz, self.duration_s, self.pattern,
-                       seed=self.seed if seed is None else seed, rank=rank, cpus=self.cpus,
-                       budget=self.budget, realtime=self.realtime)
+        return Detours(
+            self.frequency_hz,
+            self.duration_s,
+            self.pattern,
+            seed=self.seed if seed is None else seed,
+            rank=rank,
+            cpus=self.cpus,
+            budget=self.budget,
+            realtime=self.realtime,
+        )
 
 
 def _cpu_list(text: str) -> tuple[int, ...]:
@@ -68,6 +74,7 @@ def _cpu_list(text: str) -> tuple[int, ...]:
 
 def parse_spec(text: str, name: str = "noise spec") -> NoiseSpec | None:
     """Parse `text`; None means "no noise". Errors are ValueErrors that start with `name`."""
+
     def fail(why: str) -> ValueError:
         return ValueError(f"{name}={text!r}: {why} (expected e.g. '1kHz x 25us, poisson, seed=3' or 'off')")
 
@@ -128,8 +135,9 @@ def rank_from_env(environ: Mapping[str, str] | None = None) -> int:
     return 0
 
 
-def from_env(var: str = ENV_VAR, rank: int | None = None, seed: int | None = None,
-             environ: Mapping[str, str] | None = None) -> Detours | None:
+def from_env(
+    var: str = ENV_VAR, rank: int | None = None, seed: int | None = None, environ: Mapping[str, str] | None = None
+) -> Detours | None:
     """An unstarted Detours from the variable `var` (default ADAPTCOLL_NOISE), or None when unset/off.
 
     The rank defaults to the launcher's rank variables, so no MPI import is needed.

@@ -7,7 +7,8 @@ own contribution to s has left (so an in-place buffer is never read and written 
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any, Optional
 
 from ..backends.base import ReduceOp
 from ..transport import Callback
@@ -21,8 +22,17 @@ __all__ = ["Allreduce"]
 class Allreduce:
     """Allreduce segments `segs` of `local` into `result` over one tree, as seen from one rank."""
 
-    def __init__(self, ctx: OpContext, parent: Optional[int], children: Sequence[int], local: Any, result: Any,
-                 op: ReduceOp, segs: Sequence[int], on_complete: Callback) -> None:
+    def __init__(
+        self,
+        ctx: OpContext,
+        parent: Optional[int],
+        children: Sequence[int],
+        local: Any,
+        result: Any,
+        op: ReduceOp,
+        segs: Sequence[int],
+        on_complete: Callback,
+    ) -> None:
         nseg = len(segs)
         parts = 1 + (1 if children and nseg else 0) + (1 if parent is not None and nseg else 0)
         self._join = Join(parts, on_complete)
@@ -32,11 +42,22 @@ class Allreduce:
         if parent is None:
             on_final = self._down.segment_ready
         elif nseg:
-            self._result_recv = WindowedReceiver(ctx, parent, result, segs, self._down.segment_ready,
-                                                 self._join.part_done, gated=True)
+            self._result_recv = WindowedReceiver(
+                ctx, parent, result, segs, self._down.segment_ready, self._join.part_done, gated=True
+            )
             on_sent = self._result_recv.allow
-        self._up = Reduce(ctx, parent, children, local, result if parent is None else None, op, segs,
-                          self._join.part_done, on_final=on_final, on_sent=on_sent)
+        self._up = Reduce(
+            ctx,
+            parent,
+            children,
+            local,
+            result if parent is None else None,
+            op,
+            segs,
+            self._join.part_done,
+            on_final=on_final,
+            on_sent=on_sent,
+        )
 
     def start(self) -> None:
         if self._result_recv is not None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any, Optional
 
 from ..transport import Callback
 from .context import OpContext
@@ -19,8 +20,15 @@ class Bcast:
     Per child at most `ctx.send_window` sends are in flight. `on_complete()` fires when this rank's part is done.
     """
 
-    def __init__(self, ctx: OpContext, parent: Optional[int], children: Sequence[int], buf: Any,
-                 segs: Sequence[int], on_complete: Callback) -> None:
+    def __init__(
+        self,
+        ctx: OpContext,
+        parent: Optional[int],
+        children: Sequence[int],
+        buf: Any,
+        segs: Sequence[int],
+        on_complete: Callback,
+    ) -> None:
         self._segs = segs
         self._parent = parent
         parts = (1 if children and segs else 0) + (1 if parent is not None and segs else 0)

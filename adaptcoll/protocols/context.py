@@ -39,7 +39,15 @@ class OpContext:
     ordered: bool = False
     pool: Optional[SegmentPool] = None
 
-    def with_plan(self, plan: SegmentPlan) -> "OpContext":
+    def with_plan(self, plan: SegmentPlan) -> OpContext:
         """The same context for another plan (a persistent request's next start takes fresh tags)."""
-        return OpContext(self.transport, self.backend, plan, self.send_window, self.recv_window, self.sync_mode,
-                         self.ordered, self.pool)
+        return OpContext(
+            self.transport,
+            self.backend,
+            plan,
+            self.send_window,
+            self.recv_window,
+            self.sync_mode,
+            self.ordered,
+            self.pool,
+        )

@@ -3,7 +3,8 @@ protocol per tree. No MPI here, so the simulator and the tests use exactly what 
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import NamedTuple, Optional
 
 from ..transport import Callback
 from ..trees import Tree

@@ -3,7 +3,8 @@ handles that wait on it."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any, Optional
 
 __all__ = ["Operation"]
 

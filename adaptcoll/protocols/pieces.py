@@ -7,7 +7,8 @@ operations from inside a callback without re-entering themselves.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, Optional
 
 from ..transport import Callback
 from .context import OpContext
@@ -51,11 +52,25 @@ class ChildSendQueues:
     completion callbacks can deadlock the tree. `on_done()` fires once every child has every segment.
     """
 
-    __slots__ = ("_t", "_children", "_buf", "_plan", "_segs", "_window", "_sync", "_ready", "_next",
-                 "_inflight", "_left", "_on_done", "_send_cbs")
+    __slots__ = (
+        "_t",
+        "_children",
+        "_buf",
+        "_plan",
+        "_segs",
+        "_window",
+        "_sync",
+        "_ready",
+        "_next",
+        "_inflight",
+        "_left",
+        "_on_done",
+        "_send_cbs",
+    )
 
-    def __init__(self, ctx: OpContext, children: Sequence[int], buf: Any, segs: Sequence[int],
-                 on_done: Callback) -> None:
+    def __init__(
+        self, ctx: OpContext, children: Sequence[int], buf: Any, segs: Sequence[int], on_done: Callback
+    ) -> None:
         self._t = ctx.transport
         self._children = tuple(children)
         self._buf = buf
@@ -78,6 +93,7 @@ class ChildSendQueues:
                 self._on_done()
             else:
                 self._pump(i)
+
         return sent
 
     def segment_ready(self, pos: int) -> None:
@@ -100,8 +116,13 @@ class ChildSendQueues:
             s = self._segs[k]
             lo, hi = self._plan.bounds(s)
             self._inflight[i] += 1
-            self._t.isend(self._buf[lo:hi], self._children[i], self._plan.tag(s), self._send_cbs[i],
-                          sync_flag(self._sync, k, self._window))
+            self._t.isend(
+                self._buf[lo:hi],
+                self._children[i],
+                self._plan.tag(s),
+                self._send_cbs[i],
+                sync_flag(self._sync, k, self._window),
+            )
             k += 1
         self._next[i] = k
 
@@ -114,11 +135,32 @@ class WindowedReceiver:
     arrival; `on_done()` after the last one.
     """
 
-    __slots__ = ("_t", "_peer", "_buf", "_plan", "_segs", "_window", "_allowed", "_next", "_inflight",
-                 "_left", "_on_segment", "_on_done", "_cbs")
+    __slots__ = (
+        "_t",
+        "_peer",
+        "_buf",
+        "_plan",
+        "_segs",
+        "_window",
+        "_allowed",
+        "_next",
+        "_inflight",
+        "_left",
+        "_on_segment",
+        "_on_done",
+        "_cbs",
+    )
 
-    def __init__(self, ctx: OpContext, peer: int, buf: Any, segs: Sequence[int],
-                 on_segment: Callable[[int], None], on_done: Callback, gated: bool = False) -> None:
+    def __init__(
+        self,
+        ctx: OpContext,
+        peer: int,
+        buf: Any,
+        segs: Sequence[int],
+        on_segment: Callable[[int], None],
+        on_done: Callback,
+        gated: bool = False,
+    ) -> None:
         self._t = ctx.transport
         self._peer = peer
         self._buf = buf
@@ -163,4 +205,5 @@ class WindowedReceiver:
                 self._on_done()
             else:
                 self._pump()
+
         return arrived

@@ -14,7 +14,8 @@ below `lowest unreleased + lookahead`, where a position is released once its res
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, Optional
 
 from ..backends.base import ReduceOp
 from ..transport import Callback
@@ -48,16 +49,26 @@ class Reduce:
     ranks when the send of position pos to the parent has completed (this rank no longer reads it).
     """
 
-    def __init__(self, ctx: OpContext, parent: Optional[int], children: Sequence[int], local: Any, target: Any,
-                 op: ReduceOp, segs: Sequence[int], on_complete: Callback,
-                 on_final: Optional[Callable[[int], None]] = None,
-                 on_sent: Optional[Callable[[int], None]] = None) -> None:
+    def __init__(
+        self,
+        ctx: OpContext,
+        parent: Optional[int],
+        children: Sequence[int],
+        local: Any,
+        target: Any,
+        op: ReduceOp,
+        segs: Sequence[int],
+        on_complete: Callback,
+        on_final: Optional[Callable[[int], None]] = None,
+        on_sent: Optional[Callable[[int], None]] = None,
+    ) -> None:
         if ctx.pool is None and children:
             raise ValueError("Reduce needs a segment pool in its context (ctx.pool)")
         self._t = ctx.transport
         self._be = ctx.backend
         self._pool: Any = ctx.pool
         self._parent = parent
+        self._parent_rank = -1 if parent is None else parent
         self._children = tuple(children)
         self._local = local
         self._target = target
@@ -139,6 +150,7 @@ class Reduce:
             else:
                 self._arrive(pos, buf, is_target)
             self._pump_recvs(i)
+
         return arrived
 
     # -- arrival-order folding -----------------------------------------------------------------
@@ -180,6 +192,7 @@ class Reduce:
             if release:
                 self._pool.give(buf)
             self._fold(pos)
+
         return folded
 
     # -- ordered folding -----------------------------------------------------------------------
@@ -221,6 +234,7 @@ class Reduce:
                 self._segment_reduced(pos)
             else:
                 self._fold_ordered(pos)
+
         return folded
 
     # -- results -------------------------------------------------------------------------------
@@ -244,8 +258,13 @@ class Reduce:
                 lo, hi = self._plan.bounds(s)
                 buf = self._local[lo:hi]
             self._send_inflight += 1
-            self._t.isend(buf, self._parent, self._plan.tag(s), self._make_sent(pos),  # type: ignore[arg-type]
-                          sync_flag(self._sync, pos, self._send_window))
+            self._t.isend(
+                buf,
+                self._parent_rank,
+                self._plan.tag(s),
+                self._make_sent(pos),
+                sync_flag(self._sync, pos, self._send_window),
+            )
 
     def _make_sent(self, pos: int) -> Callback:
         def sent() -> None:
@@ -259,6 +278,7 @@ class Reduce:
                 self._on_sent(pos)
             self._release(pos)
             self._pump_sends()
+
         return sent
 
     def _release(self, pos: int) -> None:

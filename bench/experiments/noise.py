@@ -6,8 +6,22 @@ run interleaved under the same injector in each launch. Skew sleeps (mode=sleep)
 """
 
 SIZES = "4K,1M,16M"
-BASE = ["-c", "bcast,reduce,allreduce", "--sizes", SIZES, "--budget", "1.0", "--min-iterations", "10",
-        "--seed", "1", "--impl", "native", "--impl", "adaptcoll"]
+BASE = [
+    "-c",
+    "bcast,reduce,allreduce",
+    "--sizes",
+    SIZES,
+    "--budget",
+    "1.0",
+    "--min-iterations",
+    "10",
+    "--seed",
+    "1",
+    "--impl",
+    "native",
+    "--impl",
+    "adaptcoll",
+]
 VARIANTS = {
     "quiet": [],
     "detours-10Hz-2.5ms": ["--noise", "10Hz x 2.5ms"],

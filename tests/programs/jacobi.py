@@ -23,12 +23,12 @@ left = rank - 1 if rank > 0 else MPI.PROC_NULL
 right = rank + 1 if rank < size - 1 else MPI.PROC_NULL
 residual = np.zeros(1)
 for it in range(1, max_iter + 1):
-    comm.Sendrecv(u[n:n + 1], right, 0, u[0:1], left, 0)
-    comm.Sendrecv(u[1:2], left, 1, u[n + 1:n + 2], right, 1)
+    comm.Sendrecv(u[n : n + 1], right, 0, u[0:1], left, 0)
+    comm.Sendrecv(u[1:2], left, 1, u[n + 1 : n + 2], right, 1)
     if rank == 0:
         u[0] = 1.0
-    new[1:n + 1] = 0.5 * (u[0:n] + u[2:n + 2])
-    local = np.array([np.sum((new[1:n + 1] - u[1:n + 1]) ** 2)])
+    new[1 : n + 1] = 0.5 * (u[0:n] + u[2 : n + 2])
+    local = np.array([np.sum((new[1 : n + 1] - u[1 : n + 1]) ** 2)])
     comm.Allreduce(local, residual, op=MPI.SUM)
     u, new = new, u
     if it % 50 == 0 and rank == 0:
@@ -36,6 +36,6 @@ for it in range(1, max_iter + 1):
     if residual[0] ** 0.5 < tol:
         break
 total = np.zeros(1)
-comm.Reduce(np.array([u[1:n + 1].sum()]), total, op=MPI.SUM, root=0)
+comm.Reduce(np.array([u[1 : n + 1].sum()]), total, op=MPI.SUM, root=0)
 if rank == 0:
     print(f"stopped after {it} iterations, residual {residual[0] ** 0.5:.6e}, heat {total[0]:.6f}")

@@ -11,7 +11,7 @@ rng = np.random.default_rng(12345 + rank)
 hits = np.zeros(config["rounds"], dtype=np.int64)
 for r in range(config["rounds"]):
     xy = rng.random((config["samples"], 2))
-    hits[r] = np.count_nonzero((xy ** 2).sum(axis=1) <= 1.0)
+    hits[r] = np.count_nonzero((xy**2).sum(axis=1) <= 1.0)
 total = np.zeros_like(hits) if rank == 0 else None
 comm.Reduce(hits, total, op=MPI.SUM, root=0)
 thrown = comm.reduce(config["samples"] * config["rounds"], op=MPI.SUM, root=0)
