@@ -74,8 +74,12 @@ class Operation:
 
     @property
     def nbytes(self) -> int:
-        """The message size in bytes (its segments' sizes as seen in transfers and folds)."""
-        return sum(self.seg_bytes.values())
+        """The message size in bytes, from any segment seen moving or folding (0 if none was: one rank)."""
+        for seg, nbytes in self.seg_bytes.items():
+            elements = min(self.seg_count, self.count - seg * self.seg_count)
+            if elements > 0:
+                return self.count * (nbytes // elements)
+        return 0
 
     @property
     def label(self) -> str:
@@ -184,8 +188,8 @@ def merge(traces: list[fmt.RankTrace], select: Optional[int] = None, measured_cl
     for t in traces:
         off = offsets[t.world_rank][0]
         _pair(t, off, local_ops, select, slices, sends, recvs, warnings)
-    origin = min((s.posted if s.posted >= 0 else s.start for s in slices), default=0)
-    origin = min([origin] + [o.start for o in ops if o.per_rank])
+    times = [s.posted if s.posted >= 0 else s.start for s in slices] + [o.start for o in ops if o.per_rank]
+    origin = min(times, default=0)
     for s in slices:
         s.start -= origin
         s.end -= origin

@@ -20,6 +20,7 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import json
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -45,6 +46,7 @@ __all__ = [
     "traced_context",
     "recorder",
     "flush",
+    "close",
 ]
 
 BUFFER_EVENTS = 1 << 16
@@ -287,7 +289,7 @@ def recorder(directory: str, process: Callable[[], dict[str, Any]]) -> Recorder:
             found = _recorders.get(key)
             if found is None:
                 if not _recorders:
-                    atexit.register(flush)
+                    atexit.register(_flush_at_exit)
                 found = _recorders[key] = Recorder(key, process())
     return found
 
@@ -296,3 +298,19 @@ def flush() -> None:
     """Write every buffered event of this process to its trace file(s) now (also done at exit)."""
     for rec in list(_recorders.values()):
         rec.flush()
+
+
+def close(directory: str | Path) -> None:
+    """Write out and forget the recorder of `directory` (a later traced operation starts a new file)."""
+    with _registry_lock:
+        rec = _recorders.pop(Path(directory).expanduser(), None)
+    if rec is not None:
+        rec.flush()
+
+
+def _flush_at_exit() -> None:
+    for rec in list(_recorders.values()):
+        try:
+            rec.flush()
+        except OSError as exc:  # the directory went away: say so, exit normally
+            sys.stderr.write(f"adaptcoll.trace: could not write {rec.path}: {exc}\n")
