@@ -1,5 +1,6 @@
 """The merged timeline drawn with matplotlib (optional: the `bench` extra): ranks on the y axis, each
-with lanes for receives, sends and the rank's own work (folds, idle sweeps), coloured by phase.
+with lanes for receives, sends and the rank's own work (folds, idle sweeps), coloured by phase; a bar
+is labelled with its segment and peer ("3 \u21902": segment 3 from rank 2).
 
 Unlike the Perfetto JSON, which must nest the slices of a rank, the picture draws every transfer at its
 true extent, packing overlapping ones into extra lanes: a receive is light from its post until its
@@ -41,7 +42,7 @@ def _lanes(items: list[Slice], begin: Any) -> list[list[Slice]]:
         else:
             lanes.append([s])
             ends.append(s.end)
-    return lanes or [[]]
+    return lanes
 
 
 def draw(timeline: Timeline, path: str | Path, title: Optional[str] = None, arrows: bool = True) -> None:
@@ -116,7 +117,8 @@ def _bar(ax: Any, s: Slice, y: float, scale: float, span: int) -> None:
     begin = s.posted if s.cat == "send" else s.start
     ax.broken_barh([(begin * scale, max(s.end - begin, 0) * scale)], (y - h / 2, h), color=colour, linewidth=0)
     if s.seg >= 0 and (s.end - begin) > span / 60:
-        ax.text((begin + s.end) / 2 * scale, y, str(s.seg), ha="center", va="center", fontsize=6, color="white")
+        label = str(s.seg) + {"recv": f" \u2190{s.peer}", "send": f" \u2192{s.peer}"}.get(s.cat, "")
+        ax.text((begin + s.end) / 2 * scale, y, label, ha="center", va="center", fontsize=6, color="white")
 
 
 def _arrows(
