@@ -47,6 +47,7 @@ class Slice:
 
     @property
     def name(self) -> str:
+        """What a viewer shows, e.g. 'forward seg 3 to 0'."""
         if self.cat == "send":
             return f"{'forward' if self.forwarded else 'send'} seg {self.seg} to {self.peer}"
         if self.cat == "recv":
@@ -83,6 +84,7 @@ class Operation:
 
     @property
     def label(self) -> str:
+        """e.g. 'allreduce 16777216 B, 4 segments, 4 ranks'."""
         return f"{self.name} {self.nbytes} B, {self.nseg} segments, {len(self.members)} ranks"
 
 
@@ -99,11 +101,13 @@ class Timeline:
 
     @property
     def flows(self) -> int:
+        """How many sends were matched with their receive."""
         return len({s.flow for s in self.slices if s.flow >= 0})
 
 
 def load(directory: str | Path) -> list[fmt.RankTrace]:
-    """Every rank's trace file in `directory` (one run: files of an older run with another size are left out)."""
+    """Every rank's trace file in `directory`, by rank. Files of an older run with another world size are
+    left out (with a warning the merge reports): a run replaces only the files of its own ranks."""
     d = Path(directory)
     if not d.exists():
         raise TraceError(f"{d}: no such directory")
