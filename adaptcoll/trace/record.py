@@ -238,6 +238,9 @@ class TracingTransport:
 
         self._inner.watch(poll, fired)
 
+    def __getattr__(self, name: str) -> Any:  # anything else a transport offers (untraced)
+        return getattr(self._inner, name)
+
 
 class TracingBackend(ArrayBackend):
     """An ArrayBackend that records fold start and end (polled folds end when their poll says so)."""
