@@ -37,6 +37,7 @@ from .protocols.links import Link, start_on_links, tree_links
 from .protocols.operation import Operation
 from .protocols.reduce import Reduce
 from .state import HOST_BACKEND, CommState, comm_state
+from .trace.attach import traced
 
 __all__ = [
     "Prepared",
@@ -133,8 +134,10 @@ def _started(
 
     def start() -> Operation:
         plan = st.take_tags(shape)
-        ctx = base.with_plan(plan)
-        return st.track(plan, start_on_links(links, keep, lambda link, done: start_one(ctx, link, done)))
+        ctx, one = base.with_plan(plan), start_one
+        if settings.current().trace:  # ADAPTCOLL_TRACE: tracing transport and backend for this operation
+            ctx, one = traced(st, ctx, start_one)
+        return st.track(plan, start_on_links(links, keep, lambda link, done: one(ctx, link, done)))
 
     return start
 

@@ -35,6 +35,7 @@ class Engine:
         self._lock = threading.RLock()
         self.sweeps = 0
         self.events = 0
+        self.idle_sweeps = 0  # sweeps that completed nothing (tracing marks the time between events as idle)
 
     @property
     def lock(self) -> threading.RLock:
@@ -123,6 +124,8 @@ class Engine:
                     error = error or exc
             if error is not None:
                 raise error
+            if not fired:
+                self.idle_sweeps += 1
             return bool(fired)
 
     def wait_for(self, finished: Callable[[], bool]) -> None:

@@ -66,6 +66,7 @@ class Settings:
     tag_space: int = 0
     allreduce_roots: int = 0
     max_segments: int = 4
+    trace: str = ""  # a directory: record per-segment events there (adaptcoll.trace); "" is off
 
     @property
     def thresholds(self) -> dict[str, int]:
@@ -148,6 +149,15 @@ def _parse_window(text: Any, name: str) -> int:
     return value
 
 
+def _parse_trace(text: Any, name: str) -> str:
+    value = os.path.expanduser(str(text).strip())
+    if value.lower() in ("", "0", "off", "no", "false", "none"):
+        return ""
+    if os.path.exists(value) and not os.path.isdir(value):
+        raise ValueError(f"{name}: {text!r} exists and is not a directory (expected a directory for the trace files)")
+    return value
+
+
 def _parse_field(field: str, value: Any, name: str) -> Any:
     if field.endswith("_algorithm"):
         return _parse_algorithm(value, name)
@@ -173,6 +183,8 @@ def _parse_field(field: str, value: Any, name: str) -> Any:
         return str(value).strip()
     if field == "tag_space":
         return parse_size(value, name)
+    if field == "trace":
+        return _parse_trace(value, name)
     if field in ("allreduce_roots", "max_segments"):
         if str(value).strip() in ("0", "auto", "none"):
             return 0

@@ -291,6 +291,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed for noise phases and skew")
     p.add_argument("--no-check", action="store_true", help="skip the per-size result check against native")
     p.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
+    p.add_argument(
+        "--trace",
+        default=None,
+        metavar="DIR",
+        help="trace one timed iteration of each adaptcoll implementation, collective and size into DIR "
+        "(then: python -m adaptcoll.trace DIR -o run.json --png timeline.png)",
+    )
+    p.add_argument(
+        "--trace-iteration",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the timed iteration --trace records, counted from 0 after the warm-up (default 0; I-forms: of "
+        "the pure-communication loop; the last one if there are fewer)",
+    )
     return p
 
 
@@ -643,6 +658,31 @@ def _dummy_compute(seconds: float, request: Any, num_tests: int) -> float:
     return test_time
 
 
+def _traced_calls(
+    calls: list[Callable[[], Any]], impls: list[Impl], args: argparse.Namespace, iters: int, adaptcoll: Any
+) -> list[Callable[[], Any]]:
+    """--trace: the adaptcoll calls, each tracing its --trace-iteration-th call (tracing is decided when a
+    call starts, so an I-form's Wait is traced too). That sample includes the tracing cost and, on the
+    first traced call, the clock-offset measurement: one sample, the medians hardly move."""
+    if not args.trace or adaptcoll is None:
+        return calls
+    chosen = min(args.trace_iteration, iters - 1)
+
+    def traced(call: Callable[[], Any]) -> Callable[[], Any]:
+        count = [0]
+
+        def run() -> Any:
+            count[0] += 1
+            if count[0] - 1 != chosen:
+                return call()
+            with adaptcoll.configured(trace=args.trace):
+                return call()
+
+        return run
+
+    return [traced(c) if impl.spec.kind == "adaptcoll" else c for c, impl in zip(calls, impls)]
+
+
 def _time_blocking(
     calls: list[Callable[[], Any]],
     impls: list[Impl],
@@ -807,12 +847,14 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
             tick = lambda k: progress.advance(k * len(impls), label)  # noqa: E731, B023
             progress.advance(skip * len(impls), label)
             if nonblocking:
-                pure = _time_pure_nonblocking(calls, impls, switch, barrier, iters, noise, lambda k: None)
+                timed = _traced_calls(calls, impls, args, iters, adaptcoll)
+                pure = _time_pure_nonblocking(timed, impls, switch, barrier, iters, noise, lambda k: None)
                 compute_s = pure.mean(axis=1)  # each rank computes for its own pure latency, as OSU
                 over = _time_overlap(calls, impls, switch, barrier, iters, compute_s, args.num_test_calls, noise, tick)
                 local = np.concatenate([pure[None], over])  # [5, impl, iter]
             else:
-                local = _time_blocking(calls, impls, switch, barrier, iters, noise, tick)[None]  # [1, impl, iter]
+                timed = _traced_calls(calls, impls, args, iters, adaptcoll)
+                local = _time_blocking(timed, impls, switch, barrier, iters, noise, tick)[None]  # [1, impl, iter]
         finally:
             noise.stop()
         gathered = world.gather(local, root=0)
@@ -861,6 +903,11 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
                 rows = rows_by_table.get((coll, impl.spec.label), [])
                 print(format_table(coll, impl.spec.label, rows, args.full, nranks))
                 print()
+        if args.trace:
+            print(
+                f"# traced timed iteration {args.trace_iteration} into {args.trace} "
+                f"(merge: python -m adaptcoll.trace {args.trace})"
+            )
         sys.stdout.flush()
         if args.json:
             doc = {
@@ -918,6 +965,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         [parse_size(t) for t in args.sizes.split(",")] if args.sizes else None
         if args.net_noise:
             parse_size(args.net_noise)
+        if args.trace_iteration < 0:
+            raise ValueError("--trace-iteration must be >= 0")
         global REDUCE_DTYPE
         REDUCE_DTYPE = np.dtype(args.dtype)
     except (ValueError, TypeError) as exc:

@@ -3,6 +3,7 @@ synthetic launch documents, launch timeouts, and real 2-rank launches (mpiexec u
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -14,6 +15,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from adaptcoll.trace.merge import load, merge
+from adaptcoll.trace.perfetto import to_trace_events, validate
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "bench"
@@ -118,6 +122,38 @@ def test_command_line_flags_parse_like_osu():
     assert args.impl == ["native", "adaptcoll:algorithm=chain"]
     with pytest.raises(SystemExit):  # a typo is caught before MPI starts
         osu.main(["-c", "gather"])
+
+
+def test_trace_flag_traces_the_chosen_iteration_of_adaptcoll_calls():
+    traced_at: list[int] = []
+
+    class FakeAdaptcoll:
+        @staticmethod
+        @contextlib.contextmanager
+        def configured(trace):
+            traced_at.append(len(made))
+            yield
+
+    made: list[str] = []
+    impls = [osu.Impl(osu.ImplSpec("native", "native"), None), osu.Impl(osu.ImplSpec("adaptcoll", "adaptcoll"), None)]
+    calls = [lambda: made.append("native"), lambda: made.append("adaptcoll")]
+    args = osu.build_parser().parse_args(["--trace", "d", "--trace-iteration", "3"])
+    wrapped = osu._traced_calls(calls, impls, args, 5, FakeAdaptcoll)
+    assert wrapped[0] is calls[0]
+    for _ in range(5):
+        for call in wrapped:
+            call()
+    assert traced_at == [7]  # the 4th adaptcoll call (made[7]), nothing else
+    last = osu._traced_calls(
+        calls, impls, osu.build_parser().parse_args(["--trace", "d", "--trace-iteration", "9"]), 2, FakeAdaptcoll
+    )
+    traced_at.clear()
+    made.clear()
+    for _ in range(2):
+        last[1]()
+    assert traced_at == [1]  # fewer iterations than asked: the last one
+    with pytest.raises(SystemExit):
+        osu.main(["--trace-iteration", "-1"])
 
 
 # -- statistics ----------------------------------------------------------------------------------
@@ -291,6 +327,10 @@ def test_osu_two_ranks_tables_and_json(tmp_path):
         "1",
         "--skew",
         "fixed:20us,ranks=0,mode=sleep",
+        "--trace",
+        str(tmp_path / "trace"),
+        "--trace-iteration",
+        "2",
     ]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=130, cwd=REPO)
     assert res.returncode == 0, res.stderr[-2000:]
@@ -335,6 +375,10 @@ def test_osu_two_ranks_tables_and_json(tmp_path):
     assert quiet == [] and len(noisy) == 10
     assert {d["at"] for d in noisy} == {f"{c}:{s}" for c in ("bcast", "iallreduce") for s in (4, 8, 16, 32, 64)}
     assert all(d["cpus"] for d in noisy) and sum(d["detours"] for d in noisy) > 0
+    # --trace: one timed iteration per (collective, size) of the adaptcoll implementation, on both ranks
+    timeline = merge(load(tmp_path / "trace"))
+    assert [o.name for o in timeline.operations] == ["bcast"] * 5 + ["allreduce"] * 5
+    assert validate(to_trace_events(timeline)) == [] and timeline.flows > 0
 
 
 @pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec on PATH")
