@@ -234,6 +234,7 @@ def fake_cupy(seed: int = 0, max_event_polls: int = 2) -> tuple[types.ModuleType
 
         def synchronize(self) -> None:
             self.synchronized += 1
+            synchronized.append(self.ptr)
 
         def wait_event(self, event: Event) -> None:
             event.synchronize()
@@ -285,14 +286,16 @@ def fake_cupy(seed: int = 0, max_event_polls: int = 2) -> tuple[types.ModuleType
             raise TypeError("memcpyAsync takes a stream pointer")
         ctypes.memmove(dst, src, nbytes)
 
+    synchronized: list[int] = []
     runtime = types.SimpleNamespace(
+        synchronized=synchronized,  # the streams streamSynchronize waited for (by pointer)
         memcpyDefault=4,
         memcpyDeviceToDevice=3,
         memcpyAsync=memcpy_async,
         getDevice=lambda: 0,
         getDeviceCount=lambda: 1,
         getDeviceProperties=lambda i: {"multiProcessorCount": 4, "name": b"fake device"},
-        streamSynchronize=lambda ptr: None,
+        streamSynchronize=synchronized.append,
         deviceSynchronize=lambda: None,
     )
     driver = types.SimpleNamespace(occupancyMaxActiveBlocksPerMultiprocessor=lambda func, block, smem: 6)
