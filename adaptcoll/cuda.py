@@ -6,6 +6,7 @@ memory itself is `adaptcoll.cuda_aware`'s question).
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -78,6 +79,9 @@ def is_device_buffer(obj: Any) -> bool:
     whose `__dlpack_device__` is a CUDA device. NumPy arrays and bytes-likes answer at once."""
     if isinstance(obj, _HOST_TYPES):
         return False
+    cupy = sys.modules.get("cupy")  # CuPy arrays without building their interface dict (never imports CuPy)
+    if cupy is not None and isinstance(obj, cupy.ndarray):
+        return True
     if _cuda_array_interface(obj) is not None:
         return True
     device = _dlpack_device(obj)

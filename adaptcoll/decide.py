@@ -26,6 +26,7 @@ from mpi4py import MPI
 
 from . import buffers, device_route, ops, settings
 from .backends.base import ArrayBackend, ReduceOp
+from .cuda import is_device_buffer
 from .device import parse_device
 from .native import (
     ALGORITHM_NATIVE,
@@ -119,6 +120,8 @@ def in_place_send_at_root(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, root:
 
 def _parse(spec: Any, writable: bool) -> tuple[Union[buffers.Message, Native], bool]:
     """(Message or Native, whether it is device memory served through CuPy)."""
+    if type(spec) is not np.ndarray and is_device_buffer(spec):  # straight to the device parser
+        return parse_device(spec, writable), True
     msg = buffers.parse(spec, writable)
     if isinstance(msg, Native) and msg.kind is Kind.DEVICE:
         return parse_device(spec, writable), True

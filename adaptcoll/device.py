@@ -10,6 +10,7 @@ reaches MPI, a copy or a kernel (mpi4py does not synchronize anything).
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Union
 
 import numpy as np
@@ -28,6 +29,8 @@ __all__ = ["DeviceContext", "as_cupy", "parse_device", "cupy_available"]
 
 def cupy_available() -> bool:
     """Whether CuPy imports (and so device buffers can be served)."""
+    if sys.modules.get("cupy") is not None:
+        return True
     try:
         import cupy  # noqa: F401
     except Exception:
@@ -47,7 +50,10 @@ def as_cupy(obj: Any) -> Any:
     """
     import cupy
 
-    if isinstance(obj, cupy.ndarray) or hasattr(obj, "__cuda_array_interface__"):
+    if isinstance(obj, cupy.ndarray):  # CuPy's interface names its current stream: wait for that one
+        cupy.cuda.get_current_stream().synchronize()
+        return obj
+    if hasattr(obj, "__cuda_array_interface__"):
         synchronize_producer(obj)
         return cupy.asarray(obj)
     device = getattr(obj, "__dlpack_device__", None)
@@ -73,7 +79,7 @@ def parse_device(spec: Any, writable: bool) -> Union[Message, Native]:
         return DEVICE_MEMORY
     if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
         return Native("non-contiguous buffer", Kind.BAD_BUFFER)
-    if writable and _declared_read_only(spec):
+    if writable and arr is not spec and _declared_read_only(spec):
         return Native("read-only buffer", Kind.BAD_BUFFER)
     datatype = datatype_of(np.dtype(arr.dtype))
     if datatype is None:

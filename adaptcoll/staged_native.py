@@ -118,7 +118,7 @@ class StagedCall:
         staged = self._stage()
         try:
             _BLOCKING[self.collective](self.comm, *staged.args)
-            staged.copy_back()
+            staged.copy_back(poll=False)
             staged.staging_sync()
         finally:
             staged.release()
@@ -183,7 +183,7 @@ class _Staged:
         if stager not in self._stagers:
             self._stagers.append(stager)
         if slot.copy_in:
-            stager.to_host(flat, host)
+            stager.copy_async(host.ctypes.data, flat.data.ptr, host.nbytes)
         if slot.copy_out:
             self._back.append((stager, host, flat))
         if isinstance(spec, (tuple, list)):
@@ -196,13 +196,17 @@ class _Staged:
         for stager in self._stagers:
             stager.synchronize()
 
-    def copy_back(self) -> Optional[Poll]:
-        """Start copying the received host buffers back to the device; a poll for the last copy (None if none)."""
-        poll: Optional[Poll] = None
-        polls = [stager.to_device(host, flat) for stager, host, flat in self._back]
-        if polls:
-            poll = polls[-1] if len(polls) == 1 else (lambda: all(p() for p in polls))
-        return poll
+    def copy_back(self, poll: bool = True) -> Optional[Poll]:
+        """Start copying the received host buffers back to the device; with `poll`, a poll that turns
+        true once they are all there (None when nothing is copied back)."""
+        if not self._back:
+            return None
+        for stager, host, flat in self._back:
+            stager.copy_async(flat.data.ptr, host.ctypes.data, host.nbytes)
+        if not poll:
+            return None
+        polls = [stager.record() for stager in self._stagers]
+        return polls[0] if len(polls) == 1 else (lambda: all(p() for p in polls))
 
     def release(self) -> None:
         """Give the pinned buffers back (only once no copy and no MPI call uses them)."""

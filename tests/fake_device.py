@@ -95,6 +95,14 @@ class FakeDeviceArray(np.ndarray):
     def data(self) -> _Pointer:  # type: ignore[override]
         return _Pointer(self.__array_interface__["data"][0])
 
+    def set(self, host: Any, stream: Any = None) -> None:
+        """Copy host data in (cupy.ndarray.set)."""
+        self[...] = host
+
+    def get(self, stream: Any = None) -> np.ndarray:
+        """A host copy (cupy.ndarray.get)."""
+        return np.array(self).view(np.ndarray)
+
     @property
     def __cuda_array_interface__(self) -> dict:
         iface = dict(self.__array_interface__)

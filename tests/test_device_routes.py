@@ -273,3 +273,22 @@ def test_device_buffers_are_read_after_their_producer_finished(fake_cupy) -> Non
     assert dlpack.streams == [1] and waited == [0]  # legacy default stream: asked with 1, then synchronized
     readonly = fd.CAIBuffer(np.ones(16, "f4"), readonly=True)
     assert parse_device(readonly, writable=True) == Native("read-only buffer", Kind.BAD_BUFFER)
+
+
+def test_osu_device_benchmark_on_fake_device_memory(guard: tuple[Path, list[str]], tmp_path: Path) -> None:
+    """bench/osu.py --device cupy end to end on the stand-in CuPy, under the guard: adaptcoll and the
+    hand-written staged path agree with native MPI (its result check), native on device buffers is
+    refused without CUDA-aware MPI, and no device pointer reaches MPI."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ADAPTCOLL_", "PYTEST_"))}
+    env.update(ADAPTCOLL_CUDA_AWARE="0", MPIEXEC_TIMEOUT="110", DEVICE_ROUTES_OUT=str(tmp_path))
+    wrapper = Path(__file__).parent / "programs" / "osu_fake_device.py"
+    base = ["mpiexec", "-n", "2", "-genv", "LD_PRELOAD", str(guard[0]), sys.executable, "-m", "mpi4py", str(wrapper)]
+    args = ["--device", "cupy", "-c", "bcast,reduce,allreduce", "--sizes", "4K,2M", "-i", "3", "-x", "1", "--quiet"]
+    run = subprocess.run(base + args, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert run.stdout.count("# Implementation: adaptcoll") == 3 and run.stdout.count("# Implementation: staged") == 3
+    for path in sorted(tmp_path.glob("osu-rank*.json")):
+        report = json.loads(path.read_text())
+        assert report["hits"] == 0 and report["checked"] > 0, report
+    refused = subprocess.run(base + args + ["--impl", "native"], env=env, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "not CUDA-aware" in refused.stderr, refused.stderr[-2000:]

@@ -355,6 +355,7 @@ class HostStaging:
 
         self._cupyx = cupyx
         self.device = self._cupy.cuda.Device(device) if device is not None else self._cupy.cuda.Device()
+        self._device_id = self.device.id
         with self.device:
             self.stream = stream if stream is not None else self._cupy.cuda.Stream(non_blocking=True)
         self._free: dict[tuple[int, str], list[np.ndarray]] = {}
@@ -382,16 +383,32 @@ class HostStaging:
         """Start copying a pinned host segment into device memory; returns a poll for done."""
         return self._transfer(_pointer(device_array), host.ctypes.data, host.nbytes)
 
+    def copy_async(self, dst: int, src: int, nbytes: int) -> None:
+        """Enqueue a copy between addresses (host or device) on the staging stream; no event (see
+        `record`, `synchronize`)."""
+        if not nbytes:
+            return
+        runtime = self._cupy.cuda.runtime
+        if runtime.getDevice() == self._device_id:
+            runtime.memcpyAsync(dst, src, nbytes, runtime.memcpyDefault, self.stream.ptr)
+        else:
+            with self.device:
+                runtime.memcpyAsync(dst, src, nbytes, runtime.memcpyDefault, self.stream.ptr)
+
+    def record(self) -> Poll:
+        """A poll that turns true once every copy enqueued so far has finished."""
+        if self._cupy.cuda.runtime.getDevice() == self._device_id:
+            return self._events.record(self.stream)
+        with self.device:
+            return self._events.record(self.stream)
+
     def synchronize(self) -> None:
         """Wait until every copy started so far has finished."""
         self.stream.synchronize()
 
     def _transfer(self, dst: int, src: int, nbytes: int) -> Poll:
-        runtime = self._cupy.cuda.runtime
-        with self.device:
-            if nbytes:
-                runtime.memcpyAsync(dst, src, nbytes, runtime.memcpyDefault, self.stream.ptr)
-            return self._events.record(self.stream)
+        self.copy_async(dst, src, nbytes)
+        return self.record()
 
 
 def synchronize_producer(array: Any, stream: Any = None) -> None:
