@@ -27,23 +27,31 @@ _MPI_IALLREDUCE = MPI.Intracomm.Iallreduce
 _THRESHOLDS = settings.THRESHOLDS
 _BELOW = BELOW_THRESHOLD.reason
 _record = counters.record
+_FINISHED = Operation()
+_FINISHED.complete()
 
 
-def start(name: str, decision: decide.Decision) -> Optional[Operation]:
+def start(name: str, decision: decide.Decision, blocking: bool = False) -> Optional[Operation]:
     """Start a prepared call under the engine lock and count it; None (counted as native) for a Native.
 
     A Native carrying an error raises it instead. A prepared call with an error (the root's bad
-    recvbuf) drains the others' data first, then raises it.
+    recvbuf) drains the others' data first, then raises it. `blocking`: the caller waits for the call
+    at once, so a prepared call with a blocking form (`run`: device memory staged for native MPI) runs
+    that, and a finished Operation comes back.
     """
     if isinstance(decision, Native):
         _record(name, decision.reason)
         if decision.error is not None:
             raise decision.error
         return None
+    if blocking and decision.run is not None:
+        decision.run()
+        _record(name, decision.native_reason)
+        return _FINISHED
     eng = engine()
     with eng.lock:
         operation = decision.start()
-    _record(name)
+    _record(name, decision.native_reason)
     if decision.error is not None:
         eng.wait_for(lambda: operation.done)
         raise decision.error
@@ -57,7 +65,8 @@ def wait(operation: Operation) -> None:
 
 
 def _small(buf: Any, collective: str) -> bool:
-    """Fast path: a plain NumPy array below the collective's native threshold (well under a microsecond)."""
+    """Fast path: a plain NumPy array below the collective's native threshold (well under a microsecond).
+    Exact ndarrays only: device memory (and anything else) always goes through the decision layer."""
     return type(buf) is np.ndarray and buf.nbytes < _THRESHOLDS[collective]
 
 
@@ -67,7 +76,7 @@ def bcast(comm: MPI.Intracomm, buf: Any, root: Any = 0, name: str = "Bcast") -> 
     if _small(buf, "bcast"):
         _record(name, _BELOW)
         return _MPI_BCAST(comm, buf, root)
-    operation = start(name, decide.bcast(comm, buf, root))
+    operation = start(name, decide.bcast(comm, buf, root), blocking=True)
     if operation is None:
         return _MPI_BCAST(comm, buf, root)
     return wait(operation)
@@ -87,7 +96,7 @@ def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM, r
     if _small(recvbuf if sendbuf is _IN_PLACE else sendbuf, "reduce"):
         _record("Reduce", _BELOW)
         return _MPI_REDUCE(comm, decide.in_place_send_at_root(comm, sendbuf, recvbuf, root), recvbuf, op, root)
-    operation = start("Reduce", decide.reduce(comm, sendbuf, recvbuf, op, root))
+    operation = start("Reduce", decide.reduce(comm, sendbuf, recvbuf, op, root), blocking=True)
     if operation is None:
         return _MPI_REDUCE(comm, decide.in_place_send_at_root(comm, sendbuf, recvbuf, root), recvbuf, op, root)
     return wait(operation)
@@ -108,7 +117,7 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM
     if _small(recvbuf if sendbuf is _IN_PLACE else sendbuf, "allreduce"):
         _record("Allreduce", _BELOW)
         return _MPI_ALLREDUCE(comm, decide.in_place_send(sendbuf, recvbuf), recvbuf, op)
-    operation = start("Allreduce", decide.allreduce(comm, sendbuf, recvbuf, op))
+    operation = start("Allreduce", decide.allreduce(comm, sendbuf, recvbuf, op), blocking=True)
     if operation is None:
         return _MPI_ALLREDUCE(comm, decide.in_place_send(sendbuf, recvbuf), recvbuf, op)
     return wait(operation)

@@ -6,6 +6,7 @@ memory itself is `adaptcoll.cuda_aware`'s question).
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -14,6 +15,7 @@ import numpy as np
 __all__ = [
     "DLPACK_CUDA_DEVICE_TYPES",
     "DeviceArrayInfo",
+    "declares_device_memory",
     "device_array_info",
     "is_device_buffer",
 ]
@@ -76,6 +78,22 @@ def is_device_buffer(obj: Any) -> bool:
     """Whether `obj` is CUDA device memory: it exposes `__cuda_array_interface__`, or a `__dlpack__`
     whose `__dlpack_device__` is a CUDA device. NumPy arrays and bytes-likes answer at once."""
     if isinstance(obj, _HOST_TYPES):
+        return False
+    cupy = sys.modules.get("cupy")  # CuPy arrays without building their interface dict (never imports CuPy)
+    if cupy is not None and isinstance(obj, cupy.ndarray):
+        return True
+    if _cuda_array_interface(obj) is not None:
+        return True
+    device = _dlpack_device(obj)
+    return device is not None and device[0] in DLPACK_CUDA_DEVICE_TYPES
+
+
+def declares_device_memory(obj: Any) -> bool:
+    """Like `is_device_buffer`, but a subclass of a host type that also exposes a CUDA interface counts
+    as device memory: CUDA managed memory (e.g. Numba's managed arrays, ndarray subclasses with a
+    `__cuda_array_interface__`) exports the buffer protocol too. Used where any buffer-protocol object
+    may turn up, such as out-of-band pickle buffers."""
+    if type(obj) in _HOST_TYPES:
         return False
     if _cuda_array_interface(obj) is not None:
         return True

@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 from mpi4py import MPI
 
-__all__ = ["CUDA_AWARE_ENV", "cuda_aware_mpi"]
+__all__ = ["CUDA_AWARE_ENV", "cuda_aware_mpi", "mpi_cuda_aware"]
 
 CUDA_AWARE_ENV = "ADAPTCOLL_CUDA_AWARE"
 """Set to 1 or 0 to say whether the MPI library is CUDA-aware, overriding every detection."""
@@ -98,3 +98,21 @@ def cuda_aware_mpi(comm: Any = None) -> tuple[bool, str]:
     if kinds is not None:
         return False, f"mpi_memory_alloc_kinds is {kinds!r} (no cuda kind) and MPIX_Query_cuda_support is absent"
     return False, "no CUDA support reported (no mpi_memory_alloc_kinds info key, no MPIX_Query_cuda_support)"
+
+
+_DECIDED: dict[Optional[str], tuple[bool, str]] = {}
+
+
+def mpi_cuda_aware(comm: Any = None) -> tuple[bool, str]:
+    """`cuda_aware_mpi`, asked once per process (and per value of ADAPTCOLL_CUDA_AWARE).
+
+    The decision layer (which route a device buffer takes) and every communicator's DeviceContext
+    (which transport its device segments use) read this one answer, so they always agree, and a call
+    does not pay for the info and ctypes queries. The answer depends only on the MPI library and the
+    environment, which are the same on every rank, so every rank decides alike.
+    """
+    key = os.environ.get(CUDA_AWARE_ENV)
+    found = _DECIDED.get(key)
+    if found is None:
+        found = _DECIDED[key] = cuda_aware_mpi(comm)
+    return found

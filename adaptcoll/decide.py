@@ -7,10 +7,16 @@ segment plan sized, protocols ready to start) or a typed `Native` value. Every f
 A decision depends only on arguments MPI requires to match across ranks (and on the settings, which
 must match too), and it is made before any collective set-up (the private Dup, topology discovery),
 so ranks never disagree about whether to communicate.
+
+Device memory: the three decisions pass every `Native` they return through `device_route.route_native`
+(the `_device_routed` decorator), so when MPI is not CUDA-aware a device buffer is never handed to MPI:
+the call is staged through pinned host memory instead (a `Prepared` whose `native_reason` says so).
+Device buffers use their own threshold (`device_native_below`), not the host ones.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Optional, Union
@@ -18,8 +24,9 @@ from typing import Any, Optional, Union
 import numpy as np
 from mpi4py import MPI
 
-from . import buffers, ops, settings
+from . import buffers, device_route, ops, settings
 from .backends.base import ArrayBackend, ReduceOp
+from .cuda import is_device_buffer
 from .device import parse_device
 from .native import (
     ALGORITHM_NATIVE,
@@ -58,13 +65,38 @@ _Callback = Callable[[], None]
 class Prepared:
     """A call adaptcoll serves, decided and set up on this rank: each `start()` takes fresh tags and
     starts it (once for a one-shot call, once per Start() of a persistent request).
-    `error`: the root's recvbuf was bad; the others' data is still drained, then this is raised."""
+    `error`: the root's recvbuf was bad; the others' data is still drained, then this is raised.
+    `native_reason`: set for a native call that adaptcoll runs itself (device memory staged through host
+    memory); it is counted as native with this reason. `run`: the blocking form of such a call, which
+    blocking collectives use instead of start() + wait."""
 
     start: Callable[[], Operation]
     error: Optional[BaseException] = None
+    native_reason: Optional[str] = None
+    run: Optional[Callable[[], None]] = None
 
 
 Decision = Union[Prepared, Native]
+_Decide = Callable[..., Decision]
+
+
+def _device_routed(collective: str) -> Callable[[_Decide], _Decide]:
+    """Pass every Native decision through device_route.route_native (the rule for device memory)."""
+
+    def wrap(decide_call: _Decide) -> _Decide:
+        @functools.wraps(decide_call)
+        def routed(comm: MPI.Intracomm, *args: Any) -> Decision:
+            decision = decide_call(comm, *args)
+            if not isinstance(decision, Native):
+                return decision
+            route = device_route.route_native(collective, decision, comm, args)
+            if isinstance(route, Native):
+                return route
+            return Prepared(route.start, native_reason=device_route.staged_reason(decision), run=route.run)
+
+        return routed
+
+    return wrap
 
 
 # -- argument helpers shared by every form --------------------------------------------------------
@@ -89,6 +121,8 @@ def in_place_send_at_root(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, root:
 
 def _parse(spec: Any, writable: bool) -> tuple[Union[buffers.Message, Native], bool]:
     """(Message or Native, whether it is device memory served through CuPy)."""
+    if type(spec) is not np.ndarray and is_device_buffer(spec):  # straight to the device parser
+        return parse_device(spec, writable), True
     msg = buffers.parse(spec, writable)
     if isinstance(msg, Native) and msg.kind is Kind.DEVICE:
         return parse_device(spec, writable), True
@@ -106,6 +140,11 @@ def _state_for(comm: MPI.Intracomm, collective: str) -> CommState:
     if settings.current().algorithm(collective).startswith("topo"):
         state.topology()
     return state
+
+
+def _threshold(cfg: settings.Settings, collective: str, on_device: bool) -> int:
+    """Messages below this many bytes go native: the device threshold for device memory."""
+    return cfg.device_threshold(collective) if on_device else cfg.threshold(collective)
 
 
 def _fold_op(
@@ -143,6 +182,7 @@ def _started(
 
 
 # -- broadcast ------------------------------------------------------------------------------------
+@_device_routed("bcast")
 def bcast(comm: MPI.Intracomm, buf: Any, root: Any) -> Decision:
     """Decide (locally, from arguments every rank shares), then set up a broadcast."""
     cfg = settings.current()
@@ -156,7 +196,7 @@ def bcast(comm: MPI.Intracomm, buf: Any, root: Any) -> Decision:
     if isinstance(msg, Native):
         return msg
     nbytes = msg.nbytes
-    if nbytes < cfg.threshold("bcast"):
+    if nbytes < _threshold(cfg, "bcast", on_device):
         return BELOW_THRESHOLD
     st = _state_for(comm, "bcast")
     transport, backend, _ = st.kit(on_device)
@@ -175,6 +215,7 @@ def bcast(comm: MPI.Intracomm, buf: Any, root: Any) -> Decision:
 
 
 # -- reduce ---------------------------------------------------------------------------------------
+@_device_routed("reduce")
 def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, root: Any) -> Decision:
     """Decide (locally, from arguments every rank shares), then set up a reduce."""
     cfg = settings.current()
@@ -195,7 +236,7 @@ def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, root: Any) 
         msg, on_device = _parse(sendbuf, writable=False)
     if isinstance(msg, Native):
         return msg
-    rop = _fold_op(msg, op, cfg.threshold("reduce"))
+    rop = _fold_op(msg, op, _threshold(cfg, "reduce", on_device))
     if isinstance(rop, Native):
         return rop
     ordered_needed = not rop.commutative
@@ -265,6 +306,7 @@ def _recvbuf_error(recvbuf: Any, msg: buffers.Message, on_device: bool) -> Union
 
 
 # -- allreduce ------------------------------------------------------------------------------------
+@_device_routed("allreduce")
 def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any) -> Decision:
     """Decide (locally, from arguments every rank shares), then set up an allreduce."""
     cfg = settings.current()
@@ -289,7 +331,7 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any) -> Decis
         if not on_device and np.may_share_memory(smsg.array, rmsg.array):
             return INVALID_ARGUMENTS
         local = smsg.array
-    rop = _fold_op(rmsg, op, cfg.threshold("allreduce"))
+    rop = _fold_op(rmsg, op, _threshold(cfg, "allreduce", on_device))
     if isinstance(rop, Native):
         return rop
     ordered_needed = not rop.commutative

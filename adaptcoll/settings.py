@@ -56,6 +56,7 @@ class Settings:
     bcast_native_below: int = -1
     reduce_native_below: int = 256 * 1024
     allreduce_native_below: int = 2 << 20
+    device_native_below: int = 1 << 20
     bcast_send_window: int = 2
     bcast_recv_window: int = 3
     reduce_send_window: int = 2
@@ -77,6 +78,11 @@ class Settings:
         """Messages below this many bytes go native: the collective's own setting, else native_below."""
         own: int = getattr(self, f"{collective}_native_below")
         return self.native_below if own < 0 else own
+
+    def device_threshold(self, collective: str) -> int:
+        """Device-memory messages below this many bytes go native (staged through host memory when MPI is
+        not CUDA-aware): device_native_below, or the collective's host threshold when that is -1."""
+        return self.threshold(collective) if self.device_native_below < 0 else self.device_native_below
 
     def algorithm(self, collective: str) -> str:
         """The algorithm setting (tree kind, optionally with ':k=v' params, or 'native') for a collective."""
@@ -203,10 +209,12 @@ def from_environ(environ: Mapping[str, str] | None = None) -> Settings:
 
 
 def _follow_global_threshold(values: dict[str, Any]) -> dict[str, Any]:
-    """Setting native_below alone makes it apply to every collective (their own defaults step aside)."""
+    """Setting native_below alone makes it apply to every collective and to device memory (their own
+    defaults step aside)."""
     if "native_below" in values:
         for collective in COLLECTIVES:
             values.setdefault(f"{collective}_native_below", -1)
+        values.setdefault("device_native_below", -1)
     return values
 
 

@@ -5,6 +5,13 @@ machine state (noise, other jobs, thermal state).
     mpiexec -n 4 python bench/osu.py -c bcast -m 4K:16M --impl native --impl adaptcoll
     mpiexec -n 4 python bench/osu.py -c iallreduce -m 1M -f --impl native \
         --impl "adaptcoll:allreduce_algorithm=chain;allreduce_segment_size=64K" --json bench/out/x.json
+    mpiexec -n 4 python bench/osu.py --device cupy -c bcast,reduce,allreduce --sizes 4K,1M,16M \
+        --impl adaptcoll --impl staged
+
+`--device cupy` times CuPy buffers (blocking collectives): `adaptcoll`, `staged` (what a user writes by
+hand for an MPI that is not CUDA-aware: cupy.asnumpy -> native MPI on host memory -> copy back), and
+`native` on the device buffers, which is refused unless MPI is CUDA-aware (it would dereference device
+pointers). Each timed call ends with a device synchronization, for every implementation alike.
 
 Per iteration and implementation: native barrier, then the timed call; per-rank times are gathered
 after the timing loop. The tables use OSU's definitions (Avg = mean over ranks of each rank's mean,
@@ -45,10 +52,12 @@ __all__ = [
     "summarize_samples",
     "format_table",
     "build_parser",
+    "check_device_args",
     "main",
 ]
 
 COLLECTIVES = ("bcast", "reduce", "allreduce", "ibcast", "ireduce", "iallreduce")
+DEVICES = ("host", "cupy")
 NONBLOCKING = frozenset({"ibcast", "ireduce", "iallreduce"})
 LARGE_MESSAGE_SIZE = 8192  # OSU: above this, the "large" iteration counts apply
 OSU_ITERATIONS = (1000, 100)  # (small, large)
@@ -104,10 +113,11 @@ def default_iterations(size: int, iterations: int | None, warmup: int | None) ->
 
 @dataclass(frozen=True)
 class ImplSpec:
-    """One implementation to time: native MPI, or adaptcoll with setting overrides (label = as given)."""
+    """One implementation to time: native MPI, adaptcoll with setting overrides, or (device buffers) the
+    hand-written host-staged path (label = as given)."""
 
     label: str
-    kind: str  # "native" | "adaptcoll"
+    kind: str  # "native" | "adaptcoll" | "staged"
     settings: tuple[tuple[str, str], ...] = ()
 
     @property
@@ -121,12 +131,14 @@ def parse_impl(text: str) -> ImplSpec:
     label = text.strip()
     kind, sep, rest = label.partition(":")
     kind = kind.strip()
-    if kind == "native":
+    if kind in ("native", "staged"):
         if sep:
-            raise ValueError(f"--impl {text!r}: native takes no settings")
-        return ImplSpec(label, "native")
+            raise ValueError(f"--impl {text!r}: {kind} takes no settings")
+        return ImplSpec(label, kind)
     if kind != "adaptcoll":
-        raise ValueError(f"--impl {text!r}: expected native, adaptcoll or adaptcoll:KEY=VALUE[;KEY=VALUE]")
+        raise ValueError(
+            f"--impl {text!r}: expected native, adaptcoll, adaptcoll:KEY=VALUE[;KEY=VALUE] or (--device cupy) staged"
+        )
     pairs: list[tuple[str, str]] = []
     for item in rest.split(";") if rest.strip() else []:
         if not item.strip():
@@ -247,10 +259,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--dtype", default="float32", help="NumPy element type of Reduce/Allreduce buffers (default float32, as OSU)"
     )
     p.add_argument(
+        "--device",
+        choices=DEVICES,
+        default="host",
+        help="where the buffers live: host (NumPy, default) or cupy (CuPy arrays on the current GPU; blocking "
+        "collectives; impls adaptcoll, staged, and native only with a CUDA-aware MPI)",
+    )
+    p.add_argument(
         "--impl",
         action="append",
         default=None,
-        help="native | adaptcoll | adaptcoll:KEY=VALUE[;KEY=VALUE] (repeatable; default native and adaptcoll)",
+        help="native | adaptcoll | adaptcoll:KEY=VALUE[;KEY=VALUE] | staged (--device cupy) (repeatable; default "
+        "native and adaptcoll, with --device cupy adaptcoll and staged)",
     )
     p.add_argument(
         "--budget",
@@ -489,6 +509,93 @@ def _starter(collective: str, comm: Any, bufs: Buffers, root: int, MPI: Any) -> 
     raise AssertionError(collective)
 
 
+def import_cupy_for_bench() -> Any:
+    """CuPy with a usable GPU, or ValueError saying why --device cupy cannot run here."""
+    try:
+        import cupy
+    except Exception as exc:
+        raise ValueError(
+            f"--device cupy needs CuPy and a CUDA GPU: CuPy does not import ({type(exc).__name__}: {exc}); install "
+            "adaptcoll[gpu-cuda12] or adaptcoll[gpu-cuda13] to match the CUDA version nvidia-smi shows"
+        ) from None
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:
+        raise ValueError(f"--device cupy needs a CUDA GPU: {exc}") from None
+    if count < 1:
+        raise ValueError("--device cupy needs a CUDA GPU: CuPy sees none")
+    return cupy
+
+
+def check_device_args(args: argparse.Namespace) -> None:
+    """Flag combinations --device cupy cannot time (ValueError); needs no MPI and no GPU."""
+    specs = [parse_impl(t) for t in (args.impl or [])]
+    if args.device == "host":
+        if any(s.kind == "staged" for s in specs):
+            raise ValueError("--impl staged times device buffers: add --device cupy")
+        return
+    blocking_only = [c for c in parse_collectives(args.collective) if c in NONBLOCKING]
+    if blocking_only:
+        raise ValueError(f"--device cupy times the blocking collectives only, not {', '.join(blocking_only)}")
+    if args.noise or args.skew or args.net_noise:
+        raise ValueError("--device cupy runs without --noise/--skew/--net-noise")
+
+
+def _to_device(bufs: Buffers, cupy: Any) -> Buffers:
+    return Buffers(cupy.asarray(bufs.send), cupy.asarray(bufs.recv))
+
+
+def _staged_starter(collective: str, world: Any, bufs: Buffers, root: int, MPI: Any, cupy: Any) -> Callable[[], Any]:
+    """The host-staged path a user writes by hand for a non-CUDA-aware MPI: cupy.asnumpy, the native
+    collective on host memory, copy back (ndarray.set) where the call produces data."""
+    send, recv = bufs.send, bufs.recv
+    rank = world.Get_rank()
+    if collective == "bcast":
+
+        def bcast() -> None:
+            host = cupy.asnumpy(send) if rank == root else np.empty(send.shape, send.dtype)
+            world.Bcast(host, root)
+            if rank != root:
+                send.set(host)
+
+        return bcast
+    if collective == "reduce":
+
+        def reduce() -> None:
+            out = np.empty(recv.shape, recv.dtype) if rank == root else None
+            world.Reduce(cupy.asnumpy(send), out, MPI.SUM, root)
+            if rank == root:
+                recv.set(out)
+
+        return reduce
+    if collective == "allreduce":
+
+        def allreduce() -> None:
+            out = np.empty(recv.shape, recv.dtype)
+            world.Allreduce(cupy.asnumpy(send), out, MPI.SUM)
+            recv.set(out)
+
+        return allreduce
+    raise AssertionError(collective)
+
+
+def _device_call(
+    impl: Impl, collective: str, bufs: Buffers, root: int, MPI: Any, cupy: Any, world: Any
+) -> Callable[[], Any]:
+    """One implementation's call on device buffers, ending with a device synchronization."""
+    if impl.spec.kind == "staged":
+        call = _staged_starter(collective, world, bufs, root, MPI, cupy)
+    else:
+        call = _starter(collective, impl.comm, bufs, root, MPI)
+    synchronize = cupy.cuda.runtime.deviceSynchronize
+
+    def timed() -> None:
+        call()
+        synchronize()
+
+    return timed
+
+
 class SettingsSwitch:
     """Applies an implementation's adaptcoll settings only when they differ from those in force."""
 
@@ -504,9 +611,17 @@ class SettingsSwitch:
 
 
 def _check_results(
-    collective: str, size: int, impls: list[Impl], root: int, MPI: Any, world: Any, switch: SettingsSwitch
+    collective: str,
+    size: int,
+    impls: list[Impl],
+    root: int,
+    MPI: Any,
+    world: Any,
+    switch: SettingsSwitch,
+    cupy: Any = None,
 ) -> str | None:
-    """Run each implementation once on rank-dependent data and compare with native MPI's result.
+    """Run each implementation once on rank-dependent data and compare with native MPI's result (on host
+    buffers; with `cupy`, the implementations run on device copies of the same data).
 
     Returns None if all agree on every rank, else a message (the same on all ranks)."""
     rank, nranks = world.Get_rank(), world.Get_size()
@@ -543,14 +658,19 @@ def _check_results(
             comm.Iallreduce(buf, out, MPI.SUM).Wait()
         return out
 
+    def run_on_device(impl: Impl) -> np.ndarray:
+        bufs = Buffers(cupy.asarray(fresh()), cupy.asarray(np.zeros(count, dtype=dt)))
+        _device_call(impl, collective, bufs, root, MPI, cupy, world)()
+        return cupy.asnumpy(bufs.send if collective == "bcast" else bufs.recv)
+
     expected = run(world)
     meaningful = not collective.endswith("reduce") or collective.endswith("allreduce") or rank == root
     problems = []
     for impl in impls:
-        if impl.spec.kind == "native":
+        if impl.spec.kind == "native" and cupy is None:
             continue
         switch.apply(impl)
-        got = run(impl.comm)
+        got = run_on_device(impl) if cupy is not None else run(impl.comm)
         bad = int(np.count_nonzero(got != expected)) if meaningful else 0
         first = int(np.flatnonzero(got != expected)[0]) if bad else -1
         detail = (rank, bad, first, float(got[first]) if bad else 0.0, float(expected[first]) if bad else 0.0)
@@ -793,16 +913,32 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     rank, nranks = world.Get_rank(), world.Get_size()
     collectives = parse_collectives(args.collective)
     lo, hi = parse_size_range(args.message_size)
-    specs = [parse_impl(t) for t in (args.impl or ["native", "adaptcoll"])]
+    cupy = import_cupy_for_bench() if args.device == "cupy" else None
+    default_impls = ["adaptcoll", "staged"] if cupy is not None else ["native", "adaptcoll"]
+    specs = [parse_impl(t) for t in (args.impl or default_impls)]
     if len({s.label for s in specs}) != len(specs):
         raise ValueError("--impl given twice with the same text")
     if not 0 <= args.root < nranks:
         raise ValueError(f"--root {args.root} out of range for {nranks} ranks")
     need_adaptcoll = any(s.kind == "adaptcoll" for s in specs) or args.noise or args.skew or args.net_noise
     adaptcoll = _import_adaptcoll() if need_adaptcoll else None
+    if cupy is not None and any(s.kind == "native" for s in specs):
+        from adaptcoll.cuda_aware import mpi_cuda_aware
+
+        aware, why = mpi_cuda_aware(world)
+        if not aware:
+            if rank == 0:
+                print(
+                    f"osu.py: --impl native refused with --device cupy: this MPI is not CUDA-aware ({why}), so it "
+                    "would dereference device pointers; time --impl staged (the host-staged path) instead, or set "
+                    "ADAPTCOLL_CUDA_AWARE=1 if the MPI is CUDA-aware",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            return 2
     impls: list[Impl] = []
     for s in specs:
-        if s.kind == "native":
+        if s.kind in ("native", "staged"):
             impls.append(Impl(s, world))
         else:
             with adaptcoll.configured(**s.overrides) as cfg:
@@ -827,9 +963,13 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     for coll, size, iters, skip in plan:
         nonblocking = coll in NONBLOCKING
         bufs = [_make_buffers(coll, size) for _ in impls]
-        calls = [_starter(coll, impl.comm, b, args.root, MPI) for impl, b in zip(impls, bufs)]
+        if cupy is not None:
+            bufs = [_to_device(b, cupy) for b in bufs]
+            calls = [_device_call(impl, coll, b, args.root, MPI, cupy, world) for impl, b in zip(impls, bufs)]
+        else:
+            calls = [_starter(coll, impl.comm, b, args.root, MPI) for impl, b in zip(impls, bufs)]
         if not args.no_check:
-            problem = _check_results(coll, size, impls, args.root, MPI, world, switch)
+            problem = _check_results(coll, size, impls, args.root, MPI, world, switch, cupy)
             if problem:
                 progress.close()
                 if rank == 0:
@@ -967,6 +1107,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             parse_size(args.net_noise)
         if args.trace_iteration < 0:
             raise ValueError("--trace-iteration must be >= 0")
+        check_device_args(args)
+        if args.device == "cupy":
+            import_cupy_for_bench()
         global REDUCE_DTYPE
         REDUCE_DTYPE = np.dtype(args.dtype)
     except (ValueError, TypeError) as exc:

@@ -4,7 +4,7 @@
 // the dtype as NumPy names it (adaptcoll_sum_float32, adaptcoll_land_bool, ...). Signature:
 //     void adaptcoll_<op>_<dtype>(T* acc, const T* in, unsigned long long n)
 // Every kernel is a grid-stride loop that moves 16 bytes per load/store where `acc` and `in` share
-// their alignment (after peeling a short head), with a scalar tail. `in` may be `acc` itself but must
+// their alignment (after peeling a short head), several packs per thread per pass, with a scalar tail. `in` may be `acc` itself but must
 // not overlap it partially. Self-contained (no #include), so nvcc and NVRTC (cupy.RawModule) both
 // compile it. Semantics follow NumPy's ufuncs, so the GPU and host backends agree bit for bit:
 // integer SUM/PROD wrap, logical ops store 1/0, float MAX/MIN propagate NaN, float16/bfloat16
@@ -151,12 +151,18 @@ union Pack16 {  // 16 bytes seen as one vector load or as elements
     T v[16 / sizeof(T)];
 };
 
+// Packs of 16 bytes each thread loads before it folds and stores them: several independent loads in
+// flight per thread (the host sizes the grid for this, adaptcoll.backends.cupy_backend.PACKS_PER_THREAD),
+// so a grid of fewer, fatter blocks still keeps enough bytes in flight to reach copy bandwidth.
+#define ADAPTCOLL_PACKS_PER_THREAD 4
+
 template <typename Op, typename T>
 __device__ __forceinline__ void reduce_inplace(T* __restrict__ acc, const T* __restrict__ in, u64 n) {
     const Op op;
     const u64 stride = (u64)gridDim.x * blockDim.x;
     const u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     constexpr u64 per_pack = 16 / sizeof(T);
+    constexpr u64 unroll = ADAPTCOLL_PACKS_PER_THREAD;
     const u64 acc_addr = (u64)acc, in_addr = (u64)in;
     u64 head = n;  // scalar elements before the vector body (all of them if alignments differ)
     if (((acc_addr ^ in_addr) & 15) == 0 && (acc_addr % sizeof(T)) == 0) {
@@ -168,7 +174,24 @@ __device__ __forceinline__ void reduce_inplace(T* __restrict__ acc, const T* __r
     const u64 packs = (n - head) / per_pack;
     Pack16<T>* acc_packs = reinterpret_cast<Pack16<T>*>(acc + head);
     const uint4* in_packs = reinterpret_cast<const uint4*>(in + head);
-    for (u64 p = tid; p < packs; p += stride) {
+    u64 p = tid;
+    // Body: `unroll` packs per thread per pass, stride apart (a warp still reads contiguous bytes); all
+    // loads are issued before the first fold.
+    for (; p + (unroll - 1) * stride < packs; p += unroll * stride) {
+        Pack16<T> a[unroll], b[unroll];
+#pragma unroll
+        for (u64 u = 0; u < unroll; ++u) {
+            a[u].raw = acc_packs[p + u * stride].raw;
+            b[u].raw = __ldg(in_packs + p + u * stride);
+        }
+#pragma unroll
+        for (u64 u = 0; u < unroll; ++u) {
+#pragma unroll
+            for (u64 k = 0; k < per_pack; ++k) a[u].v[k] = op(a[u].v[k], b[u].v[k]);
+            acc_packs[p + u * stride].raw = a[u].raw;
+        }
+    }
+    for (; p < packs; p += stride) {  // the last partial pass: one pack at a time
         Pack16<T> a, b;
         a.raw = acc_packs[p].raw;
         b.raw = __ldg(in_packs + p);

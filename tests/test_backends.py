@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import operator
 import tracemalloc
+import types
 
 import numpy as np
 import pytest
@@ -350,7 +351,12 @@ def test_cupy_every_op_and_dtype_matches_numpy() -> None:
             d_lower_whole = cupy.asarray(sample(dtype_name, count + offset, 11))
             d_higher_whole = cupy.asarray(sample(dtype_name, count + offset, 12))
             for target in ("third", "lower", "higher"):
+                # written on CuPy's current (default) stream; the backend's non-blocking stream does not
+                # wait for that stream by itself (the stream contract), so order it after the copies:
+                # without this, `higher` was read before its copy landed (SUM uint64 n=1Mi out=third
+                # failed on an H100 with stale pool memory in `higher`)
                 lo, hi = d_lower_whole.copy()[offset:], d_higher_whole.copy()[offset:]
+                backend.order_after(cupy.cuda.get_current_stream())
                 out = {"third": backend.empty(count, dtype_name), "lower": lo, "higher": hi}[target]
                 poll = backend.combine(reduce_op, lo, hi, out)
                 assert poll is not None
@@ -417,6 +423,18 @@ def test_cupy_copy_user_op_and_staging() -> None:
 # ---- CupyBackend's host-side logic against a fake CuPy (runs everywhere) -------------------------
 
 
+def test_launch_blocks_fat_blocks_one_per_sm_and_one_wave() -> None:
+    from adaptcoll.backends.cupy_backend import PACKS_PER_THREAD, launch_blocks
+
+    sms, wave = 132, 132 * 6
+    assert PACKS_PER_THREAD == 4
+    assert launch_blocks(1, 256, sms, wave) == 1
+    assert launch_blocks(256 * 3, 256, sms, wave) == 3  # every block's threads get a pack
+    assert launch_blocks(1 << 16, 256, sms, wave) == sms  # 1 MiB: one block per SM, ~2 packs per thread
+    assert launch_blocks(1 << 18, 256, sms, wave) == 256  # 4 MiB: 4 packs per thread
+    assert launch_blocks(1 << 24, 256, sms, wave) == wave  # 256 MiB: one full wave, grid-stride for the rest
+
+
 class _FakeDeviceArray(np.ndarray):
     """Host memory posing as a cupy.ndarray: `.data.ptr` is the address of the first element."""
 
@@ -428,7 +446,6 @@ class _FakeDeviceArray(np.ndarray):
 def make_fake_cupy(launches: list) -> tuple[object, object]:
     """A stand-in `cupy`/`cupyx` pair whose kernels fold with NumPy and record how they were launched."""
     import ctypes
-    import types
 
     current = {"stream": None}
 
@@ -445,6 +462,9 @@ def make_fake_cupy(launches: list) -> tuple[object, object]:
 
         def synchronize(self) -> None:
             self.synchronized += 1
+
+        def wait_event(self, event) -> None:
+            self.waited = event
 
     class Device:
         def __init__(self, device_id: int | None = None) -> None:
@@ -477,15 +497,15 @@ def make_fake_cupy(launches: list) -> tuple[object, object]:
         def get_function(self, name: str):
             _, op, dtype = name.split("_", 2)
 
-            def kernel(grid: tuple, block: tuple, args: tuple, *, shared_mem: int = 0) -> None:
+            def function(grid: tuple, block: tuple, args: tuple, shared_mem: int = 0, stream=None) -> None:
                 acc, incoming, count = args
                 assert isinstance(acc, _FakeDeviceArray) and isinstance(incoming, _FakeDeviceArray)
                 assert acc.dtype == np.dtype(dtype) and count == acc.size == incoming.size
-                launches.append((name, grid, block, current["stream"]))
+                launches.append((name, grid, block, stream if stream is not None else current["stream"]))
                 with np.errstate(over="ignore"):
                     UFUNC_BY_OP[op.upper()](acc, incoming, out=acc)
 
-            return kernel
+            return types.SimpleNamespace(kernel=function)  # a RawKernel: .kernel is the compiled function
 
     def memcpy_async(dst: int, src: int, size: int, kind: int, stream: int) -> None:
         ctypes.memmove(dst, src, size)
@@ -497,6 +517,7 @@ def make_fake_cupy(launches: list) -> tuple[object, object]:
         memcpyDefault=4,
         memcpyDeviceToDevice=3,
         streamSynchronize=lambda ptr: launches.append(("streamSynchronize", ptr)),
+        getDevice=lambda: 0,
     )
     cupy = types.ModuleType("cupy")
     cupy.ndarray = _FakeDeviceArray
@@ -539,7 +560,11 @@ def test_cupy_backend_logic_with_fake_cupy(monkeypatch: pytest.MonkeyPatch) -> N
 
     big = cupy.asarray(np.ones(1 << 16, np.float32))
     backend.combine(ReduceOp("SUM"), big, big.copy(), big)
-    assert launches[-1][1] == (6,)  # 16 Ki packs, capped at 2 SMs x 3 blocks
+    assert launches[-1][1] == (6,)  # 16 Ki packs, capped at 2 SMs x 3 blocks (no occupancy API here)
+
+    producer = cupy.cuda.Stream()
+    backend.order_after(producer)  # waits on an event recorded on the producer, no host synchronization
+    assert backend.stream.waited.recorded_on is producer
 
     src, dst = cupy.asarray(np.arange(10.0)), backend.empty(10, "float64")
     synced = backend.stream.synchronized

@@ -290,6 +290,50 @@ def test_hung_launch_is_killed_with_its_children(tmp_path):
     assert (code, hung) == (3, False)
 
 
+def test_device_flag_without_cupy_fails_with_a_clear_message(monkeypatch):
+    """--device cupy: refused before MPI starts when CuPy (or a GPU) is missing, with the reason; and the
+    flag combinations it cannot time are refused too."""
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_cupy(name, *args, **kwargs):
+        if name == "cupy" or name.startswith("cupy."):
+            raise ImportError("No module named 'cupy'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_cupy)
+    with pytest.raises(ValueError, match=r"--device cupy needs CuPy.*gpu-cuda12.*gpu-cuda13"):
+        osu.import_cupy_for_bench()
+    run = subprocess.run(
+        [sys.executable, str(BENCH / "osu.py"), "--device", "cupy", "-c", "allreduce", "--sizes", "4K"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": ""},
+    )
+    try:
+        import cupy  # noqa: F401
+
+        has_cupy = True
+    except ImportError:
+        has_cupy = False
+    if not has_cupy:
+        assert run.returncode == 2 and "--device cupy needs CuPy" in run.stderr, run.stderr
+    parser = osu.build_parser()
+    for argv, message in (
+        (["--impl", "staged"], "add --device cupy"),
+        (["--device", "cupy", "-c", "iallreduce"], "blocking collectives only"),
+        (["--device", "cupy", "--skew", "fixed:1us"], "without --noise"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            osu.check_device_args(parser.parse_args(argv))
+    assert osu.parse_impl("staged") == osu.ImplSpec("staged", "staged")
+    with pytest.raises(ValueError, match="staged takes no settings"):
+        osu.parse_impl("staged:x=1")
+
+
 # -- real launches -------------------------------------------------------------------------------
 
 MPIEXEC = shutil.which("mpiexec")

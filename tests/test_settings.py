@@ -84,6 +84,21 @@ def test_thresholds_follow_native_below_and_the_live_dict():
     assert settings.current().thresholds == settings.THRESHOLDS
 
 
+def test_device_threshold_defaults_to_1m_and_follows_native_below():
+    cfg = settings.current()
+    assert cfg.device_native_below == 1 << 20
+    assert {c: cfg.device_threshold(c) for c in settings.COLLECTIVES} == dict.fromkeys(settings.COLLECTIVES, 1 << 20)
+    with adaptcoll.configured(native_below=0):  # "serve every size" applies to device memory too
+        assert settings.current().device_threshold("allreduce") == 0
+    with adaptcoll.configured(device_native_below=-1):  # -1: the collective's own host threshold
+        assert settings.current().device_threshold("reduce") == settings.current().threshold("reduce")
+    with adaptcoll.configured(device_native_below="4K", native_below="64K"):
+        assert settings.current().device_threshold("bcast") == 4096
+    assert settings.from_environ({"ADAPTCOLL_DEVICE_NATIVE_BELOW": "256K"}).device_threshold("bcast") == 256 << 10
+    with pytest.raises(ValueError, match="ADAPTCOLL_DEVICE_NATIVE_BELOW"):
+        settings.from_environ({"ADAPTCOLL_DEVICE_NATIVE_BELOW": "lots"})
+
+
 def test_windows_and_segment_size_per_collective():
     with adaptcoll.configured(
         bcast_send_window=5,
