@@ -247,6 +247,9 @@ def _median(values: Iterable[float]) -> float:
 def aggregate(launches: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
     """Rows per (variant, collective, ranks, size, impl) over launches of (variant, osu.py JSON document).
 
+    route: who served the implementation's calls ("adaptcoll", "native: <reason>" when adaptcoll handed
+    them to native MPI, e.g. below its thresholds), as osu.py recorded it; "mixed: ..." if launches differ.
+
     median_us / p95_us / p99_us: median over launches of each launch's median / p95 / p99 (of the
     per-iteration max-over-ranks times); ratio: native median_us / this impl's median_us in the same group;
     launch_ratio: median over launches of the ratio within each launch (native and impl interleaved there,
@@ -279,6 +282,8 @@ def aggregate(launches: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str, 
             "max_median_us": max(meds),
             "osu_avg_us": _median(r["osu_avg_us"] for r in rs),
         }
+        routes = sorted({r["route"] for r in rs if r.get("route")})
+        row["route"] = routes[0] if len(routes) == 1 else ("mixed: " + "; ".join(routes) if routes else None)
         ratios = launch_ratios.get((variant, coll, ranks, size, impl))
         row["launch_ratio"] = _median(ratios) if ratios else None
         row["launch_ratios"] = ratios or []
@@ -313,7 +318,8 @@ def _fmt(value: float | None, digits: int = 1) -> str:
 def format_markdown(rows: Sequence[dict[str, Any]], title: str = "") -> str:
     """One Markdown table per (variant, collective, ranks): size, then per impl median and p95 (us),
     then for every non-native impl native/impl ratios of the medians, of the p95s, and the median of the
-    per-launch ratios."""
+    per-launch ratios. A median marked † is an adaptcoll row that native MPI served (the note under the
+    table says why), so it is not a measurement of adaptcoll's protocols."""
     out = [f"## {title}", ""] if title else []
     tables: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
     for r in rows:
@@ -347,11 +353,16 @@ def format_markdown(rows: Sequence[dict[str, Any]], title: str = "") -> str:
         by_size: dict[int, dict[str, dict[str, Any]]] = {}
         for r in rs:
             by_size.setdefault(r["size"], {})[r["impl"]] = r
+        notes: dict[tuple[str, str], list[str]] = {}
         for size in sorted(by_size):
             cells = [format_size(size)]
             for i in impls:
                 r = by_size[size].get(i)
-                cells += [_fmt(r["median_us"]) if r else "-", _fmt(r["p95_us"]) if r else "-"]
+                mark = ""
+                if r and r.get("route") not in (None, "adaptcoll", "native"):
+                    mark = " †"
+                    notes.setdefault((i, r["route"]), []).append(format_size(size))
+                cells += [(_fmt(r["median_us"]) + mark) if r else "-", _fmt(r["p95_us"]) if r else "-"]
                 if nonblocking:
                     cells += [_fmt(r.get("pure_median_us")) if r else "-", _fmt(r.get("overlap_pct")) if r else "-"]
             if has_native:
@@ -363,6 +374,10 @@ def format_markdown(rows: Sequence[dict[str, Any]], title: str = "") -> str:
                         _fmt(r["launch_ratio"], 2) if r else "-",
                     ]
             out.append("| " + " | ".join(cells) + " |")
+        if notes:
+            out.append("")
+            for (i, route), sizes in notes.items():
+                out.append(f"† {i} went to native MPI at {', '.join(sizes)} ({route}): not adaptcoll's protocols.")
         out.append("")
     return "\n".join(out)
 
