@@ -296,6 +296,8 @@ def _recvbuf_error(recvbuf: Any, msg: buffers.Message, on_device: bool) -> Union
         return TypeError("message: expecting buffer or list/tuple")
     rmsg, recv_on_device = _parse(recvbuf, writable=True)
     if isinstance(rmsg, Native):
+        if rmsg.kind is Kind.BAD_BUFFER:  # device memory adaptcoll cannot use (host buffers carry rmsg.error)
+            return BufferError(f"recvbuf: {rmsg.reason}")
         return NotImplementedError(
             f"adaptcoll Reduce: recvbuf not served ({rmsg.reason}); set ADAPTCOLL_REDUCE_ALGORITHM=native"
         )
