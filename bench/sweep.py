@@ -259,7 +259,10 @@ def aggregate(launches: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str, 
     launch_ratios: dict[tuple[str, str, int, int, str], list[float]] = {}
     for variant, doc in launches:
         native_here = {(r["collective"], r["size"]): r["median_us"] for r in doc["results"] if r["impl"] == "native"}
+        settings = {i["label"]: i.get("settings") for i in doc.get("impls", []) if i.get("kind") == "adaptcoll"}
         for r in doc["results"]:
+            if "route" not in r and settings.get(r["impl"]):  # a launch from before osu.py recorded routes
+                r = {**r, "route": _route_from_settings(settings[r["impl"]], r["collective"], int(r["size"]))}
             key = (variant, r["collective"], int(doc["ranks"]), int(r["size"]), r["impl"])
             groups.setdefault(key, []).append(r)
             base = native_here.get((r["collective"], r["size"]))
@@ -297,6 +300,17 @@ def aggregate(launches: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str, 
         r["ratio"] = base["median_us"] / r["median_us"] if base is not None and r["median_us"] > 0 else None
         r["ratio_p95"] = base["p95_us"] / r["p95_us"] if base is not None and r["p95_us"] > 0 else None
     return rows
+
+
+def _route_from_settings(settings: dict[str, Any], collective: str, size: int) -> str | None:
+    """ "native: below native_below" if `size` is below the threshold the launch's settings put on
+    `collective` (its own *_native_below, else native_below); None when the settings do not tell."""
+    base = collective[1:] if collective.startswith("i") else collective
+    own, general = settings.get(f"{base}_native_below", -1), settings.get("native_below")
+    threshold = general if own is None or own < 0 else own
+    if threshold is None:
+        return None
+    return "native: below native_below" if size < threshold else None
 
 
 def format_size(size: int) -> str:

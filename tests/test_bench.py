@@ -439,3 +439,18 @@ def test_sweep_runs_launches_and_summarizes(tmp_path):
         meds = [x["median_us"] for d in docs for x in d["results"] if (x["impl"], x["size"]) == (r["impl"], r["size"])]
         assert r["median_us"] == pytest.approx(float(np.median(meds)))
     assert "native/adaptcoll" in (tmp_path / "s.md").read_text()
+
+
+def test_aggregate_infers_routes_of_launches_made_before_routes_were_recorded():
+    doc = _doc(2, [("bcast", "native", 4096, 10.0, 20.0), ("bcast", "adaptcoll", 4096, 9.0, 19.0)])
+    doc["results"].append({**doc["results"][1], "size": 1 << 21})
+    doc["impls"] = [
+        {"label": "native", "kind": "native", "settings": None},
+        {"label": "adaptcoll", "kind": "adaptcoll", "settings": {"native_below": 1 << 20, "bcast_native_below": -1}},
+    ]
+    routes = {(r["impl"], r["size"]): r["route"] for r in sweep.aggregate([("v", doc)])}
+    assert routes == {
+        ("native", 4096): None,
+        ("adaptcoll", 4096): "native: below native_below",
+        ("adaptcoll", 1 << 21): None,
+    }
