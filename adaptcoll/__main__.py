@@ -59,8 +59,8 @@ def _parser() -> argparse.ArgumentParser:
         nargs="?",
         const="root",
         choices=("root", "all"),
-        help="at exit print adaptcoll.stats_table() to stderr: rank 0's (default) or every "
-        "rank's, prefixed with its rank",
+        help="at exit print adaptcoll.stats_table() to stderr: rank 0's (default), or every rank's, "
+        "gathered to rank 0 and printed in rank order with each line prefixed by its rank",
     )
     p.add_argument(
         "-rc",
@@ -139,13 +139,32 @@ def _rc(entries: Sequence[str]) -> dict[str, Any]:
     return values
 
 
-def _print_stats(mode: str, rank: int) -> None:
-    if mode == "root" and rank != 0:
-        return
+_failed: list[bool] = []  # set when the program raised: then no rank may wait for the others at exit
+
+
+def _print_stats(mode: str, world: Any) -> None:
+    """--stats at exit, on stderr: rank 0's table ("root"), or every rank's gathered to rank 0 and
+    printed there in rank order under one header, each line prefixed with its rank ("all")."""
+    rank, size = world.Get_rank(), world.Get_size()
     table = format_table()
-    if mode == "all":
-        table = "\n".join(f"[rank {rank}] {line}" for line in table.splitlines())
-    sys.stderr.write(f"adaptcoll stats (rank {rank}):\n{table}\n" if mode == "root" else table + "\n")
+    if mode == "root":
+        if rank == 0:
+            sys.stderr.write(f"adaptcoll stats (rank 0):\n{table}\n")
+            sys.stderr.flush()
+        return
+    if _failed:  # the job is about to abort: a gather could wait forever for a rank that never exits
+        tables = {rank: table}
+        header = f"adaptcoll stats (rank {rank} only: the program raised)"
+    else:
+        gathered = world.gather(table, root=0)
+        if rank != 0:
+            return
+        tables = dict(enumerate(gathered))
+        header = f"adaptcoll stats of every rank ({size} ranks, in rank order)"
+    lines = [header + ":"]
+    for r, text in sorted(tables.items()):
+        lines.extend(f"[rank {r}] {line}" for line in text.splitlines())
+    sys.stderr.write("\n".join(lines) + "\n")
     sys.stderr.flush()
 
 
@@ -162,16 +181,20 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
     install()
     if opts.stats:
-        atexit.register(_print_stats, opts.stats, MPI.COMM_WORLD.Get_rank())
+        atexit.register(_print_stats, opts.stats, MPI.Intracomm(MPI.COMM_WORLD))
     try:
         run_command_line(program)
     except SystemExit as exc:
+        if exc.code not in (None, 0):
+            _failed.append(True)
         set_abort_status(exc)
         raise
     except KeyboardInterrupt as exc:
+        _failed.append(True)
         set_abort_status(exc)
         raise
     except BaseException:
+        _failed.append(True)
         set_abort_status(1)
         raise
 

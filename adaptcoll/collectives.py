@@ -1,6 +1,8 @@
 """The buffer collectives as module functions (`adaptcoll.Intracomm`'s methods are one line each over
 these): a small-message fast path, the decision (`adaptcoll.decide`), then either adaptcoll's protocols
-or the native mpi4py method with the same arguments, counted in `stats()` either way."""
+or the native mpi4py method with the same arguments, counted in `stats()` either way. Past the fast
+path each call marks its communicator busy (adaptcoll.threads), so a second thread calling a collective
+on the same communicator at the same time gets a clear error instead of a hang."""
 
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ from .engine import engine
 from .native import BELOW_THRESHOLD, Native
 from .protocols.operation import Operation
 from .requests import NativeRequest, Request
+from .state import comm_state
+from .threads import enter, leave
 
 __all__ = ["start", "wait", "bcast", "ibcast", "reduce", "ireduce", "allreduce", "iallreduce"]
 
@@ -31,13 +35,15 @@ _FINISHED = Operation()
 _FINISHED.complete()
 
 
-def start(name: str, decision: decide.Decision, blocking: bool = False) -> Optional[Operation]:
+def start(name: str, decision: decide.Decision, comm: MPI.Intracomm, blocking: bool = False) -> Optional[Operation]:
     """Start a prepared call under the engine lock and count it; None (counted as native) for a Native.
 
-    A Native carrying an error raises it instead. A prepared call with an error (the root's bad
-    recvbuf) drains the others' data first, then raises it. `blocking`: the caller waits for the call
-    at once, so a prepared call with a blocking form (`run`: device memory staged for native MPI) runs
-    that, and a finished Operation comes back.
+    The start goes through the communicator's set-up queue (CommState.submit): before the set-up
+    has completed it is queued, and the Operation returned completes with it. A Native carrying an
+    error raises it instead. A prepared call with an error (a bad buffer on this rank) drains the
+    others' data first, then raises it. `blocking`: the caller waits for the call at once, so a
+    prepared call with a blocking form (`run`: device memory staged for native MPI) runs that, and a
+    finished Operation comes back.
     """
     if isinstance(decision, Native):
         _record(name, decision.reason)
@@ -50,7 +56,7 @@ def start(name: str, decision: decide.Decision, blocking: bool = False) -> Optio
         return _FINISHED
     eng = engine()
     with eng.lock:
-        operation = decision.start()
+        operation = comm_state(comm).submit(decision.start)
     _record(name, decision.native_reason)
     if decision.error is not None:
         eng.wait_for(lambda: operation.done)
@@ -76,18 +82,26 @@ def bcast(comm: MPI.Intracomm, buf: Any, root: Any = 0, name: str = "Bcast") -> 
     if _small(buf, "bcast"):
         _record(name, _BELOW)
         return _MPI_BCAST(comm, buf, root)
-    operation = start(name, decide.bcast(comm, buf, root), blocking=True)
-    if operation is None:
-        return _MPI_BCAST(comm, buf, root)
-    return wait(operation)
+    key = enter(comm, name)
+    try:
+        operation = start(name, decide.bcast(comm, buf, root), comm, blocking=True)
+        if operation is None:
+            return _MPI_BCAST(comm, buf, root)
+        return wait(operation)
+    finally:
+        leave(key)
 
 
 def ibcast(comm: MPI.Intracomm, buf: Any, root: Any = 0) -> Request:
     """comm.Ibcast(buf, root): an adaptcoll Request."""
-    operation = start("Ibcast", decide.bcast(comm, buf, root))
-    if operation is None:
-        return NativeRequest(_MPI_IBCAST(comm, buf, root), keep=buf)
-    return Request(operation)
+    key = enter(comm, "Ibcast")
+    try:
+        operation = start("Ibcast", decide.bcast(comm, buf, root), comm)
+        if operation is None:
+            return NativeRequest(_MPI_IBCAST(comm, buf, root), keep=buf)
+        return Request(operation)
+    finally:
+        leave(key)
 
 
 # -- reduce ---------------------------------------------------------------------------------------
@@ -96,19 +110,28 @@ def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM, r
     if _small(recvbuf if sendbuf is _IN_PLACE else sendbuf, "reduce"):
         _record("Reduce", _BELOW)
         return _MPI_REDUCE(comm, decide.in_place_send_at_root(comm, sendbuf, recvbuf, root), recvbuf, op, root)
-    operation = start("Reduce", decide.reduce(comm, sendbuf, recvbuf, op, root), blocking=True)
-    if operation is None:
-        return _MPI_REDUCE(comm, decide.in_place_send_at_root(comm, sendbuf, recvbuf, root), recvbuf, op, root)
-    return wait(operation)
+    key = enter(comm, "Reduce")
+    try:
+        operation = start("Reduce", decide.reduce(comm, sendbuf, recvbuf, op, root), comm, blocking=True)
+        if operation is None:
+            native_send = decide.in_place_send_at_root(comm, sendbuf, recvbuf, root)
+            return _MPI_REDUCE(comm, native_send, recvbuf, op, root)
+        return wait(operation)
+    finally:
+        leave(key)
 
 
 def ireduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM, root: Any = 0) -> Request:
     """comm.Ireduce(sendbuf, recvbuf, op, root): an adaptcoll Request (which keeps the buffers alive)."""
-    operation = start("Ireduce", decide.reduce(comm, sendbuf, recvbuf, op, root))
-    if operation is None:
-        native_send = decide.in_place_send_at_root(comm, sendbuf, recvbuf, root)
-        return NativeRequest(_MPI_IREDUCE(comm, native_send, recvbuf, op, root), keep=(sendbuf, recvbuf))
-    return Request(operation)
+    key = enter(comm, "Ireduce")
+    try:
+        operation = start("Ireduce", decide.reduce(comm, sendbuf, recvbuf, op, root), comm)
+        if operation is None:
+            native_send = decide.in_place_send_at_root(comm, sendbuf, recvbuf, root)
+            return NativeRequest(_MPI_IREDUCE(comm, native_send, recvbuf, op, root), keep=(sendbuf, recvbuf))
+        return Request(operation)
+    finally:
+        leave(key)
 
 
 # -- allreduce ------------------------------------------------------------------------------------
@@ -117,16 +140,24 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM
     if _small(recvbuf if sendbuf is _IN_PLACE else sendbuf, "allreduce"):
         _record("Allreduce", _BELOW)
         return _MPI_ALLREDUCE(comm, decide.in_place_send(sendbuf, recvbuf), recvbuf, op)
-    operation = start("Allreduce", decide.allreduce(comm, sendbuf, recvbuf, op), blocking=True)
-    if operation is None:
-        return _MPI_ALLREDUCE(comm, decide.in_place_send(sendbuf, recvbuf), recvbuf, op)
-    return wait(operation)
+    key = enter(comm, "Allreduce")
+    try:
+        operation = start("Allreduce", decide.allreduce(comm, sendbuf, recvbuf, op), comm, blocking=True)
+        if operation is None:
+            return _MPI_ALLREDUCE(comm, decide.in_place_send(sendbuf, recvbuf), recvbuf, op)
+        return wait(operation)
+    finally:
+        leave(key)
 
 
 def iallreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM) -> Request:
     """comm.Iallreduce(sendbuf, recvbuf, op): an adaptcoll Request (which keeps the buffers alive)."""
-    operation = start("Iallreduce", decide.allreduce(comm, sendbuf, recvbuf, op))
-    if operation is None:
-        native_send = decide.in_place_send(sendbuf, recvbuf)
-        return NativeRequest(_MPI_IALLREDUCE(comm, native_send, recvbuf, op), keep=(sendbuf, recvbuf))
-    return Request(operation)
+    key = enter(comm, "Iallreduce")
+    try:
+        operation = start("Iallreduce", decide.allreduce(comm, sendbuf, recvbuf, op), comm)
+        if operation is None:
+            native_send = decide.in_place_send(sendbuf, recvbuf)
+            return NativeRequest(_MPI_IALLREDUCE(comm, native_send, recvbuf, op), keep=(sendbuf, recvbuf))
+        return Request(operation)
+    finally:
+        leave(key)

@@ -5,8 +5,11 @@ segment plan sized, protocols ready to start) or a typed `Native` value. Every f
 (blocking, nonblocking, persistent, pickled) asks here, so all of them decide alike.
 
 A decision depends only on arguments MPI requires to match across ranks (and on the settings, which
-must match too), and it is made before any collective set-up (the private Dup, topology discovery),
-so ranks never disagree about whether to communicate.
+must match too): buffers count by their type signature (element type and count, adaptcoll.buffers),
+never by the form a rank used. It is made before any collective set-up (the private Idup, topology
+discovery), so ranks never disagree about whether to communicate. A buffer mpi4py would reject on
+some rank (read-only or non-contiguous) does not change the decision: that rank takes part with
+scratch memory and raises mpi4py's error afterwards (`Prepared.error`).
 
 Device memory: the three decisions pass every `Native` they return through `device_route.route_native`
 (the `_device_routed` decorator), so when MPI is not CUDA-aware a device buffer is never handed to MPI:
@@ -17,7 +20,7 @@ Device buffers use their own threshold (`device_native_below`), not the host one
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
@@ -34,6 +37,7 @@ from .native import (
     INVALID_ARGUMENTS,
     OP_NOT_SERVED,
     OP_TYPE_NOT_SERVED,
+    USER_OP_DERIVED,
     Kind,
     Native,
 )
@@ -65,7 +69,8 @@ _Callback = Callable[[], None]
 class Prepared:
     """A call adaptcoll serves, decided and set up on this rank: each `start()` takes fresh tags and
     starts it (once for a one-shot call, once per Start() of a persistent request).
-    `error`: the root's recvbuf was bad; the others' data is still drained, then this is raised.
+    `error`: a buffer of this rank was bad (the root's recvbuf, a read-only or non-contiguous buffer):
+    the rank still takes part with scratch memory, so the others complete, then this is raised.
     `native_reason`: set for a native call that adaptcoll runs itself (device memory staged through host
     memory); it is counted as native with this reason. `run`: the blocking form of such a call, which
     blocking collectives use instead of start() + wait."""
@@ -130,15 +135,16 @@ def _parse(spec: Any, writable: bool) -> tuple[Union[buffers.Message, Native], b
 
 
 def _state_for(comm: MPI.Intracomm, collective: str) -> CommState:
-    """The communicator's state, after the collective set-up steps (private Dup, topology discovery).
+    """The communicator's state, with the set-up steps this call needs added (the private Idup, and
+    topology discovery for `topo` trees without ADAPTCOLL_TOPOLOGY). Nothing here blocks: the steps
+    complete asynchronously and every start waits for them (CommState.submit).
 
     Called only once every rank has decided to serve the call, so ranks that pass the same message in
-    different legal forms still agree on the Dup; and before the engine lock is taken, because another
-    thread may hold the lock while it waits for this rank in a collective of its own.
+    different legal forms still add the same steps.
     """
     state = comm_state(comm)
     if settings.current().algorithm(collective).startswith("topo"):
-        state.topology()
+        state.require_topology()
     return state
 
 
@@ -156,6 +162,9 @@ def _fold_op(
     rop = ops.reduce_op(op, msg.datatype)
     if rop is None:
         return OP_NOT_SERVED
+    if rop.user_fold is not None and msg.derived is not None:
+        # a user op sees the datatype it was given (MPI requires the same one on every rank of a reduction)
+        return USER_OP_DERIVED
     if not backend.supports(rop, msg.array.dtype):
         return OP_TYPE_NOT_SERVED
     return rop
@@ -163,22 +172,49 @@ def _fold_op(
 
 def _started(
     st: CommState,
-    links: list[Link],
+    make_links: Callable[[], list[Link]],
     keep: Any,
     base: OpContext,
     start_one: Callable[[OpContext, Link, _Callback], None],
+    loads: Sequence[Optional[_Callback]] = (),
+    stores: Sequence[Optional[_Callback]] = (),
 ) -> Callable[[], Operation]:
-    """The start function of a prepared call: fresh tags, one protocol per tree link, tags tracked."""
+    """The start function of a prepared call: fresh tags, one protocol per tree link, tags tracked.
+
+    The tree links are made at the first start (a `topo` tree needs the communicator's set-up, which
+    every start waits for, see CommState.submit). `loads` fill scratch arrays from the user's buffers
+    before the protocols read them; `stores` write received scratch arrays back once the operation is done.
+    """
     shape = base.plan
+    links: list[list[Link]] = []
+    fill = [f for f in loads if f is not None]
+    finish = _run_all([f for f in stores if f is not None])
 
     def start() -> Operation:
+        if not links:
+            links.append(make_links())
+        for load in fill:
+            load()
         plan = st.take_tags(shape)
         ctx, one = base.with_plan(plan), start_one
         if settings.current().trace:  # ADAPTCOLL_TRACE: tracing transport and backend for this operation
             ctx, one = traced(st, ctx, start_one)
-        return st.track(plan, start_on_links(links, keep, lambda link, done: one(ctx, link, done)))
+        operation = start_on_links(links[0], keep, lambda link, done: one(ctx, link, done), finish)
+        return st.track(plan, operation)
 
     return start
+
+
+def _run_all(steps: list[_Callback]) -> Optional[_Callback]:
+    """One callback running `steps` in order (None if there are none)."""
+    if not steps:
+        return None
+
+    def run() -> None:
+        for step in steps:
+            step()
+
+    return run
 
 
 # -- broadcast ------------------------------------------------------------------------------------
@@ -204,14 +240,19 @@ def bcast(comm: MPI.Intracomm, buf: Any, root: Any) -> Decision:
     data = msg.array.view(np.uint8)
     segment = max(itemsize, cfg.segment_size("bcast") // itemsize * itemsize)
     shape = st.plan_shape(nbytes, 1, segment)
-    links = tree_links(st.trees(cfg.bcast_algorithm, root), rank, shape.nseg)
     send_window, recv_window = cfg.windows("bcast")
     base = OpContext(transport, backend, shape, send_window, recv_window, cfg.sync_sends)
+    algorithm = cfg.bcast_algorithm
+
+    def make_links() -> list[Link]:
+        return tree_links(st.trees(algorithm, root), rank, shape.nseg)
 
     def start_one(ctx: OpContext, link: Link, done: _Callback) -> None:
         Bcast(ctx, link.parent, link.children, data, link.segs, done).start()
 
-    return Prepared(_started(st, links, buf, base, start_one))
+    is_root = rank == root
+    loads, stores = ([msg.load], []) if is_root else ([], [msg.store])
+    return Prepared(_started(st, make_links, buf, base, start_one, loads, stores), msg.error)
 
 
 # -- reduce ---------------------------------------------------------------------------------------
@@ -244,17 +285,25 @@ def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, root: Any) 
         return Native("non-commutative op with root != 0")
     st = _state_for(comm, "reduce")
     transport, backend, pools = st.kit(on_device)
-    error: Optional[BaseException] = None
+    error = msg.error
+    loads, stores = [msg.load], []
     if in_place:
         target = local = msg.array
+        stores.append(msg.store)
     elif is_root:
-        target, error = _root_target(recvbuf, msg, on_device, backend)
+        target, store, recv_error = _root_target(recvbuf, msg, on_device, backend)
+        stores.append(store)
+        error = recv_error or error  # mpi4py reads the root's recvbuf first
         local = msg.array
     else:
         target, local = None, msg.array
     dtype = msg.array.dtype
     shape = st.plan_shape(msg.count, dtype.itemsize, cfg.segment_size("reduce"))
-    links = tree_links(st.trees(cfg.reduce_algorithm, root, rank_ordered=ordered_needed), rank, shape.nseg)
+    algorithm = cfg.reduce_algorithm
+
+    def make_links() -> list[Link]:
+        return tree_links(st.trees(algorithm, root, rank_ordered=ordered_needed), rank, shape.nseg)
+
     send_window, recv_window = cfg.windows("reduce")
     base = OpContext(
         transport,
@@ -270,26 +319,28 @@ def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, root: Any) 
     def start_one(ctx: OpContext, link: Link, done: _Callback) -> None:
         Reduce(ctx, link.parent, link.children, local, target, rop, link.segs, done).start()
 
-    return Prepared(_started(st, links, (sendbuf, recvbuf), base, start_one), error)
+    return Prepared(_started(st, make_links, (sendbuf, recvbuf), base, start_one, loads, stores), error)
 
 
 def _root_target(
     recvbuf: Any, msg: buffers.Message, on_device: bool, backend: ArrayBackend
-) -> tuple[Any, Optional[BaseException]]:
-    """The root's result array, or a scratch one plus the error mpi4py would raise for `recvbuf`."""
-    error = _recvbuf_error(recvbuf, msg, on_device)
-    if isinstance(error, BaseException):
-        return backend.empty(msg.count, msg.array.dtype), error
-    return error.array, None
+) -> tuple[Any, Optional[_Callback], Optional[BaseException]]:
+    """The root's result array and the step that writes it back (None: nothing to write), or a
+    scratch array plus the error mpi4py would raise for `recvbuf`."""
+    found = _recvbuf_error(recvbuf, msg, on_device)
+    if isinstance(found, BaseException):
+        return backend.empty(msg.count, msg.array.dtype), None, found
+    return found.array, found.store, found.error
 
 
 def _recvbuf_error(recvbuf: Any, msg: buffers.Message, on_device: bool) -> Union[buffers.Message, BaseException]:
-    """The root's parsed recvbuf, or the error mpi4py would raise for it."""
+    """The root's parsed recvbuf (its `error` set for a buffer mpi4py rejects: read-only, non-contiguous),
+    or the error mpi4py would raise for it."""
     if recvbuf is None or recvbuf is _IN_PLACE:
         return TypeError("message: expecting buffer or list/tuple")
     rmsg, recv_on_device = _parse(recvbuf, writable=True)
     if isinstance(rmsg, Native):
-        if rmsg.kind is Kind.BAD_BUFFER:
+        if rmsg.kind is Kind.BAD_BUFFER:  # device memory adaptcoll cannot use (host buffers carry rmsg.error)
             return BufferError(f"recvbuf: {rmsg.reason}")
         return NotImplementedError(
             f"adaptcoll Reduce: recvbuf not served ({rmsg.reason}); set ADAPTCOLL_REDUCE_ALGORITHM=native"
@@ -300,7 +351,7 @@ def _recvbuf_error(recvbuf: Any, msg: buffers.Message, on_device: bool) -> Union
         return ValueError(f"mismatch in send count {msg.count} and receive count {rmsg.count}")
     if rmsg.array.dtype != msg.array.dtype:
         return ValueError("mismatch in send and receive MPI datatypes")
-    if not on_device and np.may_share_memory(rmsg.array, msg.array):
+    if not on_device and rmsg.error is None and np.may_share_memory(rmsg.array, msg.array):
         return ValueError("sendbuf and recvbuf overlap (use MPI.IN_PLACE)")
     return rmsg
 
@@ -318,8 +369,10 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any) -> Decis
     rmsg, on_device = _parse(recvbuf, writable=True)
     if isinstance(rmsg, Native):
         return rmsg
+    error = rmsg.error
     if in_place:
         local = rmsg.array
+        load = rmsg.load
     else:
         smsg, send_on_device = _parse(sendbuf, writable=False)
         if isinstance(smsg, Native):
@@ -331,6 +384,8 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any) -> Decis
         if not on_device and np.may_share_memory(smsg.array, rmsg.array):
             return INVALID_ARGUMENTS
         local = smsg.array
+        load = smsg.load
+        error = error or smsg.error
     rop = _fold_op(rmsg, op, _threshold(cfg, "allreduce", on_device))
     if isinstance(rop, Native):
         return rop
@@ -340,8 +395,11 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any) -> Decis
     rank = comm.Get_rank()
     dtype = rmsg.array.dtype
     shape = st.plan_shape(rmsg.count, dtype.itemsize, cfg.segment_size("allreduce"))
-    tree_set = st.allreduce_trees(cfg.allreduce_algorithm, cfg.allreduce_roots, rank_ordered=ordered_needed)
-    links = tree_links(tree_set, rank, shape.nseg)
+    algorithm, roots = cfg.allreduce_algorithm, cfg.allreduce_roots
+
+    def make_links() -> list[Link]:
+        return tree_links(st.allreduce_trees(algorithm, roots, rank_ordered=ordered_needed), rank, shape.nseg)
+
     send_window, recv_window = cfg.windows("allreduce")
     base = OpContext(
         transport,
@@ -358,4 +416,5 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any) -> Decis
     def start_one(ctx: OpContext, link: Link, done: _Callback) -> None:
         Allreduce(ctx, link.parent, link.children, local, result, rop, link.segs, done).start()
 
-    return Prepared(_started(st, links, (sendbuf, recvbuf), base, start_one))
+    started = _started(st, make_links, (sendbuf, recvbuf), base, start_one, [load], [rmsg.store])
+    return Prepared(started, error)

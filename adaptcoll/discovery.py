@@ -1,7 +1,9 @@
 """Topology discovery: node, socket and NUMA groups of a communicator's ranks, from MPI and the OS.
 
 Collective over the communicator. The result is an `adaptcoll.topology.Topology`, the same value a
-declared ADAPTCOLL_TOPOLOGY spec parses to.
+declared ADAPTCOLL_TOPOLOGY spec parses to. `discover` is blocking (Split_type, allreduce, allgather);
+`begin_discover` is the nonblocking form a communicator's set-up uses (one Iallgather of each rank's
+processor name and OS socket/NUMA ids), so that a nonblocking collective never blocks on first use.
 """
 
 from __future__ import annotations
@@ -10,11 +12,12 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 from mpi4py import MPI
 
 from .topology import ENV_VAR, Topology, os_numa_id, os_socket_id, parse
 
-__all__ = ["discover", "from_env_or_discover"]
+__all__ = ["discover", "begin_discover", "from_env_or_discover"]
 
 _HW_TYPES = {"socket": ("socket", "Package", "package"), "numa": ("numanode", "NUMANode", "numa")}
 
@@ -84,6 +87,57 @@ def discover(comm: Any) -> Topology:
         if ids is None:
             ids = _os_ids(comm, os_id[name])
         if ids is not None and _refines(levels, ids):
+            levels.append(ids)
+            names.append(name)
+    return Topology(tuple(levels), tuple(names))
+
+
+_NAME = max(int(MPI.MAX_PROCESSOR_NAME), 1)
+_RECORD = np.dtype([("name", f"S{_NAME}"), ("socket", "<i8"), ("numa", "<i8")])
+
+
+def begin_discover(comm: Any) -> Callable[[], Topology | None]:
+    """Start a nonblocking discovery on `comm` (collective: every rank calls it at the same point).
+
+    Returns a poll that gives the Topology once the exchange has completed (None before): the node
+    level groups ranks with the same processor name (ids: the lowest rank of each node), then a socket
+    and a NUMA level from the OS as in `discover` (dropped if any rank cannot tell or if they split
+    no group). Only MPI_Iallgather is used, so nothing here waits for the other ranks.
+    """
+    try:
+        cpus = set(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = set()
+    mine = np.zeros(1, _RECORD)
+    mine["name"] = MPI.Get_processor_name().encode()[:_NAME]
+    mine["socket"] = _or_unknown(os_socket_id(cpus) if cpus else None)
+    mine["numa"] = _or_unknown(os_numa_id(cpus) if cpus else None)
+    everyone = np.zeros(comm.Get_size(), _RECORD)
+    request = comm.Iallgather([mine.view(np.uint8), MPI.BYTE], [everyone.view(np.uint8), MPI.BYTE])
+    found: list[Topology] = []
+
+    def poll() -> Topology | None:
+        if not found:
+            if not request.Test():
+                return None
+            found.append(_from_records(everyone))
+        return found[0]
+
+    return poll
+
+
+def _or_unknown(value: int | None) -> int:
+    return -1 if value is None else value
+
+
+def _from_records(records: np.ndarray) -> Topology:
+    """The Topology of per-rank (processor name, socket id, NUMA id) records (-1: unknown)."""
+    first: dict[bytes, int] = {}
+    levels = [tuple(first.setdefault(bytes(name), rank) for rank, name in enumerate(records["name"]))]
+    names = ["node"]
+    for name in ("socket", "numa"):
+        ids = tuple(int(i) for i in records[name])
+        if -1 not in ids and _refines(levels, ids):
             levels.append(ids)
             names.append(name)
     return Topology(tuple(levels), tuple(names))

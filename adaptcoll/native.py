@@ -22,6 +22,7 @@ __all__ = [
     "DEVICE_MEMORY",
     "OP_NOT_SERVED",
     "OP_TYPE_NOT_SERVED",
+    "USER_OP_DERIVED",
 ]
 
 
@@ -49,3 +50,4 @@ INVALID_ARGUMENTS = Native("invalid arguments", Kind.INVALID)
 DEVICE_MEMORY = Native("device memory", Kind.DEVICE)
 OP_NOT_SERVED = Native("op not served")
 OP_TYPE_NOT_SERVED = Native("op/type not served")
+USER_OP_DERIVED = Native("user op on a derived datatype")

@@ -19,6 +19,8 @@ from .engine import engine
 from .native import Native
 from .protocols.operation import Operation
 from .requests import Request
+from .state import comm_state
+from .threads import enter, leave
 
 __all__ = ["Prequest", "NativePrequest", "bcast_init", "reduce_init", "allreduce_init"]
 
@@ -38,14 +40,17 @@ class Prequest(Request):
     """A persistent adaptcoll collective: Start(), then Test()/Wait() (or Request.Waitall), any number
     of times; Free() when done. Inactive (never started, or completed) requests test as complete."""
 
-    __slots__ = ("_start", "_keep", "_error")
+    __slots__ = ("_start", "_keep", "_error", "_comm")
 
-    def __init__(self, start: Starter, keep: Any = None, error: Optional[BaseException] = None) -> None:
+    def __init__(
+        self, start: Starter, keep: Any = None, error: Optional[BaseException] = None, comm: Any = None
+    ) -> None:
         super().__init__(_idle())
         self._reported = True  # inactive until started
         self._start: Optional[Starter] = start
         self._keep = keep
         self._error = error
+        self._comm = comm  # for the concurrent-collective check of Start()
 
     def _finished(self) -> bool:
         return self._op.done
@@ -57,10 +62,14 @@ class Prequest(Request):
         if not self._finished():
             raise RuntimeError("Start() on an active persistent request (Wait for it first)")
         eng = engine()
-        with eng.lock:
-            self._op = self._start()
+        key = enter(self._comm, "Start") if self._comm is not None else None
+        try:
+            with eng.lock:
+                self._op = self._start()
+        finally:
+            leave(key)
         self._reported = False
-        if self._error is not None:  # the root's recvbuf was bad: the others' data was drained, now report
+        if self._error is not None:  # a buffer of this rank was bad: the others' data was drained, now report
             eng.wait_for(self._finished)
             raise self._error
 
@@ -104,21 +113,38 @@ class NativePrequest(Prequest):
 
 
 # -- the *_init calls: the one-shot calls' decision and set-up, started once per Start() -----------
-def _prequest(name: str, decision: decide.Decision, keep: Any, native: Callable[[], MPI.Prequest]) -> Prequest:
-    """A Prequest for a prepared call, or the native persistent request for a Native decision."""
-    if isinstance(decision, Native):
-        counters.record(name, decision.reason)
-        if decision.error is not None:
-            raise decision.error
-        return NativePrequest(native(), keep=keep)
+def _prequest(
+    name: str,
+    comm: MPI.Intracomm,
+    decide_call: Callable[[], decide.Decision],
+    keep: Any,
+    native: Callable[[], MPI.Prequest],
+) -> Prequest:
+    """A Prequest for a prepared call (each Start() goes through the communicator's set-up queue), or
+    the native persistent request for a Native decision."""
+    key = enter(comm, name)
+    try:
+        decision = decide_call()
+        if isinstance(decision, Native):
+            counters.record(name, decision.reason)
+            if decision.error is not None:
+                raise decision.error
+            return NativePrequest(native(), keep=keep)
+    finally:
+        leave(key)
     counters.record(name, decision.native_reason)
-    return Prequest(decision.start, keep=keep, error=decision.error)
+    state, start = comm_state(comm), decision.start
+    return Prequest(lambda: state.submit(start), keep=keep, error=decision.error, comm=comm)
 
 
 def bcast_init(comm: MPI.Intracomm, buf: Any, root: int = 0, info: MPI.Info = MPI.INFO_NULL) -> Prequest:
     """comm.Bcast_init(buf, root, info): a persistent broadcast request."""
     return _prequest(
-        "Bcast_init", decide.bcast(comm, buf, root), buf, lambda: MPI.Intracomm.Bcast_init(comm, buf, root, info)
+        "Bcast_init",
+        comm,
+        lambda: decide.bcast(comm, buf, root),
+        buf,
+        lambda: MPI.Intracomm.Bcast_init(comm, buf, root, info),
     )
 
 
@@ -128,7 +154,8 @@ def reduce_init(
     """comm.Reduce_init(sendbuf, recvbuf, op, root, info): a persistent reduce request."""
     return _prequest(
         "Reduce_init",
-        decide.reduce(comm, sendbuf, recvbuf, op, root),
+        comm,
+        lambda: decide.reduce(comm, sendbuf, recvbuf, op, root),
         (sendbuf, recvbuf),
         lambda: MPI.Intracomm.Reduce_init(
             comm, decide.in_place_send_at_root(comm, sendbuf, recvbuf, root), recvbuf, op, root, info
@@ -142,7 +169,8 @@ def allreduce_init(
     """comm.Allreduce_init(sendbuf, recvbuf, op, info): a persistent allreduce request."""
     return _prequest(
         "Allreduce_init",
-        decide.allreduce(comm, sendbuf, recvbuf, op),
+        comm,
+        lambda: decide.allreduce(comm, sendbuf, recvbuf, op),
         (sendbuf, recvbuf),
         lambda: MPI.Intracomm.Allreduce_init(comm, decide.in_place_send(sendbuf, recvbuf), recvbuf, op, info),
     )

@@ -22,6 +22,7 @@ from . import collectives, counters, decide, device_route, settings
 from .engine import engine
 from .native import ALGORITHM_NATIVE, INVALID_ARGUMENTS
 from .state import comm_state
+from .threads import enter, leave
 
 __all__ = ["bcast", "reduce", "allreduce", "INLINE_BELOW"]
 
@@ -99,7 +100,11 @@ def bcast(comm: MPI.Intracomm, obj: Any, root: int = 0) -> Any:
     if settings.current().bcast_algorithm == "native":
         counters.record("bcast", ALGORITHM_NATIVE.reason)
         return _MPI_PICKLED_BCAST(comm, obj, root)
-    return _bcast_object(comm, obj, int(root), "bcast", "small object")
+    key = enter(comm, "bcast")
+    try:
+        return _bcast_object(comm, obj, int(root), "bcast", "small object")
+    finally:
+        leave(key)
 
 
 # -- point-to-point with out-of-band buffers, waited on politely -------------------------------
@@ -145,9 +150,11 @@ def _reduce_to_zero(comm: MPI.Intracomm, obj: Any, op: Callable[[Any, Any], Any]
     """Fold in rank order up an in-order binomial tree to rank 0, then hand the result to `root`.
     Returns the result on `root`, None elsewhere."""
     st = comm_state(comm)
+    st.wait_ready()  # the private duplicate (a blocking call may wait for the set-up)
     with engine().lock:
         tag = st.plan(1, 1, 1).tag(0)
     dup, rank, size = st.dup, st.rank, st.size
+    assert dup is not None
     acc = obj
     mask = 1
     while mask < size:
@@ -178,7 +185,11 @@ def reduce(comm: MPI.Intracomm, sendobj: Any, op: Any = MPI.SUM, root: int = 0) 
     if settings.current().reduce_algorithm == "native":
         counters.record("reduce", ALGORITHM_NATIVE.reason)
         return _MPI_PICKLED_REDUCE(comm, sendobj, op, root)
-    result = _reduce_to_zero(comm, sendobj, op, int(root))
+    key = enter(comm, "reduce")
+    try:
+        result = _reduce_to_zero(comm, sendobj, op, int(root))
+    finally:
+        leave(key)
     counters.record("reduce")
     return result
 
@@ -189,6 +200,10 @@ def allreduce(comm: MPI.Intracomm, sendobj: Any, op: Any = MPI.SUM) -> Any:
     if settings.current().allreduce_algorithm == "native":
         counters.record("allreduce", ALGORITHM_NATIVE.reason)
         return _MPI_PICKLED_ALLREDUCE(comm, sendobj, op)
-    result = _reduce_to_zero(comm, sendobj, op, 0)
-    # the fold was adaptcoll's, so a small result riding the native header still counts as served
-    return _bcast_object(comm, result, 0, "allreduce", None)
+    key = enter(comm, "allreduce")
+    try:
+        result = _reduce_to_zero(comm, sendobj, op, 0)
+        # the fold was adaptcoll's, so a small result riding the native header still counts as served
+        return _bcast_object(comm, result, 0, "allreduce", None)
+    finally:
+        leave(key)

@@ -14,6 +14,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from . import topology, trees
+
 __all__ = [
     "Settings",
     "COLLECTIVES",
@@ -164,9 +166,31 @@ def _parse_trace(text: Any, name: str) -> str:
     return value
 
 
+def _check_tree(value: str, name: str) -> str:
+    """A tree algorithm's kind and parameters checked now, not at the first served call (non-tree
+    algorithms such as 'native' pass through)."""
+    if value.partition(":")[0].strip() not in trees.KINDS:
+        return value
+    try:
+        trees.check_params(*trees.parse_algorithm(value))
+    except ValueError as exc:
+        raise ValueError(f"{name}={value!r}: {exc}") from None
+    return value
+
+
+def _parse_topology(value: Any, name: str) -> str:
+    text = str(value).strip()
+    if text:
+        try:
+            topology.check_spec(text)
+        except ValueError as exc:
+            raise ValueError(f"{name}: {exc}") from None
+    return text
+
+
 def _parse_field(field: str, value: Any, name: str) -> Any:
     if field.endswith("_algorithm"):
-        return _parse_algorithm(value, name)
+        return _check_tree(_parse_algorithm(value, name), name)
     if field.endswith("_segment_size"):
         size = parse_size(value, name)
         if size < 1:
@@ -186,7 +210,7 @@ def _parse_field(field: str, value: Any, name: str) -> Any:
     if field == "reproducible":
         return _parse_bool(value, name)
     if field == "topology":
-        return str(value).strip()
+        return _parse_topology(value, name)
     if field == "tag_space":
         return parse_size(value, name)
     if field == "trace":
@@ -260,6 +284,14 @@ def configured(**changes: Any) -> Iterator[Settings]:
         _install(previous)
 
 
+OTHER_SIZE_VARS = ("ADAPTCOLL_PICKLE_INLINE_BELOW",)
+"""Byte-count variables read by other modules (adaptcoll.pickled), checked here at import too."""
+
+
 def load_environ() -> None:
-    """(Re)read the environment into the current settings (done once at import)."""
+    """(Re)read the environment into the current settings (done once at import); every ADAPTCOLL_*
+    setting is checked now, so a bad value fails at `import adaptcoll` naming its variable."""
+    for var in OTHER_SIZE_VARS:
+        if var in os.environ:
+            parse_size(os.environ[var], var)
     _install(from_environ())

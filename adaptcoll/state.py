@@ -1,12 +1,19 @@
 """adaptcoll's per-communicator state: a private duplicate for its own traffic, the tag sequence,
-segment pools, trees, topology and the device context. Created collectively by the first served
-collective on a communicator, attached as an MPI attribute and freed with the communicator."""
+segment pools, trees, topology and the device context. Created by the first served collective on a
+communicator, attached as an MPI attribute and freed with the communicator.
+
+Creating the state communicates with no one: its collective set-up is a queue of asynchronous
+`SetupStep`s (the private `Idup` first; topology discovery when a `topo` tree needs it; other modules
+may add theirs) that the engine advances. Operations started before the set-up has completed are
+queued in call order and started once it has (`submit`); they take their tags then, in that order,
+so every rank still agrees. So a nonblocking collective never blocks on first use.
+"""
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Optional
+from typing import Any, Optional, Protocol
 
 import numpy as np
 from mpi4py import MPI
@@ -19,25 +26,97 @@ from .engine import MPITransport, engine
 from .plan import SegmentPlan, plan_segments
 from .pool import SegmentPool
 from .protocols.operation import Operation
-from .transport import Transport
+from .transport import Callback, Poll, Transport
 from .trees import Tree, build, build_all, parse_algorithm
 
-__all__ = ["CommState", "comm_state", "HOST_BACKEND"]
+__all__ = ["CommState", "SetupStep", "comm_state", "HOST_BACKEND"]
 
 HOST_BACKEND = NumpyBackend()
 """The one NumPy backend every communicator's host segments use."""
 
 PoolGetter = Callable[[Any], SegmentPool]
+Starter = Callable[[], Operation]
+
+
+class SetupStep(Protocol):
+    """One step of a communicator's collective set-up. Every rank adds the same steps in the same order
+    (from decisions every rank shares); each begins once the step before it has completed."""
+
+    name: str
+
+    def begin(self, state: CommState) -> Poll:
+        """Start the step; return a poll that is True once it has completed (polled by the engine).
+        It should not wait for other ranks: a step that does blocks wherever it begins (the call
+        that added it, or the progress call that completed the step before it)."""
+
+
+class _DuplicateStep:
+    """The private duplicate for adaptcoll's own traffic, made with MPI_Comm_idup (never blocks)."""
+
+    name = "private duplicate (MPI_Comm_idup)"
+
+    def begin(self, state: CommState) -> Poll:
+        newcomm, request = MPI.Intracomm.Idup(state._plain)
+        state._pending_dup = (newcomm, request)
+
+        def done() -> bool:
+            if not request.Test():
+                return False
+            state._bind(MPI.Intracomm(newcomm))  # a plain mpi4py Intracomm, never a subclass
+            return True
+
+        return done
+
+
+class _TopologyStep:
+    """Topology discovery for `topo` trees (nonblocking: one Iallgather on the private duplicate)."""
+
+    name = "topology discovery (MPI_Iallgather)"
+
+    def begin(self, state: CommState) -> Poll:
+        assert state.dup is not None
+        poll = discovery.begin_discover(state.dup)
+
+        def done() -> bool:
+            found = poll()
+            if found is None:
+                return False
+            state._topology = found
+            return True
+
+        return done
+
+
+class _DupTransport:
+    """The MPI transport of the private duplicate, handed out before the Idup completes; operations only
+    start once it has (CommState.submit), so every call finds the real transport bound."""
+
+    def __init__(self, rank: int, size: int) -> None:
+        self.rank = rank
+        self.size = size
+        self.inner: Optional[MPITransport] = None
+
+    def isend(self, buf: Any, dest: int, tag: int, on_done: Callback, synchronous: bool = False) -> None:
+        assert self.inner is not None, "adaptcoll: an operation started before its communicator's set-up"
+        self.inner.isend(buf, dest, tag, on_done, synchronous)
+
+    def irecv(self, buf: Any, source: int, tag: int, on_done: Callback) -> None:
+        assert self.inner is not None, "adaptcoll: an operation started before its communicator's set-up"
+        self.inner.irecv(buf, source, tag, on_done)
+
+    def watch(self, poll: Poll, on_done: Callback) -> None:
+        engine().watch(poll, on_done)
 
 
 class CommState:
     """adaptcoll's state for one communicator (see the module docstring)."""
 
     def __init__(self, comm: MPI.Intracomm) -> None:
-        self.dup = MPI.Intracomm(MPI.Intracomm.Dup(comm))  # a plain mpi4py Intracomm, never a subclass
+        self._plain = MPI.Intracomm(comm)  # shares the handle: Idup and Get_info without subclass methods
+        self.dup: Optional[MPI.Intracomm] = None  # the private duplicate, once the set-up's Idup completed
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
-        self.transport = MPITransport(self.dup, engine())
+        self.transport = _DupTransport(self.rank, self.size)
         tag_ub = comm.Get_attr(MPI.TAG_UB) or 32767
         self.tag_space = tag_ub + 1
         self.next_tag = 0
@@ -47,6 +126,88 @@ class CommState:
         self._device: Optional[DeviceContext] = None
         self._live: deque[tuple[int, Operation]] = deque()  # (tags held, operation), oldest first
         self._live_tags = 0
+        self._pending_dup: Optional[tuple[MPI.Intracomm, MPI.Request]] = None
+        self._steps: deque[SetupStep] = deque()
+        self._step_running = False
+        self._queued: deque[tuple[Starter, Operation]] = deque()
+        self._topology_step = False
+        self.add_step(_DuplicateStep())
+
+    # -- the collective set-up -----------------------------------------------------------------
+    @property
+    def ready(self) -> bool:
+        """Whether every set-up step added so far has completed."""
+        return not self._step_running and not self._steps
+
+    def add_step(self, step: SetupStep) -> None:
+        """Queue a set-up step (every rank adds the same steps in the same order); begins it now if the
+        steps before it have completed. Operations submitted from now on start after it."""
+        with engine().lock:
+            self._steps.append(step)
+            if not self._step_running:
+                self._next_step()
+
+    def _next_step(self) -> None:
+        """Begin steps until one is still running (the engine then polls it) or none is left."""
+        while self._steps:
+            step = self._steps.popleft()
+            poll = step.begin(self)
+            if not poll():
+                self._step_running = True
+                engine().watch(poll, self._step_done)
+                return
+        self._step_running = False
+        self._start_queued()
+
+    def _step_done(self) -> None:
+        self._step_running = False
+        self._next_step()
+
+    def _bind(self, dup: MPI.Intracomm) -> None:
+        """The Idup completed: the private duplicate and its transport are usable."""
+        self.dup = dup
+        self.transport.inner = MPITransport(dup, engine())
+        self._pending_dup = None
+
+    def submit(self, start: Starter) -> Operation:
+        """Start an operation now if the set-up is complete, else queue it (in call order) and return an
+        Operation that completes with it."""
+        with engine().lock:
+            if self.ready and not self._queued:
+                return start()
+            proxy = Operation()
+            self._queued.append((start, proxy))
+            return proxy
+
+    def _start_queued(self) -> None:
+        while self._queued and self.ready:
+            start, proxy = self._queued.popleft()
+            try:
+                operation = start()
+            except BaseException:
+                proxy.complete()  # its waiter must not hang; the exception goes to the progress call
+                raise
+            if operation.done:
+                proxy.complete()
+            else:
+                operation.on_done = proxy.complete
+
+    def wait_ready(self) -> None:
+        """Progress until the set-up has completed (for blocking users of the private duplicate)."""
+        if not self.ready:
+            engine().wait_for(lambda: self.ready)
+
+    def require_topology(self) -> None:
+        """Make sure `topology()` can answer: discovery becomes a set-up step unless ADAPTCOLL_TOPOLOGY
+        declares the topology (then it is parsed here, locally)."""
+        if self._topology is not None or self._topology_step:
+            return
+        spec = settings.current().topology
+        if spec:
+            self._topology = topology.parse(spec, self.size)
+        else:
+            self._topology_step = True
+            self.add_step(_TopologyStep())
 
     # -- segment plans and tags ----------------------------------------------------------------
     def plan_shape(self, count: int, itemsize: int, segment_bytes: int) -> SegmentPlan:
@@ -102,7 +263,7 @@ class CommState:
     def device(self) -> DeviceContext:
         """The DeviceContext for device buffers (CuPy backend, device pools, staging if not CUDA-aware)."""
         if self._device is None:
-            self._device = DeviceContext(self.transport, self.dup)
+            self._device = DeviceContext(self.transport, self._plain)
         return self._device
 
     def kit(self, on_device: bool) -> tuple[Transport, ArrayBackend, PoolGetter]:
@@ -114,10 +275,12 @@ class CommState:
 
     # -- trees ---------------------------------------------------------------------------------
     def topology(self) -> topology.Topology:
-        """The topology used by `topo` trees: ADAPTCOLL_TOPOLOGY if set, else discovered (collective, once)."""
+        """The topology used by `topo` trees: ADAPTCOLL_TOPOLOGY if set, else discovered by the set-up
+        step `require_topology` added (called only once the set-up has completed)."""
         if self._topology is None:
-            spec = settings.current().topology
-            self._topology = topology.parse(spec, self.size) if spec else discovery.discover(self.dup)
+            self.require_topology()
+            self.wait_ready()
+        assert self._topology is not None
         return self._topology
 
     def trees(self, algorithm: str, root: int, rank_ordered: bool = False) -> tuple[Tree, ...]:
@@ -151,8 +314,14 @@ class CommState:
         return tuple(found)
 
     def free(self) -> None:
-        """Free the private duplicate."""
-        if not MPI.Is_finalized() and self.dup != MPI.COMM_NULL:
+        """Free the private duplicate (completing its Idup first if it is still pending)."""
+        if MPI.Is_finalized():
+            return
+        if self._pending_dup is not None:
+            newcomm, request = self._pending_dup
+            request.Wait()
+            self._bind(MPI.Intracomm(newcomm))
+        if self.dup is not None and self.dup != MPI.COMM_NULL:
             self.dup.Free()
 
 

@@ -74,6 +74,23 @@ def _bad(spec: str, why: str) -> ValueError:
     return ValueError(f"bad {ENV_VAR} topology spec {spec!r}: {why}; expected {_EXAMPLES}")
 
 
+def check_spec(spec: str) -> None:
+    """Check a spec's syntax before the communicator size is known (names, integers, counts >= 1,
+    explicit id lists of one length): ValueError as `parse` gives it. Lengths are checked by `parse`."""
+    if not isinstance(spec, str):
+        raise _bad(repr(spec), "not a string")
+    counts: list[int] = []  # values per level, tokenized as parse() does
+    for token in re.split(r"[;,]", spec.strip()):
+        if "=" in token or not counts:
+            counts.append(1)
+        else:
+            counts[-1] += 1
+    lengths = {n for n in counts if n > 1}
+    if len(lengths) > 1:
+        raise _bad(spec, f"explicit levels list different numbers of ids ({sorted(lengths)})")
+    parse(spec, lengths.pop() if lengths else 64)
+
+
 def _split_even(members: list[int], count: int) -> list[list[int]]:
     """`members` cut into min(count, len) consecutive parts whose sizes differ by at most 1 (larger first)."""
     parts = min(count, len(members))

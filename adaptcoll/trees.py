@@ -17,7 +17,7 @@ from typing import Any
 from .topology import Topology
 from .topology import parse as parse_topology
 
-__all__ = ["KINDS", "SHAPES", "Tree", "build", "build_all", "parse_algorithm", "main"]
+__all__ = ["KINDS", "SHAPES", "Tree", "build", "build_all", "parse_algorithm", "check_params", "main"]
 
 _DEFAULTS: dict[str, dict[str, Any]] = {
     "binomial": {},
@@ -382,6 +382,19 @@ def _normalize_params(kind: str, params: dict[str, Any]) -> dict[str, Any]:
             except ValueError as exc:
                 raise ValueError(f"topo parameter {name}={out[name]!r}: {exc}") from None
     return out
+
+
+def check_params(kind: str, params: dict[str, Any]) -> None:
+    """Validate a tree kind and its parameters as a setting gives them (`parse_algorithm`'s output), with
+    no size yet: ValueError naming the valid kinds or parameters. `topo` levels come from the topology
+    (ADAPTCOLL_TOPOLOGY or discovery), not from the algorithm string."""
+    _check_kind(kind)
+    if kind == "topo" and "levels" in params:
+        raise ValueError(
+            "topo levels come from ADAPTCOLL_TOPOLOGY or discovery, not from the algorithm; "
+            "valid parameters here: inner, intra"
+        )
+    _normalize_params(kind, params)
 
 
 def _topo_levels(levels: Any, size: int) -> tuple[tuple[int, ...], ...]:

@@ -51,6 +51,7 @@ __all__ = [
     "percentile",
     "summarize_samples",
     "format_table",
+    "route_of",
     "build_parser",
     "check_device_args",
     "main",
@@ -372,8 +373,34 @@ def summarize_samples(samples_us: Sequence[float]) -> dict[str, float]:
     }
 
 
+def route_of(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> str:
+    """Who served the calls between two `adaptcoll.stats()` snapshots: "adaptcoll", "native: <reasons>"
+    (adaptcoll handed them to native MPI, e.g. below its thresholds), "mixed: ..." or "none"."""
+    served, reasons = 0, {}
+    for name, row in after.items():
+        old = before.get(name, {"adaptcoll": 0, "native_reasons": {}})
+        served += row["adaptcoll"] - old["adaptcoll"]
+        for reason, n in row["native_reasons"].items():
+            more = n - old["native_reasons"].get(reason, 0)
+            if more:
+                reasons[reason] = reasons.get(reason, 0) + more
+    why = ", ".join(sorted(reasons))
+    if served and reasons:
+        return f"mixed: adaptcoll and native ({why})"
+    if reasons:
+        return f"native: {why}"
+    return "adaptcoll" if served else "none"
+
+
+def _route_note(row: dict[str, Any]) -> str:
+    """'  (native: below native_below)' for an adaptcoll row that native MPI served, else ''."""
+    route = row.get("route")
+    return f"  ({route})" if route not in (None, "adaptcoll", "native") else ""
+
+
 def format_table(collective: str, impl_label: str, rows: Sequence[dict[str, Any]], full: bool, ranks: int) -> str:
-    """One OSU-style table for one (collective, implementation)."""
+    """One OSU-style table for one (collective, implementation); rows of an adaptcoll implementation that
+    native MPI served (below a native threshold, ...) end with the route, e.g. "(native: below native_below)"."""
     name = {
         "bcast": "Broadcast",
         "reduce": "Reduce",
@@ -399,7 +426,7 @@ def format_table(collective: str, impl_label: str, rows: Sequence[dict[str, Any]
             )
             if full:
                 line += f"{r['osu_min_us']:>17.2f}{r['osu_max_us']:>17.2f}{r['iterations']:>12}"
-            lines.append(line)
+            lines.append(line + _route_note(r))
     else:
         head = f"{'# Size':<10}{'Avg Latency(us)':>17}"
         if full:
@@ -409,7 +436,7 @@ def format_table(collective: str, impl_label: str, rows: Sequence[dict[str, Any]
             line = f"{r['size']:<10}{r['osu_avg_us']:>17.2f}"
             if full:
                 line += f"{r['osu_min_us']:>17.2f}{r['osu_max_us']:>17.2f}{r['iterations']:>12}"
-            lines.append(line)
+            lines.append(line + _route_note(r))
     return "\n".join(lines)
 
 
@@ -684,6 +711,25 @@ def _check_results(
                 f"elements, first at index {i}: got {g}, expected {e})"
             )
     return "\n".join(problems) or None
+
+
+def _routes(
+    calls: list[Callable[[], Any]], impls: list[Impl], switch: SettingsSwitch, adaptcoll: Any, nonblocking: bool
+) -> list[str]:
+    """Per implementation, who serves this (collective, size): one untimed call each, judged from the
+    `adaptcoll.stats()` delta it leaves (every rank makes the same calls in the same order)."""
+    out = []
+    for call, impl in zip(calls, impls):
+        if impl.spec.kind == "native":
+            out.append("native")
+            continue
+        switch.apply(impl)
+        before = adaptcoll.stats()
+        request = call()
+        if nonblocking:
+            request.Wait()
+        out.append(route_of(before, adaptcoll.stats()))
+    return out
 
 
 class Noise:
@@ -975,6 +1021,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
                 if rank == 0:
                     print(problem, file=sys.stderr, flush=True)
                 return 3
+        routes = _routes(calls, impls, switch, adaptcoll, nonblocking) if adaptcoll is not None else []
         noise.start(f"{coll}:{size}")
         try:
             label = f"{coll} {size} B"
@@ -1026,6 +1073,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
                 collective=coll,
                 size=size,
                 impl=impl.spec.label,
+                route=routes[k] if routes else "native",
                 iterations=iters,
                 warmup=skip,
                 **summarize_samples(samples),

@@ -1,7 +1,9 @@
-"""PNG plots from a sweep.py summary JSON (needs matplotlib, the project's `bench` extra).
+"""PNG plots from a sweep.py summary JSON or one bench/osu.py --json launch (needs matplotlib: the
+project's `bench` extra, `pip install "adaptcoll[bench]"`).
 
     python bench/plot.py bench/results/core.json --out bench/results/plots            # latency + ratio lines
     python bench/plot.py bench/results/noise.json --out bench/results/plots --kind bars  # variants side by side
+    python bench/plot.py out/osu-bcast.json --out plots                                 # one osu.py launch
 
 lines: one PNG per (variant, collective, ranks): median latency vs size per implementation (p95 dashed)
 and, below, native/impl ratios (>1: the implementation beats native). bars: one PNG per (collective,
@@ -11,6 +13,7 @@ ranks) with a panel per size: median per variant and implementation, p95 as a th
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import re
 import sys
@@ -18,7 +21,29 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["plot_lines", "plot_bars", "main"]
+__all__ = ["plot_lines", "plot_bars", "rows_of", "main"]
+
+MISSING_MATPLOTLIB = (
+    'plot.py needs matplotlib, which adaptcoll\'s `bench` extra installs: pip install "adaptcoll[bench]" '
+    '(from a checkout: pip install -e ".[bench]"), or pip install matplotlib'
+)
+
+
+def rows_of(doc: dict[str, Any], variant: str) -> list[dict[str, Any]]:
+    """Plot rows of a document: a sweep.py summary's `rows`, or one osu.py launch's `results` summarized
+    the way sweep.py summarizes launches (this launch is the only one; `variant` names it)."""
+    if "rows" in doc:
+        return list(doc["rows"])
+    if "results" in doc and "ranks" in doc:
+        spec = importlib.util.spec_from_file_location("_bench_sweep", Path(__file__).with_name("sweep.py"))
+        assert spec is not None and spec.loader is not None
+        sweep = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = sweep  # its dataclasses look their module up
+        spec.loader.exec_module(sweep)
+        return list(sweep.aggregate([(variant, doc)]))
+    raise ValueError(
+        "expected a bench/sweep.py summary (with 'rows') or a bench/osu.py --json document (with 'results')"
+    )
 
 
 def _size_label(size: int) -> str:
@@ -66,6 +91,16 @@ def plot_lines(rows: Sequence[dict[str, Any]], out_dir: Path, prefix: str) -> li
             xs = [r["size"] for r in pts]
             color = f"C{n}"
             top.plot(xs, [r["median_us"] for r in pts], "o-", color=color, label=f"{_short(impl)} median")
+            went_native = [r for r in pts if r.get("route") not in (None, "adaptcoll", "native")]
+            if went_native:  # adaptcoll rows native MPI served (below its thresholds): not its protocols
+                top.plot(
+                    [r["size"] for r in went_native],
+                    [r["median_us"] for r in went_native],
+                    "x",
+                    color="k",
+                    ms=9,
+                    label=f"{_short(impl)}: native MPI served",
+                )
             top.plot(xs, [r["p95_us"] for r in pts], "--", color=color, alpha=0.6, label=f"{_short(impl)} p95")
             if impl != "native" and any(r.get("ratio") for r in pts):
                 bottom.plot(
@@ -136,17 +171,26 @@ def plot_bars(rows: Sequence[dict[str, Any]], out_dir: Path, prefix: str) -> lis
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="plot.py", description=__doc__.split("\n\n")[0])
-    p.add_argument("summary", help="sweep.py --json output")
+    p.add_argument("summary", help="sweep.py --json summary or osu.py --json output")
     p.add_argument("--out", default="bench/results/plots", help="folder for the PNGs")
     p.add_argument("--kind", choices=("lines", "bars"), default="lines")
     p.add_argument("--prefix", default=None, help="file name prefix (default: the summary's stem + '-')")
     args = p.parse_args(argv)
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print(MISSING_MATPLOTLIB, file=sys.stderr)
+        return 2
     doc = json.loads(Path(args.summary).read_text())
+    try:
+        rows = rows_of(doc, Path(args.summary).stem)
+    except ValueError as exc:
+        p.error(f"{args.summary}: {exc}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     prefix = args.prefix if args.prefix is not None else Path(args.summary).stem + "-"
     draw = plot_bars if args.kind == "bars" else plot_lines
-    for path in draw(doc["rows"], out, prefix):
+    for path in draw(rows, out, prefix):
         print(path)
     return 0
 

@@ -247,6 +247,9 @@ def _median(values: Iterable[float]) -> float:
 def aggregate(launches: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
     """Rows per (variant, collective, ranks, size, impl) over launches of (variant, osu.py JSON document).
 
+    route: who served the implementation's calls ("adaptcoll", "native: <reason>" when adaptcoll handed
+    them to native MPI, e.g. below its thresholds), as osu.py recorded it; "mixed: ..." if launches differ.
+
     median_us / p95_us / p99_us: median over launches of each launch's median / p95 / p99 (of the
     per-iteration max-over-ranks times); ratio: native median_us / this impl's median_us in the same group;
     launch_ratio: median over launches of the ratio within each launch (native and impl interleaved there,
@@ -256,7 +259,10 @@ def aggregate(launches: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str, 
     launch_ratios: dict[tuple[str, str, int, int, str], list[float]] = {}
     for variant, doc in launches:
         native_here = {(r["collective"], r["size"]): r["median_us"] for r in doc["results"] if r["impl"] == "native"}
+        settings = {i["label"]: i.get("settings") for i in doc.get("impls", []) if i.get("kind") == "adaptcoll"}
         for r in doc["results"]:
+            if "route" not in r and settings.get(r["impl"]):  # a launch from before osu.py recorded routes
+                r = {**r, "route": _route_from_settings(settings[r["impl"]], r["collective"], int(r["size"]))}
             key = (variant, r["collective"], int(doc["ranks"]), int(r["size"]), r["impl"])
             groups.setdefault(key, []).append(r)
             base = native_here.get((r["collective"], r["size"]))
@@ -279,6 +285,8 @@ def aggregate(launches: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str, 
             "max_median_us": max(meds),
             "osu_avg_us": _median(r["osu_avg_us"] for r in rs),
         }
+        routes = sorted({r["route"] for r in rs if r.get("route")})
+        row["route"] = routes[0] if len(routes) == 1 else ("mixed: " + "; ".join(routes) if routes else None)
         ratios = launch_ratios.get((variant, coll, ranks, size, impl))
         row["launch_ratio"] = _median(ratios) if ratios else None
         row["launch_ratios"] = ratios or []
@@ -292,6 +300,17 @@ def aggregate(launches: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str, 
         r["ratio"] = base["median_us"] / r["median_us"] if base is not None and r["median_us"] > 0 else None
         r["ratio_p95"] = base["p95_us"] / r["p95_us"] if base is not None and r["p95_us"] > 0 else None
     return rows
+
+
+def _route_from_settings(settings: dict[str, Any], collective: str, size: int) -> str | None:
+    """ "native: below native_below" if `size` is below the threshold the launch's settings put on
+    `collective` (its own *_native_below, else native_below); None when the settings do not tell."""
+    base = collective[1:] if collective.startswith("i") else collective
+    own, general = settings.get(f"{base}_native_below", -1), settings.get("native_below")
+    threshold = general if own is None or own < 0 else own
+    if threshold is None:
+        return None
+    return "native: below native_below" if size < threshold else None
 
 
 def format_size(size: int) -> str:
@@ -313,7 +332,8 @@ def _fmt(value: float | None, digits: int = 1) -> str:
 def format_markdown(rows: Sequence[dict[str, Any]], title: str = "") -> str:
     """One Markdown table per (variant, collective, ranks): size, then per impl median and p95 (us),
     then for every non-native impl native/impl ratios of the medians, of the p95s, and the median of the
-    per-launch ratios."""
+    per-launch ratios. A median marked † is an adaptcoll row that native MPI served (the note under the
+    table says why), so it is not a measurement of adaptcoll's protocols."""
     out = [f"## {title}", ""] if title else []
     tables: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
     for r in rows:
@@ -347,11 +367,16 @@ def format_markdown(rows: Sequence[dict[str, Any]], title: str = "") -> str:
         by_size: dict[int, dict[str, dict[str, Any]]] = {}
         for r in rs:
             by_size.setdefault(r["size"], {})[r["impl"]] = r
+        notes: dict[tuple[str, str], list[str]] = {}
         for size in sorted(by_size):
             cells = [format_size(size)]
             for i in impls:
                 r = by_size[size].get(i)
-                cells += [_fmt(r["median_us"]) if r else "-", _fmt(r["p95_us"]) if r else "-"]
+                mark = ""
+                if r and r.get("route") not in (None, "adaptcoll", "native"):
+                    mark = " †"
+                    notes.setdefault((i, r["route"]), []).append(format_size(size))
+                cells += [(_fmt(r["median_us"]) + mark) if r else "-", _fmt(r["p95_us"]) if r else "-"]
                 if nonblocking:
                     cells += [_fmt(r.get("pure_median_us")) if r else "-", _fmt(r.get("overlap_pct")) if r else "-"]
             if has_native:
@@ -363,6 +388,10 @@ def format_markdown(rows: Sequence[dict[str, Any]], title: str = "") -> str:
                         _fmt(r["launch_ratio"], 2) if r else "-",
                     ]
             out.append("| " + " | ".join(cells) + " |")
+        if notes:
+            out.append("")
+            for (i, route), sizes in notes.items():
+                out.append(f"† {i} went to native MPI at {', '.join(sizes)} ({route}): not adaptcoll's protocols.")
         out.append("")
     return "\n".join(out)
 

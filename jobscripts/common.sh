@@ -94,7 +94,8 @@ run() {
 }
 
 # The noise wrapper (python -m adaptcoll.noise run): loads adaptcoll.noise without adaptcoll/__init__.py,
-# which imports mpi4py.MPI; the wrapper must never initialize MPI, the rank it runs does.
+# so the wrapper imports nothing else (importing adaptcoll would not initialize MPI either; the rank
+# the wrapper runs does).
 # Keep in sync with adaptcoll.noise.__main__.SAFE_PYTHON_C (tests/test_jobscripts.py checks it).
 noise_wrap() {
     NOISE_WRAP=("$PYTHON" -c "import importlib.util, sys, types; spec = importlib.util.find_spec('adaptcoll'); pkg = types.ModuleType('adaptcoll'); pkg.__path__ = list(spec.submodule_search_locations); sys.modules['adaptcoll'] = pkg; from adaptcoll.noise.__main__ import main; raise SystemExit(main())" run)

@@ -334,6 +334,57 @@ def test_device_flag_without_cupy_fails_with_a_clear_message(monkeypatch):
         osu.parse_impl("staged:x=1")
 
 
+def test_route_of_reads_stats_deltas():
+    before = {"Bcast": {"adaptcoll": 2, "native": 1, "native_reasons": {"below native_below": 1}}}
+    served = {"Bcast": {"adaptcoll": 3, "native": 1, "native_reasons": {"below native_below": 1}}}
+    native = {"Bcast": {"adaptcoll": 2, "native": 2, "native_reasons": {"below native_below": 2}}}
+    both = {"Bcast": {"adaptcoll": 3, "native": 2, "native_reasons": {"below native_below": 2}}}
+    assert osu.route_of(before, served) == "adaptcoll"
+    assert osu.route_of(before, native) == "native: below native_below"
+    assert osu.route_of({}, native) == "mixed: adaptcoll and native (below native_below)"
+    assert osu.route_of(before, both).startswith("mixed")
+    assert osu.route_of(before, before) == "none"
+
+
+def test_tables_mark_adaptcoll_rows_native_mpi_served():
+    row = {"size": 4, "osu_avg_us": 1.0, "osu_min_us": 0.5, "osu_max_us": 2.0, "iterations": 10}
+    marked = osu.format_table("bcast", "adaptcoll", [{**row, "route": "native: below native_below"}], False, 2)
+    assert marked.splitlines()[-1].endswith("(native: below native_below)")
+    for route in ("adaptcoll", "native", None):
+        assert "(" not in osu.format_table("bcast", "x", [{**row, "route": route}], False, 2).splitlines()[-1]
+    docs = [_doc(2, [("bcast", "native", 4, 10.0, 20.0), ("bcast", "adaptcoll", 4, 9.0, 19.0)])]
+    docs[0]["results"][1]["route"] = "native: below native_below"
+    rows = sweep.aggregate([("v", docs[0])])
+    assert next(r for r in rows if r["impl"] == "adaptcoll")["route"] == "native: below native_below"
+    md = sweep.format_markdown(rows)
+    assert "9.0 †" in md and "† adaptcoll went to native MPI at 4 (native: below native_below)" in md
+
+
+def test_plot_reads_osu_json_and_names_the_extra(tmp_path, capsys, monkeypatch):
+    plot = _load("plot")
+    doc = _doc(2, [("bcast", "native", 4096, 10.0, 20.0), ("bcast", "adaptcoll", 4096, 5.0, 8.0)])
+    rows = plot.rows_of(doc, "launch")
+    assert {(r["variant"], r["impl"], r["ranks"]) for r in rows} == {
+        ("launch", "native", 2),
+        ("launch", "adaptcoll", 2),
+    }
+    assert next(r for r in rows if r["impl"] == "adaptcoll")["ratio"] == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="results"):
+        plot.rows_of({"something": 1}, "x")
+    path = tmp_path / "osu.json"
+    path.write_text(json.dumps(doc))
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        pass
+    else:  # the plot itself, where the bench extra is installed
+        assert plot.main([str(path), "--out", str(tmp_path / "plots")]) == 0
+        assert [p.name for p in (tmp_path / "plots").iterdir()] == ["osu-osu-bcast-n2.png"]
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as after README's install (no bench extra)
+    assert plot.main([str(path), "--out", str(tmp_path / "plots")]) == 2
+    assert 'pip install "adaptcoll[bench]"' in capsys.readouterr().err
+
+
 # -- real launches -------------------------------------------------------------------------------
 
 MPIEXEC = shutil.which("mpiexec")
@@ -363,6 +414,8 @@ def test_osu_two_ranks_tables_and_json(tmp_path):
         "native",
         "--impl",
         "adaptcoll:bcast_algorithm=chain;bcast_segment_size=16;native_below=0",
+        "--impl",
+        "adaptcoll",
         "--json",
         str(out),
         "--noise",
@@ -379,7 +432,9 @@ def test_osu_two_ranks_tables_and_json(tmp_path):
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=130, cwd=REPO)
     assert res.returncode == 0, res.stderr[-2000:]
     text = res.stdout
-    assert text.count("# Size") == 4  # one table per (collective, impl)
+    assert text.count("# Size") == 6  # one table per (collective, impl)
+    # the plain adaptcoll rows are below its thresholds: marked as served by native MPI, the others not
+    assert text.count("(native: below native_below)") == 10
     for col in (
         "Avg Latency(us)",
         "Min Latency(us)",
@@ -395,11 +450,12 @@ def test_osu_two_ranks_tables_and_json(tmp_path):
     assert doc["ranks"] == 2 and doc["mpi_library"]
     assert doc["command"][1].endswith("osu.py")
     rows = doc["results"]
+    chain_label = "adaptcoll:bcast_algorithm=chain;bcast_segment_size=16;native_below=0"
     assert {(r["collective"], r["impl"]) for r in rows} == {
-        (c, i)
-        for c in ("bcast", "iallreduce")
-        for i in ("native", "adaptcoll:bcast_algorithm=chain;bcast_segment_size=16;native_below=0")
+        (c, i) for c in ("bcast", "iallreduce") for i in ("native", chain_label, "adaptcoll")
     }
+    routes = {r["impl"]: {x["route"] for x in rows if x["impl"] == r["impl"]} for r in rows}
+    assert routes == {"native": {"native"}, chain_label: {"adaptcoll"}, "adaptcoll": {"native: below native_below"}}
     assert sorted({r["size"] for r in rows if r["collective"] == "bcast"}) == [4, 8, 16, 32, 64]
     assert sorted({r["size"] for r in rows if r["collective"] == "iallreduce"}) == [4, 8, 16, 32, 64]
     for r in rows:
@@ -408,12 +464,13 @@ def test_osu_two_ranks_tables_and_json(tmp_path):
         assert r["min_us"] <= r["median_us"] <= r["p95_us"] <= r["p99_us"] <= r["max_us"]
         if r["collective"] == "iallreduce":
             assert 0.0 <= r["overlap_pct"] <= 100.0 and len(r["pure_samples_us"]) == 6
-    chain = next(i for i in doc["impls"] if i["kind"] == "adaptcoll")
+    chain = next(i for i in doc["impls"] if i["label"] == chain_label)
     assert chain["settings"]["bcast_algorithm"] == "chain" and chain["settings"]["bcast_segment_size"] == 16
-    # adaptcoll served its calls on every rank: 1 check + 2 warm-up + 6 timed per size, 5 sizes
+    # per implementation and size: 1 check + 1 route probe + 2 warm-up + 6 timed (+ 6 overlap), 5 sizes;
+    # the chain implementation's calls were adaptcoll's, the plain one's went native (below the thresholds)
     for per_rank in doc["adaptcoll_stats"]:
-        assert per_rank["Bcast"]["adaptcoll"] == 5 * (1 + 2 + 6) and per_rank["Bcast"]["native"] == 0
-        assert per_rank["Iallreduce"]["adaptcoll"] == 5 * (1 + 2 + 6 + 6)
+        assert per_rank["Bcast"]["adaptcoll"] == 5 * (1 + 1 + 2 + 6) == per_rank["Bcast"]["native"]
+        assert per_rank["Iallreduce"]["adaptcoll"] == 5 * (1 + 1 + 2 + 6 + 6) == per_rank["Iallreduce"]["native"]
     # detours ran on rank 1 only, once per (collective, size), at about the asked frequency
     quiet, noisy = doc["noise"]["detour_stats"]
     assert quiet == [] and len(noisy) == 10
@@ -470,3 +527,18 @@ def test_sweep_runs_launches_and_summarizes(tmp_path):
         meds = [x["median_us"] for d in docs for x in d["results"] if (x["impl"], x["size"]) == (r["impl"], r["size"])]
         assert r["median_us"] == pytest.approx(float(np.median(meds)))
     assert "native/adaptcoll" in (tmp_path / "s.md").read_text()
+
+
+def test_aggregate_infers_routes_of_launches_made_before_routes_were_recorded():
+    doc = _doc(2, [("bcast", "native", 4096, 10.0, 20.0), ("bcast", "adaptcoll", 4096, 9.0, 19.0)])
+    doc["results"].append({**doc["results"][1], "size": 1 << 21})
+    doc["impls"] = [
+        {"label": "native", "kind": "native", "settings": None},
+        {"label": "adaptcoll", "kind": "adaptcoll", "settings": {"native_below": 1 << 20, "bcast_native_below": -1}},
+    ]
+    routes = {(r["impl"], r["size"]): r["route"] for r in sweep.aggregate([("v", doc)])}
+    assert routes == {
+        ("native", 4096): None,
+        ("adaptcoll", 4096): "native: below native_below",
+        ("adaptcoll", 1 << 21): None,
+    }

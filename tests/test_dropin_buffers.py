@@ -248,7 +248,10 @@ def test_every_buffer_form_matches_native(mpi_ranks):
 
 
 @pytest.mark.mpi(ranks=[2, 3], timeout=120)
-def test_derived_datatypes_and_bottom_go_native(mpi_ranks):
+def test_derived_datatypes_and_bottom_served_by_signature(mpi_ranks):
+    """Derived datatypes of one basic type and BOTTOM addressing are served from their type signature
+    (a view when the elements are back to back, packed through MPI otherwise); a user-defined op on a
+    derived datatype goes native (the op sees the datatype it was given)."""
     world = MPI.COMM_WORLD
     comm = adaptcoll.Intracomm(world)
     rank, size = world.Get_rank(), world.Get_size()
@@ -269,24 +272,30 @@ def test_derived_datatypes_and_bottom_go_native(mpi_ranks):
                 comm.Bcast([mine, count, dt], 0)
                 world.Bcast([ref, count, dt], 0)
                 np.testing.assert_array_equal(mine, ref)
-                _check_stats("Bcast", "derived datatype", "Bcast derived")
-                if dt is not pair:
-                    continue
-                # MPICH's predefined ops refuse derived types: reduce with a user-defined op
+                _check_stats("Bcast", None, "Bcast derived")
                 s = np.arange(n, dtype="d") + rank
                 r, r2 = np.zeros(n), np.zeros(n)
+                adaptcoll.reset_stats()
+                comm.Allreduce([s, count, dt], [r, count, dt], MPI.SUM)
+                world.Allreduce(s, r2, MPI.SUM)  # MPICH refuses predefined ops on derived types itself
+                if dt is strided:
+                    r2[1::2] = 0  # the gaps are not part of the message
+                np.testing.assert_array_equal(r, r2)
+                _check_stats("Allreduce", None, "Allreduce derived")
+                if dt is not pair:
+                    continue
                 adaptcoll.reset_stats()
                 comm.Allreduce([s, count, dt], [r, count, dt], add)
                 world.Allreduce([s, count, dt], [r2, count, dt], add)
                 np.testing.assert_array_equal(r, r2)
-                _check_stats("Allreduce", "derived datatype", "Allreduce derived")
+                _check_stats("Allreduce", "user op on a derived datatype", "Allreduce derived user op")
                 adaptcoll.reset_stats()
                 comm.Reduce([s, count, dt], [r, count, dt], add, size - 1)
                 world.Reduce([s, count, dt], [r2, count, dt], add, size - 1)
                 if rank == size - 1:
                     np.testing.assert_array_equal(r, r2)
                     assert r.sum() > 0
-                _check_stats("Reduce", "derived datatype", "Reduce derived")
+                _check_stats("Reduce", "user op on a derived datatype", "Reduce derived user op")
             # absolute addressing: (BOTTOM, count, datatype) with the address inside the datatype
             a = np.arange(4, dtype="d") if rank == 0 else np.zeros(4)
             absolute = MPI.DOUBLE.Create_hindexed([4], [MPI.Get_address(a)]).Commit()
@@ -294,7 +303,7 @@ def test_derived_datatypes_and_bottom_go_native(mpi_ranks):
                 adaptcoll.reset_stats()
                 comm.Bcast([MPI.BOTTOM, 1, absolute], 0)
                 np.testing.assert_array_equal(a, np.arange(4, dtype="d"))
-                _check_stats("Bcast", "BOTTOM addressing", "Bcast BOTTOM")
+                _check_stats("Bcast", None, "Bcast BOTTOM")
             finally:
                 absolute.Free()
     finally:

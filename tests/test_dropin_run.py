@@ -60,6 +60,10 @@ def test_program_output_same_as_mpi4py_with_adaptcoll_serving(program, served):
     assert native.stdout.strip()
     stats = _stats(ours.stderr)
     assert sorted(stats) == list(range(RANKS)), ours.stderr
+    # --stats all: gathered to rank 0, one header, the ranks' tables in rank order
+    assert ours.stderr.count(f"adaptcoll stats of every rank ({RANKS} ranks, in rank order):") == 1
+    order = [int(r) for r in re.findall(r"^\[rank (\d+)\] collective", ours.stderr, re.M)]
+    assert order == list(range(RANKS)), ours.stderr
     for rank, table in stats.items():
         for name in served:
             assert name in table and table[name][0] > 0 and table[name][1] == 0, (rank, name, table)
@@ -98,7 +102,7 @@ def test_launch_forms_see_what_mpi4py_gives(form):
 
 def test_exception_on_one_rank_aborts_the_job_quickly():
     start = time.monotonic()
-    ours = _launch("adaptcoll", [str(PROGRAMS / "failing.py")], n=3, timeout=60)
+    ours = _launch("adaptcoll", ["--stats", "all", str(PROGRAMS / "failing.py")], n=3, timeout=60)
     elapsed = time.monotonic() - start
     assert ours.returncode != 0
     assert "rank 1 gives up" in ours.stderr

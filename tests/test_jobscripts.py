@@ -158,3 +158,18 @@ def test_smoke_check_runs_against_native():
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert "smoke check on 2 ranks: PASS" in out.stdout
     assert out.stdout.count("ok   ") > 100
+
+
+def test_smoke_check_fails_when_adaptcoll_does_not_serve():
+    """The smoke check runs adaptcoll's own protocols at every size and fails a case native MPI served."""
+    out = subprocess.run(
+        ["timeout", "120", "mpiexec", "-n", "2", sys.executable, "-m", "mpi4py", str(JOBS / "smoke_check.py")],
+        capture_output=True,
+        text=True,
+        timeout=150,
+        cwd=ROOT,
+        env={**os.environ, "ADAPTCOLL_BCAST_ALGORITHM": "native"},
+    )
+    assert out.returncode != 0, out.stdout[-2000:]
+    assert "FAIL Bcast float64 n=7 root=0 (went native: algorithm=native)" in out.stdout
+    assert "ok   Allreduce SUM float64 n=7" in out.stdout

@@ -376,3 +376,92 @@ def test_calibration_fwq_slowdown_matches_detour_fraction():
     if all(r.noise_fraction / r.quiet_cpu_share > 0.8 for r in results):
         pytest.skip("machine too loaded for FWQ calibration (detours would take most of our share): " + text)
     pytest.fail("calibration out of tolerance: " + text)
+
+
+# --- the run wrapper: the wrapped rank dies with it ------------------------------------------------
+_STUBBORN = (
+    "import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "print(os.getpid(), flush=True); time.sleep(60)"
+)  # a rank that survives SIGTERM, as the issue's orphan did
+
+
+def _start_wrapper(*options: str) -> tuple[subprocess.Popen, int]:
+    wrapper = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "adaptcoll.noise",
+            "run",
+            "--spec",
+            "off",
+            *options,
+            "--",
+            sys.executable,
+            "-c",
+            _STUBBORN,
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    return wrapper, int(wrapper.stdout.readline())
+
+
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
+def test_wrapped_rank_dies_with_its_wrapper(how):
+    """SIGKILL of the wrapper: PR_SET_PDEATHSIG takes the rank with it. SIGTERM: forwarded, and a rank
+    that ignores it is SIGKILLed --kill-after seconds later; the wrapper exits 128 + 9 then."""
+    wrapper, child = _start_wrapper("--kill-after", "0.5")
+    try:
+        assert _alive(child)
+        os.kill(wrapper.pid, getattr(signal, how))
+        code = wrapper.wait(timeout=20)
+        assert _wait_gone(child, 3.0), f"the wrapped rank outlived its wrapper ({how})"
+        assert code == (-signal.SIGKILL if how == "SIGKILL" else 128 + signal.SIGKILL)
+    finally:
+        for pid in (wrapper.pid, child):
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        wrapper.wait()
+
+
+def test_watchdog_kills_the_rank_when_the_wrapper_is_gone():
+    """The fallback where PR_SET_PDEATHSIG does not exist: a watchdog process (the wrapper's child) on
+    the wrapper's pid SIGKILLs the rank once the wrapper is gone, then exits."""
+    from adaptcoll.noise.__main__ import WATCHDOG
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    fake_wrapper = (
+        "import os, subprocess, sys, time; "
+        f"w = subprocess.Popen([sys.executable, '-I', '-S', '-c', {WATCHDOG!r}, str(os.getpid()), '{child.pid}']); "
+        "print(w.pid, flush=True); time.sleep(60)"
+    )
+    wrapper = subprocess.Popen([sys.executable, "-c", fake_wrapper], stdout=subprocess.PIPE, text=True)
+    watchdog = int(wrapper.stdout.readline())
+    try:
+        time.sleep(0.5)
+        assert child.poll() is None and _alive(watchdog)
+        wrapper.kill()
+        wrapper.wait()
+        assert child.wait(timeout=5) == -signal.SIGKILL
+        assert _wait_gone(watchdog, 5.0)
+    finally:
+        for proc in (wrapper, child):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def test_wrapper_refuses_when_mpi_is_initialized_in_it():
+    """Importing adaptcoll does not import mpi4py.MPI, so plain `-m adaptcoll.noise run` is safe; if
+    something did initialize MPI in the wrapper under a launcher, it refuses with the fix in the message."""
+    check = "import sys, adaptcoll, adaptcoll.noise.__main__; print('mpi4py.MPI' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.stdout.strip() == "False", out.stderr
+    code = (
+        "import mpi4py.MPI; from adaptcoll.noise.__main__ import main; "
+        "raise SystemExit(main(['run', '--spec', 'off', '--', 'true']))"
+    )
+    env = {**os.environ, "OMPI_COMM_WORLD_RANK": "0"}  # a launcher's rank variable (MPICH ignores it)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env, cwd=ROOT)
+    assert out.returncode == 1 and "MPI is initialized in the wrapper" in out.stderr, out.stderr

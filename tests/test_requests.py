@@ -86,3 +86,12 @@ def test_mixed_with_mpi_requests():
 def test_cancel_is_refused():
     with pytest.raises(NotImplementedError, match="cannot be cancelled"):
         Request(Operation()).Cancel()
+
+
+def test_mpi_waitall_on_adaptcoll_requests_raises_the_documented_typeerror():
+    """README and docs/dropin.md quote this message and give the fix (adaptcoll.Request.Waitall)."""
+    done = Operation()
+    done.complete()
+    with pytest.raises(TypeError, match=r"Cannot convert Request to mpi4py\.MPI\.Request"):
+        MPI.Request.Waitall([Request(done)])
+    assert Request.Waitall([Request(done), MPI.REQUEST_NULL])

@@ -111,3 +111,44 @@ def test_windows_and_segment_size_per_collective():
         assert cfg.windows("bcast") == (5, 7)
         assert cfg.windows("reduce") == cfg.windows("allreduce") == (1, 2)
         assert cfg.segment_size("allreduce") == 8192 and cfg.segment_size("bcast") == 512 * 1024
+
+
+@pytest.mark.parametrize(
+    "var, value, expect",
+    [
+        ("ADAPTCOLL_BCAST_ALGORITHM", "knomial:radx=4", "valid parameters: radix"),
+        ("ADAPTCOLL_REDUCE_ALGORITHM", "knomial:radix=1", "radix must be an int >= 2"),
+        ("ADAPTCOLL_ALLREDUCE_ALGORITHM", "chain:chains=two", "chains must be an int"),
+        ("ADAPTCOLL_BCAST_ALGORITHM", "topo:inner=knomial:radix=1", "topo parameter inner"),
+        ("ADAPTCOLL_BCAST_ALGORITHM", "topo:levels=2", "valid parameters here: inner, intra"),
+        ("ADAPTCOLL_BCAST_ALGORITHM", "binomial:fanout=2", "valid parameters: none"),
+        ("ADAPTCOLL_TOPOLOGY", "nodes=x", "non-integer"),
+        ("ADAPTCOLL_TOPOLOGY", "node=0,0,1;socket=0,1", "different numbers of ids"),
+    ],
+)
+def test_tree_parameters_and_topology_are_validated_when_set(var, value, expect):
+    """Checked at import / configure() time, not at the first served call, with the variable's name."""
+    with pytest.raises(ValueError, match=var) as info:
+        settings.from_environ({var: value})
+    assert expect in str(info.value)
+    key = var[len("ADAPTCOLL_") :].lower()
+    with pytest.raises(ValueError, match=key) as info:
+        adaptcoll.configure(**{key: value})
+    assert expect in str(info.value)
+    good = settings.from_environ({"ADAPTCOLL_BCAST_ALGORITHM": "topo:inner=knomial:radix=4,intra=chain"})
+    assert good.bcast_algorithm.startswith("topo")
+
+
+def test_bad_tree_parameter_fails_at_import_naming_variable_and_valid_parameters():
+    for env, expect in (
+        ({"ADAPTCOLL_BCAST_ALGORITHM": "knomial:radx=4"}, ("ADAPTCOLL_BCAST_ALGORITHM", "valid parameters: radix")),
+        ({"ADAPTCOLL_PICKLE_INLINE_BELOW": "lots"}, ("ADAPTCOLL_PICKLE_INLINE_BELOW", "byte count")),
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-c", "import adaptcoll"],
+            capture_output=True,
+            text=True,
+            env={**env, "PATH": ""},
+            timeout=60,
+        )
+        assert proc.returncode != 0 and all(e in proc.stderr for e in expect), proc.stderr

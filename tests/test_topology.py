@@ -105,6 +105,10 @@ def test_discover_consistent_with_split_type(mpi_ranks: int, monkeypatch) -> Non
     for sub in (comm, comm.Split(comm.Get_rank() % 2, key=-comm.Get_rank())):  # also a reordered sub-comm
         topo = discovery.discover(sub)
         assert topo.size == sub.Get_size() and topo.names[0] == "node"
+        poll = discovery.begin_discover(sub)  # the nonblocking form the collectives' set-up uses
+        while (found := poll()) is None:
+            pass
+        assert found == topo and poll() is found
         assert all(t == topo for t in sub.allgather(topo))  # identical on every rank
         shared = sub.Split_type(MPI.COMM_TYPE_SHARED)
         my_node = sorted(shared.allgather(sub.Get_rank()))

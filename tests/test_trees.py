@@ -363,3 +363,17 @@ def test_viewer_bad_arguments(args: list[str], message: str, capsys) -> None:
         trees.main(args)
     assert info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_docs_example_runs() -> None:
+    """The first Python block of docs/trees.md runs as written (it once called build() wrongly)."""
+    import contextlib
+    import io
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "trees.md").read_text()
+    block = re.search(r"```python\n(.*?)```", text, re.S)
+    assert block is not None
+    with contextlib.redirect_stdout(io.StringIO()):
+        exec(compile(block.group(1), "docs/trees.md", "exec"), {})

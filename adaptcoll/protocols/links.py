@@ -32,10 +32,26 @@ StartOne = Callable[[Link, Callback], None]
 """Starts this rank's protocol on one link; calls the callback once that protocol is done."""
 
 
-def start_on_links(links: Sequence[Link], keep: object, start_one: StartOne) -> Operation:
-    """Start one protocol per tree link and join them into one Operation (which keeps `keep` alive)."""
+def start_on_links(
+    links: Sequence[Link], keep: object, start_one: StartOne, finish: Optional[Callback] = None
+) -> Operation:
+    """Start one protocol per tree link and join them into one Operation (which keeps `keep` alive).
+
+    `finish()`, if given, runs once every protocol is done and before the Operation completes (it
+    writes scratch results back into the user's buffers); the Operation completes even if it raises.
+    """
     operation = Operation(keep=keep)
-    join = Join(len(links), operation.complete)
+    done: Callback = operation.complete
+    if finish is not None:
+
+        def finished() -> None:
+            try:
+                finish()
+            finally:
+                operation.complete()
+
+        done = finished
+    join = Join(len(links), done)
     for link in links:
         start_one(link, join.part_done)
     join.start()

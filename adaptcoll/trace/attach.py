@@ -86,11 +86,13 @@ def _world_ranks(comm: MPI.Intracomm) -> tuple[int, ...]:
 
 
 def _register(st: CommState, rec: Recorder, tag: int) -> _CommTrace:
-    members = _world_ranks(st.dup)
+    dup = st.dup
+    assert dup is not None, "operations start only once the communicator's set-up (Idup) completed"
+    members = _world_ranks(dup)
     instances = _instances.setdefault(rec, _Instances())
     instance = instances.seen.get(members, 0)
     instances.seen[members] = instance + 1
-    offset, rtt = clock.measure_offset(st.dup, tag, engine())
+    offset, rtt = clock.measure_offset(dup, tag, engine())
     entry = {
         "members": list(members),
         "instance": instance,

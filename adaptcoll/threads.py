@@ -1,0 +1,49 @@
+"""Detect two threads calling collectives on the same communicator at the same time.
+
+MPI forbids it (collectives on one communicator must be called in the same order on every rank, which
+concurrent threads cannot promise); adaptcoll would otherwise start two set-ups or take tags in a
+different order on different ranks and hang later. Every adaptcoll collective call marks its
+communicator busy (by handle, so every Python object sharing the handle counts) for the duration of
+the call; a second thread entering meanwhile gets a RuntimeError naming the communicator and both
+collectives. Cost: one dict insert and delete per call (about 0.3 us), on the served path only.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Optional
+
+__all__ = ["ConcurrentCollectiveError", "enter", "leave"]
+
+
+class ConcurrentCollectiveError(RuntimeError):
+    """Two threads called collectives on one communicator at the same time (MPI forbids it)."""
+
+
+_busy: dict[int, tuple[int, str, str]] = {}  # handle -> (thread ident, thread name, collective)
+
+
+def enter(comm: Any, collective: str) -> Optional[int]:
+    """Mark `comm` busy with `collective` in this thread; returns the key to pass to `leave` (None for a
+    call nested in another collective of the same thread). Raises ConcurrentCollectiveError if another
+    thread is inside a collective on the same communicator."""
+    key = comm.handle
+    thread = threading.current_thread()
+    mine = (thread.ident or 0, thread.name, collective)
+    held = _busy.setdefault(key, mine)
+    if held is mine:
+        return key
+    if held[0] == mine[0]:
+        return None
+    name = comm.Get_name() or "unnamed"
+    raise ConcurrentCollectiveError(
+        f"adaptcoll: {collective} on communicator {name} (handle {key:#x}) was called in thread "
+        f"{thread.name!r} while thread {held[1]!r} is inside {held[2]} on the same communicator: MPI forbids "
+        "concurrent collectives on one communicator; give each thread its own communicator (comm.Dup())"
+    )
+
+
+def leave(key: Optional[int]) -> None:
+    """End the call `enter` returned `key` for."""
+    if key is not None:
+        _busy.pop(key, None)
