@@ -34,7 +34,7 @@ from . import dlpack
 from .datatypes import mpi_copy, numpy_dtype, signature
 from .native import DEVICE_MEMORY, Kind, Native
 
-__all__ = ["Message", "parse", "datatype_of"]
+__all__ = ["unpack_spec", "Message", "parse", "datatype_of"]
 
 Step = Callable[[], None]
 
@@ -128,7 +128,7 @@ def _has_buffer_protocol(buf: Any) -> bool:
     return True
 
 
-def _unpack_spec(spec: Any) -> Union[tuple[Any, Any, Any, Any], Native]:
+def unpack_spec(spec: Any) -> Union[tuple[Any, Any, Any, Any], Native]:
     """(buf, count, displ, datatype) of a specification, each None when not given."""
     if not isinstance(spec, (tuple, list)):
         return spec, None, None, None
@@ -162,7 +162,7 @@ def parse(spec: Any, writable: bool) -> Union[Message, Native]:
             return _UNSUPPORTED_DTYPE
         flat = spec.reshape(-1)
         return Message(flat, basic, flat.size)
-    parts = _unpack_spec(spec)
+    parts = unpack_spec(spec)
     if isinstance(parts, Native):
         return parts
     buf, count, displ, datatype = parts

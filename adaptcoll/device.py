@@ -14,11 +14,13 @@ import sys
 from typing import Any, Union
 
 import numpy as np
+from mpi4py import MPI
 
 from .backends.cupy_backend import CupyBackend, HostStaging, synchronize_producer
-from .buffers import Message, datatype_of
+from .buffers import Message, datatype_of, unpack_spec
 from .cuda import DLPACK_CUDA_DEVICE_TYPES
 from .cuda_aware import mpi_cuda_aware
+from .datatypes import numpy_dtype, signature
 from .native import DEVICE_MEMORY, Kind, Native
 from .pool import SegmentPool
 from .staging import StagingTransport
@@ -67,25 +69,72 @@ def as_cupy(obj: Any) -> Any:
 def parse_device(spec: Any, writable: bool) -> Union[Message, Native]:
     """A Message whose `array` is a 1-D CuPy view of a device buffer, or the reason to go native.
 
-    Only the plain buffer form is served on the device (tuples with counts/datatypes go native).
+    Buffer specifications are read as on the host (adaptcoll.buffers): the message is its type
+    signature, so `d`, `[d, n]`, `[d, n, MPI.FLOAT]` and `[d, 1, MPI.FLOAT.Create_contiguous(n)]` of
+    the same memory are the same Message and every rank decides alike whatever form it used. Only
+    datatypes whose elements are not back to back go native (staged through host memory when MPI is
+    not CUDA-aware): packing device memory would need a kernel per layout.
     """
-    if isinstance(spec, (tuple, list)):
-        return Native("device memory with a buffer specification", Kind.DEVICE)
+    parts = unpack_spec(spec)
+    if isinstance(parts, Native):
+        return parts
+    buf, count, displ, datatype = parts
     if not cupy_available():
         return DEVICE_MEMORY
     try:
-        arr = as_cupy(spec)
+        arr = as_cupy(buf)
     except Exception:
         return DEVICE_MEMORY
     if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
         return Native("non-contiguous buffer", Kind.BAD_BUFFER)
-    if writable and arr is not spec and _declared_read_only(spec):
+    if writable and arr is not buf and _declared_read_only(buf):
         return Native("read-only buffer", Kind.BAD_BUFFER)
-    datatype = datatype_of(np.dtype(arr.dtype))
-    if datatype is None:
-        return Native("unsupported dtype")
     flat = arr.reshape(-1, order="A")
-    return Message(flat, datatype, int(flat.size))
+    if datatype is None and count is None:
+        basic = datatype_of(np.dtype(arr.dtype))
+        if basic is None:
+            return Native("unsupported dtype")
+        return Message(flat, basic, int(flat.size))
+    return _device_view(flat, count, displ, datatype)
+
+
+def _device_view(flat: Any, count: Any, displ: Any, datatype: Any) -> Union[Message, Native]:
+    """The Message for `count` items of `datatype` at item `displ` of the 1-D device array `flat`."""
+    if datatype is None:
+        datatype = datatype_of(np.dtype(flat.dtype))
+        if datatype is None:
+            return Native("unsupported dtype")
+    elif isinstance(datatype, str):
+        try:
+            datatype = MPI.Datatype.fromcode(datatype)
+        except (KeyError, ValueError):
+            return Native("unknown typecode", Kind.INVALID)
+    if not isinstance(datatype, MPI.Datatype) or datatype == MPI.DATATYPE_NULL:
+        return Native("malformed buffer specification", Kind.INVALID)
+    sig = signature(datatype)
+    base_dtype = numpy_dtype(sig.base) if sig.base is not None else None
+    if sig.base is None or base_dtype is None:
+        return Native("datatype not served")
+    raw = flat.view(np.uint8)
+    extent, size = datatype.Get_extent()[1], datatype.Get_size()
+    try:
+        displ = 0 if displ is None else int(displ)
+        if count is None:
+            if extent <= 0 or raw.size % extent:
+                return Native("buffer size not a multiple of the datatype extent", Kind.INVALID)
+            count = raw.size // extent
+        count = int(count)
+    except (TypeError, ValueError):
+        return Native("malformed buffer specification", Kind.INVALID)
+    start = displ * extent + (0 if datatype.is_predefined else datatype.Get_true_extent()[0])
+    length = count * size
+    if count < 0 or displ < 0 or start < 0 or start + length > raw.size:
+        return Native("count or displacement out of range", Kind.INVALID)
+    if not (sig.dense and (count <= 1 or extent == size)):
+        return Native("device memory with a non-contiguous datatype", Kind.DEVICE)
+    view = raw[start : start + length].view(base_dtype)
+    derived = None if datatype.is_predefined else datatype
+    return Message(view, sig.base, count * sig.per_item, derived=derived)
 
 
 def _declared_read_only(obj: Any) -> bool:

@@ -94,7 +94,7 @@ def test_no_device_pointer_reaches_mpi_when_it_is_not_cuda_aware(guard: tuple[Pa
     for label in (
         "Allreduce 1024B f4",
         "Allreduce 256KiB f4 shipped defaults",
-        "Allreduce [buf, FLOAT]",
+        "Bcast (buf, n/2, FLOAT)",
         "Bcast (buf, 1, vector)",
         "Allreduce MINLOC",
         "Reduce non-commutative root=last",
@@ -107,6 +107,8 @@ def test_no_device_pointer_reaches_mpi_when_it_is_not_cuda_aware(guard: tuple[Pa
         assert label in staged, (label, routes.get(label))
     for label in (
         "Allreduce 1MiB f4 shipped defaults",
+        "Allreduce [buf, FLOAT]",
+        "Bcast plain vs [buf, 1, contiguous(n)]",
         "Allreduce 65536B dlpack",
         "Ibcast 65536B",
         "Bcast_init 65536B",
@@ -227,7 +229,7 @@ def test_staged_call_on_comm_self_blocking_and_nonblocking(fake_cupy) -> None:
         dev_in, dev_out = fd.CAIBuffer(pairs), fd.CAIBuffer(np.zeros_like(pairs))
         decision = decide.allreduce(comm, [dev_in, MPI.DOUBLE_INT], [dev_out, MPI.DOUBLE_INT], MPI.MINLOC)
         assert isinstance(decision, decide.Prepared)
-        assert decision.native_reason == "native (staged): device memory with a buffer specification"
+        assert decision.native_reason == "native (staged): datatype not served"
         decision.run()
         got = dev_out.get()  # fields only: MPICH's MINLOC writes the struct's padding bytes too
         np.testing.assert_array_equal(got["v"], pairs["v"])

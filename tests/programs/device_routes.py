@@ -152,25 +152,39 @@ def unserved_cases() -> None:
         ref = np.empty_like(host)
         world.Allreduce(host, ref, MPI.SUM)
         send, recv = fd.CAIBuffer(host), fd.CAIBuffer(np.zeros(n, "f4"))
-        spec = "device memory with a buffer specification"
-        case("Allreduce [buf, FLOAT]", "Allreduce", spec, lambda: comm.Allreduce([send, MPI.FLOAT], [recv, MPI.FLOAT]))
+        # specifications are read by type signature, as on the host: served like the plain buffer
+        case(
+            "Allreduce [buf, FLOAT]",
+            "Allreduce",
+            "served",
+            lambda: comm.Allreduce([send, MPI.FLOAT], [recv, MPI.FLOAT]),
+        )
         np.testing.assert_array_equal(recv.get(), ref)
         # a count smaller than the buffer: the tail stays as it was
         tail = fd.CAIBuffer(np.full(n, 5, "f4"))
         half = n // 2
-        case("Bcast (buf, n/2, FLOAT)", "Bcast", spec, lambda: comm.Bcast((tail, half, MPI.FLOAT), 0))
+        case("Bcast (buf, n/2, FLOAT)", "Bcast", "below native_below", lambda: comm.Bcast((tail, half, MPI.FLOAT), 0))
         want = np.full(n, 5, "f4")
         np.testing.assert_array_equal(tail.get(), want)
+        # the same message in different legal forms on different ranks: every rank decides alike (served)
+        contiguous = MPI.FLOAT.Create_contiguous(n).Commit()
+        mixed = fd.CAIBuffer(host.copy() if rank == 0 else np.zeros(n, "f4"))
+        form = mixed if rank == 0 else [mixed, 1, contiguous]
+        case("Bcast plain vs [buf, 1, contiguous(n)]", "Bcast", "served", lambda: comm.Bcast(form, 0))
+        np.testing.assert_array_equal(mixed.get(), world.bcast(host if rank == 0 else None, 0))
+        contiguous.Free()
         # a derived datatype with holes: receivers keep their own values in the holes
         vector = MPI.FLOAT.Create_vector(half, 1, 2).Commit()
         mine = data(n, "f4", salt=11)
         root_data = data(n, "f4", salt=11, who=1 % size)
         buf = fd.CAIBuffer(mine)
-        case("Bcast (buf, 1, vector)", "Bcast", spec, lambda: comm.Bcast((buf, 1, vector), 1 % size))
+        holes = "device memory with a non-contiguous datatype"
+        case("Bcast (buf, 1, vector)", "Bcast", holes, lambda: comm.Bcast((buf, 1, vector), 1 % size))
         expected = mine.copy()
         expected[::2] = root_data[::2]
         np.testing.assert_array_equal(buf.get(), expected)
         vector.Free()
+        spec = "datatype not served"
         # MINLOC / MAXLOC on FLOAT_INT pairs
         pair = np.dtype([("v", "f4"), ("i", "i4")])
         for op_name, op in (("MINLOC", MPI.MINLOC), ("MAXLOC", MPI.MAXLOC)):
