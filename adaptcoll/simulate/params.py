@@ -1,0 +1,140 @@
+"""The simulator's cost model: LogGP network parameters plus the CPU costs of folds and events.
+
+One frozen value, `CostParams`, in SI units (seconds, seconds per byte, bytes). A parameters file is
+JSON holding some of these fields (the others keep their defaults) plus free-form "source" and "fit"
+records; `load_params` rejects a bad file with a ValueError that names the file and the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Union
+
+__all__ = [
+    "CostParams",
+    "DEFAULT_PARAMS",
+    "PARAM_DOCS",
+    "TRANSFERS",
+    "FORMAT",
+    "load_params",
+    "save_params",
+    "params_from_dict",
+]
+
+FORMAT = "adaptcoll.simulate.params/1"
+"""The value of the "format" key of a parameters file."""
+
+
+@dataclass(frozen=True)
+class CostParams:
+    """LogGP (L, o, g, G) with one CPU per rank; see PARAM_DOCS for each field.
+
+    adaptcoll's protocols pay `o` per isend/irecv they post and `engine` per completion callback
+    (Python: mpi4py call, Testsome, protocol code); lock-step baselines run inside the MPI library
+    and pay `native_o` per message and nothing per completion. Folds cost `fold` per byte for both.
+    """
+
+    L: float = 2.0e-6
+    o: float = 5.9e-6
+    g: float = 0.0
+    G: float = 1.0e-10
+    fold: float = 2.5e-10
+    engine: float = 3.1e-6
+    native_o: float = 0.5e-6
+    eager: int = 65536
+    transfer: str = "nic"
+
+    def __post_init__(self) -> None:
+        if self.transfer not in TRANSFERS:
+            raise ValueError(f"transfer must be one of {', '.join(TRANSFERS)}, got {self.transfer!r}")
+
+    def to_dict(self) -> dict[str, Union[float, int, str]]:
+        """The fields as a plain dict (for JSON)."""
+        return dataclasses.asdict(self)
+
+
+PARAM_DOCS: dict[str, str] = {
+    "L": "network latency per message (s)",
+    "o": "CPU overhead of posting one send or receive from adaptcoll (mpi4py call + MPI) (s)",
+    "g": "minimum gap between two messages leaving one rank (s)",
+    "G": "time per byte on a rank's link, out and in (s/byte); 1/G is the bandwidth",
+    "fold": "CPU time per byte of one reduction fold (s/byte)",
+    "engine": "CPU time adaptcoll's engine and protocol add per completion event (s)",
+    "native_o": "CPU overhead per message inside the MPI library, for lock-step baselines (s)",
+    "eager": "messages up to this many bytes go eagerly; larger ones (and synchronous sends) rendezvous",
+    "transfer": "'nic': links move rendezvous data (RDMA; the receiver's CPU only starts it) or 'cpu': the "
+    "receiver's CPU copies it (shared memory)",
+}
+
+TRANSFERS = ("nic", "cpu")
+
+DEFAULT_PARAMS = CostParams()
+"""Built-in defaults: rounded from the 16-core node calibration (docs/simulate.md, 'Validation')."""
+
+_FIELDS = {f.name: f for f in dataclasses.fields(CostParams)}
+_META_KEYS = ("format", "source", "fit", "units", "comment")
+
+
+def _field_value(name: str, value: Any, where: str) -> Union[float, int, str]:
+    """One field checked: a finite number >= 0 (eager: a whole number of bytes; transfer: nic or cpu)."""
+    if name == "transfer":
+        if value not in TRANSFERS:
+            raise ValueError(
+                f"{where}: field 'transfer' must be one of {', '.join(map(repr, TRANSFERS))}, got {value!r}"
+            )
+        return str(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{where}: field {name!r} must be a number, got {value!r}")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{where}: field {name!r} must be a finite number >= 0, got {value!r}")
+    if name == "eager":
+        if value != int(value):
+            raise ValueError(f"{where}: field 'eager' must be a whole number of bytes, got {value!r}")
+        return int(value)
+    return float(value)
+
+
+def params_from_dict(raw: Any, where: str = "parameters", base: CostParams = DEFAULT_PARAMS) -> CostParams:
+    """CostParams from a dict (unknown or bad fields raise ValueError naming `where` and the field)."""
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where}: expected a JSON object with fields {', '.join(_FIELDS)}, got {type(raw).__name__}")
+    fmt = raw.get("format", FORMAT)
+    if fmt != FORMAT:
+        raise ValueError(f"{where}: field 'format' must be {FORMAT!r}, got {fmt!r}")
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key in _META_KEYS:
+            continue
+        if key not in _FIELDS:
+            raise ValueError(f"{where}: unknown field {key!r}; valid fields: {', '.join(_FIELDS)}")
+        values[key] = _field_value(key, value, where)
+    return dataclasses.replace(base, **values)
+
+
+def load_params(path: Union[str, Path]) -> CostParams:
+    """Read a parameters file (JSON); ValueError naming the file and the bad field."""
+    where = f"parameters file {str(path)!r}"
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ValueError(f"{where}: cannot read it ({exc.strerror or exc})") from None
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{where}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    return params_from_dict(raw, where)
+
+
+def save_params(path: Union[str, Path], params: CostParams, source: Any = None, fit: Any = None) -> None:
+    """Write a parameters file: the fields, the units, and where the values came from."""
+    doc: dict[str, Any] = {"format": FORMAT, **params.to_dict()}
+    doc["units"] = "seconds; G and fold in seconds per byte; eager in bytes; transfer nic|cpu"
+    if source is not None:
+        doc["source"] = source
+    if fit is not None:
+        doc["fit"] = fit
+    Path(path).write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n")
