@@ -194,7 +194,9 @@ def calibrate_main(argv: Sequence[str]) -> int:
         f"{info['rms_log_error']:.3f}; wrote {args.out}"
     )
     for name in PARAM_DOCS:
-        print(f"  {name:>9} = {getattr(params, name):.4g}   ({PARAM_DOCS[name]})")
+        value = getattr(params, name)
+        shown = f"{value:.4g}" if isinstance(value, float) else str(value)
+        print(f"  {name:>9} = {shown}   ({PARAM_DOCS[name]})")
     return 0
 
 
