@@ -141,6 +141,8 @@ def _rows(args: argparse.Namespace, impl: str) -> list[measured.Measurement]:
                 continue
             if impl != "all" and m.kind != impl:
                 continue
+            if m.kind == "adaptcoll" and m.settings is not None and m.size < m.settings.threshold(m.collective):
+                continue  # the library handed this call to native MPI: not adaptcoll's protocol
             rows.append(m)
     if not rows:
         raise ValueError("no measurement matched the filters (--ranks, --min-size, --max-size, --impl)")
@@ -170,6 +172,7 @@ def calibrate_main(argv: Sequence[str]) -> int:
     p.add_argument("--engine-cost", metavar="FILE", help="output of mpiexec -n 2 python bench/engine_cost.py --mpi")
     p.add_argument("--pingpong", metavar="FILE", help="ping-pong JSON lines (ranks, bytes, one_way_us): first guess")
     p.add_argument("--fit", default="", help=f"fields to fit (default L,G,fold; from: {', '.join(PARAM_DOCS)})")
+    p.add_argument("--params", metavar="FILE", help="starting values (e.g. {\"transfer\": \"cpu\"}); default built-in")
     p.add_argument("--out", required=True, metavar="FILE", help="parameters file to write")
     args = p.parse_args(argv)
     rows = _rows(args, "adaptcoll")
@@ -179,10 +182,11 @@ def calibrate_main(argv: Sequence[str]) -> int:
     for f in fields or ():
         if f not in PARAM_DOCS or f == "eager":
             raise ValueError(f"--fit: cannot fit {f!r}; choose from {', '.join(k for k in PARAM_DOCS if k != 'eager')}")
-    params, info = calibrate(rows, engine, pingpong, fields=fields)
+    params, info = calibrate(rows, engine, pingpong, _params(args.params), fields)
     source = {
         "osu": list(args.osu),
         "engine_cost": args.engine_cost,
+        "start": args.params,
         "pingpong": args.pingpong,
         "ranks": sorted({m.ranks for m in rows}),
         "sizes": [args.min_size, args.max_size],

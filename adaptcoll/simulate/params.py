@@ -42,7 +42,7 @@ class CostParams:
     o: float = 5.9e-6
     g: float = 0.0
     G: float = 1.0e-10
-    fold: float = 2.5e-10
+    fold: float = 1.5e-10
     engine: float = 3.1e-6
     native_o: float = 0.5e-6
     eager: int = 65536
@@ -73,7 +73,8 @@ PARAM_DOCS: dict[str, str] = {
 TRANSFERS = ("nic", "cpu")
 
 DEFAULT_PARAMS = CostParams()
-"""Built-in defaults: rounded from the 16-core node calibration (docs/simulate.md, 'Validation')."""
+"""Built-in defaults, a cluster node as seen by one rank: the CPU costs (o, engine, fold) of the 16-core
+node's calibration, rounded; a 10 GB/s RDMA link per rank with 2 us latency (docs/simulate.md)."""
 
 _FIELDS = {f.name: f for f in dataclasses.fields(CostParams)}
 _META_KEYS = ("format", "source", "fit", "units", "comment")
