@@ -46,7 +46,8 @@ def show(row: dict) -> None:
     print(
         f"{row['impl']:>22} {row['ranks']:>7} ranks x {row['segments']:>3} segments: {row['cpu_s']:7.2f} s CPU, "
         f"{row['events']:>10,} events ({row['events_per_s']:>9,.0f}/s), {row['messages']:>9,} messages "
-        f"({row['messages_per_s']:>8,.0f}/s), {row['callbacks']:>10,} callbacks; simulated {row['simulated_us']:,.0f} us"
+        f"({row['messages_per_s']:>8,.0f}/s), {row['callbacks']:>10,} callbacks; "
+        f"simulated {row['simulated_us']:,.0f} us"
     )
 
 

@@ -117,15 +117,24 @@ def compare(
     seed: int = 0,
     samples: int = 1,
     adaptcoll: bool = True,
+    quiet_cache: Optional[dict[Any, RunStats]] = None,
 ) -> dict[str, Any]:
-    """Quiet and noisy runs of adaptcoll and each baseline; the report the CLI prints and writes."""
+    """Quiet and noisy runs of adaptcoll and each baseline; the report the CLI prints and writes.
+
+    `quiet_cache` keeps quiet runs (deterministic) across calls that share a job, e.g. in a sweep.
+    """
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
     prepared = prepare(job) if adaptcoll else None
     rows = []
     impls = ([ADAPTCOLL] if adaptcoll else []) + list(baselines)
     for impl in impls:
-        quiet, _, _ = run_once(job, params, impl, None, seed, 0, prepared=prepared)
+        key = (job, params, impl)
+        quiet = quiet_cache.get(key) if quiet_cache is not None else None
+        if quiet is None:
+            quiet = run_once(job, params, impl, None, seed, 0, prepared=prepared)[0]
+            if quiet_cache is not None:
+                quiet_cache[key] = quiet
         noisy = []
         if not noise.quiet:
             noisy = [run_once(job, params, impl, noise, seed, s, prepared=prepared)[0].time_s for s in range(samples)]

@@ -86,12 +86,13 @@ def sweep(
 ) -> list[dict[str, Any]]:
     """Rows for every (ranks, condition, implementation); `samples` may depend on the rank count."""
     rows: list[dict[str, Any]] = []
+    quiet: dict[Any, Any] = {}
     for n in ranks:
         for cond in conditions:
             noise = parse_noise(split_condition(cond))
             job = Job(collective, n, size, segment, algorithm)
             k = samples(n) if callable(samples) else samples
-            report = compare(job, params, noise, tuple(baselines), seed, k, adaptcoll)
+            report = compare(job, params, noise, tuple(baselines), seed, k, adaptcoll, quiet)
             for res in report["results"]:
                 row = {
                     "collective": collective,
