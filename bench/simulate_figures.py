@@ -7,6 +7,7 @@ under the machine lock and ~10 minutes); `report` turns all parts into Markdown 
     python bench/simulate_figures.py validation            # (b) calibrate + validate against measurements
     python bench/simulate_figures.py amplification 8K      # (c) lock-step Bcast, 2.5 % noise, 2^4..2^20 ranks
     python bench/simulate_figures.py scale bcast adaptcoll 16,64,256,1K,4K,16K,64K,256K,1M
+    python bench/simulate_figures.py grid bcast 4096 adaptcoll binomial scatter_allgather
     python bench/simulate_figures.py report
 
 Everything is simulated except the measurements read in `validation`; results depend only on the seed.
@@ -150,6 +151,24 @@ def step_scale(collective: str, impl: str, ranks_text: str, params_file: str = "
     _save(f"{prefix}_{collective}_{impl}_{ranks_text.replace(',', '_')}", rows, {"params": params.to_dict()})
 
 
+def grid_conditions() -> list[str]:
+    """Detour frequency x length, every pair that leaves the rank some CPU (f x d < 1)."""
+    freqs = ["10Hz", "100Hz", "1kHz", "10kHz"]
+    lengths = ["2.5us", "25us", "250us", "2.5ms"]
+    values = {"10Hz": 10, "100Hz": 100, "1kHz": 1e3, "10kHz": 1e4, "2.5us": 2.5e-6, "25us": 25e-6}
+    values.update({"250us": 250e-6, "2.5ms": 2.5e-3})
+    return [f"{f} x {d}" for f in freqs for d in lengths if values[f] * values[d] < 0.5]
+
+
+def step_grid(collective: str, ranks: int, impls: list[str]) -> None:
+    baselines = [i for i in impls if i != "adaptcoll"]
+    rows = sweep(
+        collective, [ranks], SIZES[collective], 512 << 10, grid_conditions(), baselines, DEFAULT_PARAMS,
+        seed=SEED, samples=3, adaptcoll="adaptcoll" in impls, progress=_progress,
+    )  # fmt: skip
+    _save(f"grid_{collective}_{ranks}", rows, {"params": DEFAULT_PARAMS.to_dict()})
+
+
 # -- report --------------------------------------------------------------------------------------------
 def _load(prefix: str, exact: bool = False) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
@@ -241,6 +260,17 @@ def step_report() -> None:
                     f"| {cond} | " + " | ".join(f"x{cells.get((n, cond), float('nan')):.3f}" for n in ranks) + " |"
                 )
             (OUT / f"amplification_{size}.md").write_text("\n".join(lines) + "\n")
+    for path in sorted(PARTS.glob("grid_*.json")):
+        grid = json.loads(path.read_text())["rows"]
+        plots.plot_grid(grid, PLOTS / f"simulate-{path.stem.replace('_', '-')}.png")
+        impls = sorted({r["impl"] for r in grid}, key=lambda i: (i != "adaptcoll", i))
+        cells = {(r["noise"], r["impl"]): r["slowdown"] for r in grid}
+        lines = ["| detours | fraction | " + " | ".join(impls) + " |", "|---|---:|" + "---:|" * len(impls)]
+        for cond in grid_conditions():
+            frac = next((r["noise_fraction"] for r in grid if r["noise"] == cond), float("nan"))
+            vals = " | ".join(f"x{cells.get((cond, i), float('nan')):.3f}" for i in impls)
+            lines.append(f"| {cond} | {frac:.2%} | {vals} |")
+        (OUT / f"{path.stem}.md").write_text("\n".join(lines) + "\n")
     scale = _load("scale_")
     if scale:
         (OUT / "scale.md").write_text(_scale_md(scale))
@@ -266,6 +296,10 @@ def main() -> None:
     sc.add_argument("impl", help="adaptcoll or a baseline name")
     sc.add_argument("ranks")
     sc.add_argument("--params", default="")
+    gr = sub.add_parser("grid")
+    gr.add_argument("collective", choices=sorted(SIZES))
+    gr.add_argument("ranks", type=int)
+    gr.add_argument("impls", nargs="+")
     sub.add_parser("report")
     args = parser.parse_args()
     if args.step == "validation":
@@ -274,6 +308,8 @@ def main() -> None:
         step_amplification(args.size, args.ranks)
     elif args.step == "scale":
         step_scale(args.collective, args.impl, args.ranks, args.params)
+    elif args.step == "grid":
+        step_grid(args.collective, args.ranks, args.impls)
     else:
         step_report()
 

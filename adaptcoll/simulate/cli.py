@@ -172,7 +172,7 @@ def calibrate_main(argv: Sequence[str]) -> int:
     p.add_argument("--engine-cost", metavar="FILE", help="output of mpiexec -n 2 python bench/engine_cost.py --mpi")
     p.add_argument("--pingpong", metavar="FILE", help="ping-pong JSON lines (ranks, bytes, one_way_us): first guess")
     p.add_argument("--fit", default="", help=f"fields to fit (default L,G,fold; from: {', '.join(PARAM_DOCS)})")
-    p.add_argument("--params", metavar="FILE", help="starting values (e.g. {\"transfer\": \"cpu\"}); default built-in")
+    p.add_argument("--params", metavar="FILE", help='starting values (e.g. {"transfer": "cpu"}); default built-in')
     p.add_argument("--out", required=True, metavar="FILE", help="parameters file to write")
     args = p.parse_args(argv)
     rows = _rows(args, "adaptcoll")

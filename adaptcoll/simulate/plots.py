@@ -78,7 +78,7 @@ def plot_grid(rows: Sequence[dict[str, Any]], path: Union[str, Path], title: str
         cells[(r["impl"], spec.frequency_hz, spec.duration_s)] = r["slowdown"]
     freqs = sorted({k[1] for k in cells})
     durs = sorted({k[2] for k in cells})
-    fig, axes = plt.subplots(1, len(impls), figsize=(3.6 * len(impls) + 1, 3.8), squeeze=False)
+    fig, axes = plt.subplots(1, len(impls), figsize=(3.6 * len(impls) + 1.5, 4.0), squeeze=False, layout="constrained")
     vmax = max(cells.values()) if cells else 1.0
     for ax, impl in zip(axes[0], impls):
         grid = [[cells.get((impl, f, d), float("nan")) for f in freqs] for d in durs]
@@ -92,7 +92,8 @@ def plot_grid(rows: Sequence[dict[str, Any]], path: Union[str, Path], title: str
         ax.set_xticks(range(len(freqs)), [f"{f:g}" for f in freqs], fontsize=7)
         ax.set_yticks(range(len(durs)), [f"{d * 1e6:g}" for d in durs], fontsize=7)
         ax.set_xlabel("detour frequency (Hz)")
-        ax.set_ylabel("detour length (us)")
+        if ax is axes[0][0]:
+            ax.set_ylabel("detour length (us)")
         ax.set_title(impl, fontsize=9)
     fig.colorbar(im, ax=axes[0].tolist(), label="slowdown")
     first = rows[0]

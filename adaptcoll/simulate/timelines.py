@@ -9,7 +9,6 @@ detours; calls for one rank must come with non-decreasing `t` (the simulator gua
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -103,17 +102,27 @@ class Timeline:
             s, e = ahead[j]
             j += 1
 
+    def _rank_state(self, rank: int) -> list[float]:
+        """What `_generate` changes for one rank (saved and restored around `detours`)."""
+        return [self._k[rank], self._last[rank]]
+
+    def _set_rank_state(self, rank: int, state: list[float]) -> None:
+        self._k[rank], self._last[rank] = int(state[0]), state[1]
+
     def detours(self, rank: int, t0: float, t1: float) -> list[tuple[float, float]]:
-        """The detours of `rank` overlapping [t0, t1), from a fresh stream (for traces and tests)."""
-        fresh = copy.copy(self)
-        fresh._reset()
+        """The detours of `rank` overlapping [t0, t1), generated afresh (for traces and tests)."""
+        saved = self._rank_state(rank)
+        self._set_rank_state(rank, [0, -_INF] + saved[2:])
         out: list[tuple[float, float]] = []
-        while True:
-            s, e = fresh._generate(rank)
-            if s >= t1:
-                return out
-            if e > t0:
-                out.append((s, e))
+        try:
+            while True:
+                s, e = self._generate(rank)
+                if s >= t1:
+                    return out
+                if e > t0:
+                    out.append((s, e))
+        finally:
+            self._set_rank_state(rank, saved)
 
 
 class Periodic(Timeline):
@@ -149,6 +158,14 @@ class Poisson(Timeline):
     def _reset(self) -> None:
         super()._reset()
         self._deadline = [0.0] * self.size
+
+    def _rank_state(self, rank: int) -> list[float]:
+        return [*super()._rank_state(rank), self._deadline[rank]]
+
+    def _set_rank_state(self, rank: int, state: list[float]) -> None:
+        super()._set_rank_state(rank, state)
+        if len(state) > 2:
+            self._deadline[rank] = state[2]
 
     def _detour(self, rank: int, k: int) -> tuple[float, float]:
         # Deadlines form a Poisson process on the whole time line: the last one before time 0 lies an
