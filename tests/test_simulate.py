@@ -75,6 +75,18 @@ def test_binomial_reduce_one_segment_closed_form(k):
     assert _close(t, expect), (t, expect)
 
 
+def test_ranks_of_one_node_share_its_link():
+    """Two ranks per node, a flat tree over 4 ranks: the root's node link carries the messages to ranks 2 and
+    3 one after the other (and node 1's link receives them in turn); rank 1, on the root's node, copies its
+    message itself. The last one arrives 2L + 2mG after the root posted its second send (e + 2o)."""
+    m = 1 << 20
+    alone = _time(Job("bcast", 4, m, m, "linear", UNCAPPED))
+    shared = _time(Job("bcast", 4, m, m, "linear", UNCAPPED), params=dataclasses.replace(P, ranks_per_node=2))
+    b = m * P.G
+    assert _close(shared, 2 * P.engine + 2 * P.o + 2 * P.L + 2 * b)
+    assert alone < shared
+
+
 @pytest.mark.parametrize("k", range(0, 9))
 def test_lockstep_binomial_bcast_closed_form(k):
     """MPICH's binomial Bcast, blocking sends: k steps of native_o + 2L + mG on the critical path."""
@@ -97,11 +109,11 @@ def test_every_segment_delivered_exactly_once(collective):
     """Real data through the real protocols: results right, and every segment crosses each edge of its tree
     exactly once in each direction the collective uses (down: bcast, up: reduce, both: allreduce)."""
     noise = parse_noise(["1kHz x 40us, poisson", "net: 2kHz x 5us", "skew: uniform:50us"])
-    transfers = [CostParams(eager=4096), CostParams(eager=4096, transfer="cpu")]
+    transfers = [CostParams(eager=4096), CostParams(eager=4096, transfer="cpu"), CostParams(ranks_per_node=4)]
     for i, (kind, size) in enumerate((k, s) for k in KINDS for s in (1, 2, 3, 7, 12, 33)):
         cfg = settings.Settings(max_segments=0, allreduce_roots=(i % 3))
         job = Job(collective, size, 9000 + 8 * i, 1024, kind, cfg)
-        params = transfers[i % 2]
+        params = transfers[i % 3]
         _, world, bufs = run_once(job, params, noise=noise if i % 2 else None, seed=i, data=True, record=True)
         bufs.check(job.root)
         assert world.unmatched == 0
@@ -294,6 +306,7 @@ def test_bad_parameter_files_name_the_field(tmp_path, capsys):
         ('{"fold": NaN}', "field 'fold'"),
         ('{"eager": 100.5}', "field 'eager'"),
         ('{"transfer": "pigeon"}', "field 'transfer'"),
+        ('{"ranks_per_node": 0}', "field 'ranks_per_node'"),
         ('{"latency": 1e-6}', "unknown field 'latency'"),
         ('{"format": "other/2"}', "field 'format'"),
         ('{"engine": true}', "field 'engine' must be a number"),

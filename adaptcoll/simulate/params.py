@@ -47,10 +47,13 @@ class CostParams:
     native_o: float = 0.5e-6
     eager: int = 65536
     transfer: str = "nic"
+    ranks_per_node: int = 1
 
     def __post_init__(self) -> None:
         if self.transfer not in TRANSFERS:
             raise ValueError(f"transfer must be one of {', '.join(TRANSFERS)}, got {self.transfer!r}")
+        if self.ranks_per_node < 1:
+            raise ValueError(f"ranks_per_node must be >= 1, got {self.ranks_per_node!r}")
 
     def to_dict(self) -> dict[str, Union[float, int, str]]:
         """The fields as a plain dict (for JSON)."""
@@ -68,6 +71,8 @@ PARAM_DOCS: dict[str, str] = {
     "eager": "messages up to this many bytes go eagerly; larger ones (and synchronous sends) rendezvous",
     "transfer": "'nic': links move rendezvous data (RDMA; the receiver's CPU only starts it) or 'cpu': the "
     "receiver's CPU copies it (shared memory)",
+    "ranks_per_node": "ranks sharing one node: they share its link (NIC), and the receiver's CPU copies messages "
+    "between them (shared memory)",
 }
 
 TRANSFERS = ("nic", "cpu")
@@ -92,9 +97,9 @@ def _field_value(name: str, value: Any, where: str) -> Union[float, int, str]:
         raise ValueError(f"{where}: field {name!r} must be a number, got {value!r}")
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"{where}: field {name!r} must be a finite number >= 0, got {value!r}")
-    if name == "eager":
-        if value != int(value):
-            raise ValueError(f"{where}: field 'eager' must be a whole number of bytes, got {value!r}")
+    if name in ("eager", "ranks_per_node"):
+        if value != int(value) or (name == "ranks_per_node" and value < 1):
+            raise ValueError(f"{where}: field {name!r} must be a whole number (ranks_per_node >= 1), got {value!r}")
         return int(value)
     return float(value)
 
@@ -133,7 +138,7 @@ def load_params(path: Union[str, Path]) -> CostParams:
 def save_params(path: Union[str, Path], params: CostParams, source: Any = None, fit: Any = None) -> None:
     """Write a parameters file: the fields, the units, and where the values came from."""
     doc: dict[str, Any] = {"format": FORMAT, **params.to_dict()}
-    doc["units"] = "seconds; G and fold in seconds per byte; eager in bytes; transfer nic|cpu"
+    doc["units"] = "seconds; G and fold in seconds per byte; eager in bytes; transfer nic|cpu; ranks_per_node"
     if source is not None:
         doc["source"] = source
     if fit is not None:

@@ -130,8 +130,13 @@ def plot_validation(rows: Sequence[dict[str, Any]], path: Union[str, Path], titl
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(5.8, 5.2))
     marks = {"bcast": "o", "reduce": "s", "allreduce": "^"}
+    ranks = sorted({r["ranks"] for r in rows})
+    colours = {n: f"C{i}" for i, n in enumerate(ranks)}
     for r in rows:
-        ax.scatter(r["measured_us"], r["simulated_us"], marker=marks.get(r["collective"], "o"), s=14, alpha=0.8)
+        ax.scatter(
+            r["measured_us"], r["simulated_us"], marker=marks.get(r["collective"], "o"), s=16, alpha=0.8,
+            c=colours[r["ranks"]],
+        )  # fmt: skip
     lo = min(min(r["measured_us"], r["simulated_us"]) for r in rows) * 0.7
     hi = max(max(r["measured_us"], r["simulated_us"]) for r in rows) * 1.4
     ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
@@ -142,6 +147,8 @@ def plot_validation(rows: Sequence[dict[str, Any]], path: Union[str, Path], titl
     ax.set_ylabel("simulated (us)")
     for name, m in marks.items():
         ax.scatter([], [], marker=m, c="gray", label=name)
+    for n in ranks:
+        ax.scatter([], [], marker="o", c=colours[n], label=f"{n} ranks")
     ax.legend(fontsize=8)
     ax.set_title(title or "simulated vs measured (band: +-25%)", fontsize=10)
     ax.grid(True, alpha=0.3)

@@ -173,6 +173,7 @@ class World:
         self._foldcost = params.fold * itemsize
         self._eager_elems = params.eager // itemsize
         self._cpu_copy = params.transfer == "cpu"
+        self._rpn = params.ranks_per_node
         self._plain = not (data or record or trace is not None)
         self.ranks = [SimRank(self, r) for r in range(size)]
         self.now = 0.0
@@ -183,8 +184,9 @@ class World:
         self._seq = itertools.count().__next__
         self._sends: dict[tuple[int, int, int], list[_Msg]] = {}
         self._recvs: dict[tuple[int, int, int], list[tuple[Any, Callback, float]]] = {}
-        self._out_free = [0.0] * size
-        self._in_free = [0.0] * size
+        nodes = -(-size // params.ranks_per_node)
+        self._out_free = [0.0] * nodes  # links are per node: its ranks share the NIC
+        self._in_free = [0.0] * nodes
         self._busy = [-_INF] * size
         self._queued: dict[int, list[Callback]] = {}
         self._watches: dict[int, list[tuple[Poll, Callback]]] = {}
@@ -395,7 +397,8 @@ class World:
             busy = self._busy[dst]
             start = busy if busy > now else now
             cpu = self._cpu
-            if self._cpu_copy:  # the receiver's CPU copies the data (shared memory)
+            rpn = self._rpn
+            if self._cpu_copy or (rpn > 1 and msg.src // rpn == dst // rpn):  # the receiver copies (shared memory)
                 dur = msg.n * self._bytecost
                 end = start + dur if cpu is None else cpu.advance(dst, start, dur)
                 self._busy[dst] = end
@@ -413,15 +416,20 @@ class World:
         self._depart(msg)
 
     def _depart(self, msg: _Msg) -> None:
-        """Take the sender's link in order of readiness (FIFO)."""
-        src = msg.src
+        """Take the sender's link in order of readiness (FIFO); eager messages within a node take none."""
+        rpn = self._rpn
+        node = msg.src // rpn
         now = self.now
-        free = self._out_free[src]
-        start = now if free <= now else free
         dur = msg.n * self._bytecost
-        end = start + dur if self._net is None else self._net.advance(src, start, dur)
+        if rpn > 1 and node == msg.dst // rpn:  # eager, within a node: through shared memory
+            msg.start, msg.end = now, now + dur
+            self._land(msg, now + self._L + dur)
+            return
+        free = self._out_free[node]
+        start = now if free <= now else free
+        end = start + dur if self._net is None else self._net.advance(node, start, dur)
         gap_end = start + self._g
-        self._out_free[src] = end if end > gap_end else gap_end
+        self._out_free[node] = end if end > gap_end else gap_end
         msg.start, msg.end = start, end
         if start == now:
             self._leave(msg)
@@ -439,25 +447,28 @@ class World:
 
     def _leave(self, msg: _Msg) -> None:
         """The first byte leaves now: reserve the receiver's link; schedule the completions."""
-        dst = msg.dst
+        node = msg.dst // self._rpn
         start, end = msg.start, msg.end
         dur = msg.n * self._bytecost
         rx = start + self._L
-        free = self._in_free[dst]
+        free = self._in_free[node]
         if free > rx:
             rx = free
-        self._in_free[dst] = rx + dur
+        self._in_free[node] = rx + dur
         arrival = rx + dur
         tail = end + self._L
-        if tail > arrival:
-            arrival = tail
+        self._land(msg, tail if tail > arrival else arrival, rx)
+
+    def _land(self, msg: _Msg, arrival: float, rx: float = -1.0) -> None:
+        """Schedule the completions of a message whose last byte arrives at `arrival`."""
+        start, end = msg.start, msg.end
         heap, seq = self._heap, self._seq
         if msg.eager:
             if self.data:
                 msg.sbuf = np.array(msg.sbuf, copy=True)  # the sender may reuse its buffer once it has left
             heapq.heappush(heap, (end, seq(), self._eager_sent, msg))
         heapq.heappush(heap, (arrival, seq(), self._arrive, msg))
-        self._count(msg, start, end, rx, arrival)
+        self._count(msg, start, end, rx if rx >= 0 else start, arrival)
 
     def _eager_sent(self, msg: _Msg) -> None:
         self._complete(msg.src, msg.scb)
