@@ -48,6 +48,7 @@ class CostParams:
     eager: int = 65536
     transfer: str = "nic"
     ranks_per_node: int = 1
+    copy: float = 0.0
 
     def __post_init__(self) -> None:
         if self.transfer not in TRANSFERS:
@@ -73,6 +74,7 @@ PARAM_DOCS: dict[str, str] = {
     "receiver's CPU copies it (shared memory)",
     "ranks_per_node": "ranks sharing one node: they share its link (NIC), and the receiver's CPU copies messages "
     "between them (shared memory)",
+    "copy": "CPU time per byte of a shared-memory copy (s/byte); 0 means G",
 }
 
 TRANSFERS = ("nic", "cpu")

@@ -13,8 +13,9 @@ over MPI. Time only advances through events, processed in time order (ties first
   sender's link (`G` per byte, at least `g` apart, stretched by `net_noise`), reaches the
   receiver's link `L` later and queues there (`G` per byte); the receive completes when the last
   byte is in, a rendezvous send at the same moment, an eager send when its last byte has left.
-- with `transfer="cpu"` (shared memory) the receiver's CPU copies rendezvous data instead (`G` per
-  byte of CPU time, stretched by its noise, between its callbacks); links are not used for it.
+- with `transfer="cpu"` (shared memory), and between ranks of one node (`ranks_per_node`), the
+  receiver's CPU copies rendezvous data instead (`copy`, default `G`, per byte of CPU time, stretched
+  by its noise, between its callbacks); links are not used for it. The ranks of a node share its link.
 
 Messages match by (source, dest, tag) in posting order, as in MPI. A transport never calls back from
 inside isend/irecv (completions are events), as the Transport interface requires. In data mode the
@@ -170,6 +171,7 @@ class World:
         self._L = params.L
         self._g = params.g
         self._bytecost = params.G * itemsize
+        self._copycost = (params.copy or params.G) * itemsize
         self._foldcost = params.fold * itemsize
         self._eager_elems = params.eager // itemsize
         self._cpu_copy = params.transfer == "cpu"
@@ -399,7 +401,7 @@ class World:
             cpu = self._cpu
             rpn = self._rpn
             if self._cpu_copy or (rpn > 1 and msg.src // rpn == dst // rpn):  # the receiver copies (shared memory)
-                dur = msg.n * self._bytecost
+                dur = msg.n * self._copycost
                 end = start + dur if cpu is None else cpu.advance(dst, start, dur)
                 self._busy[dst] = end
                 msg.start = msg.end = start
@@ -422,8 +424,9 @@ class World:
         now = self.now
         dur = msg.n * self._bytecost
         if rpn > 1 and node == msg.dst // rpn:  # eager, within a node: through shared memory
-            msg.start, msg.end = now, now + dur
-            self._land(msg, now + self._L + dur)
+            copy = msg.n * self._copycost
+            msg.start, msg.end = now, now + copy
+            self._land(msg, now + self._L + copy)
             return
         free = self._out_free[node]
         start = now if free <= now else free
