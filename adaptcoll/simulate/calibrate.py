@@ -68,7 +68,7 @@ def fit_params(
     rows: Sequence[Measurement],
     start: CostParams,
     fields: Sequence[str] = DEFAULT_FIT,
-    max_iter: int = 40,
+    max_iter: int = 60,
 ) -> tuple[CostParams, dict[str, Any]]:
     """Fit `fields` of `start` to the adaptcoll rows (least squares on log time); returns (params, fit info)."""
     rows = [m for m in rows if m.kind == "adaptcoll"]
@@ -111,12 +111,17 @@ def fit_params(
                 break
             lam *= 4
         if not improved:
-            break
+            if step < 1e-4:
+                break
+            step, lam = step / 10, 1e-3  # near the optimum: finer differences
+            continue
         theta, r, gain = theta + delta, r_new, cost - cost_new
         cost = cost_new
         lam = max(lam / 3, 1e-9)
         if gain < 1e-12 * max(cost, 1e-300) or float(np.max(np.abs(delta))) < 1e-9:
-            break
+            if step < 1e-4:
+                break
+            step, lam = step / 10, 1e-3
     fitted = params_at(theta)
     errors = [math.expm1(x) * 100 for x in r]
     info = {

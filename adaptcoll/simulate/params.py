@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
 
+from .network import LINK_POLICIES
+
 __all__ = [
     "CostParams",
     "DEFAULT_PARAMS",
@@ -49,10 +51,13 @@ class CostParams:
     transfer: str = "nic"
     ranks_per_node: int = 1
     copy: float = 0.0
+    links: str = "fair"
 
     def __post_init__(self) -> None:
         if self.transfer not in TRANSFERS:
             raise ValueError(f"transfer must be one of {', '.join(TRANSFERS)}, got {self.transfer!r}")
+        if self.links not in LINK_POLICIES:
+            raise ValueError(f"links must be one of {', '.join(LINK_POLICIES)}, got {self.links!r}")
         if self.ranks_per_node < 1:
             raise ValueError(f"ranks_per_node must be >= 1, got {self.ranks_per_node!r}")
 
@@ -75,6 +80,8 @@ PARAM_DOCS: dict[str, str] = {
     "ranks_per_node": "ranks sharing one node: they share its link (NIC), and the receiver's CPU copies messages "
     "between them (shared memory)",
     "copy": "CPU time per byte of a shared-memory copy (s/byte); 0 means G",
+    "links": "'fair': messages on one link share it equally (RDMA NICs interleave transfers) or 'fifo': one at a "
+    "time, first ready first served",
 }
 
 TRANSFERS = ("nic", "cpu")
@@ -88,12 +95,12 @@ _META_KEYS = ("format", "source", "fit", "units", "comment")
 
 
 def _field_value(name: str, value: Any, where: str) -> Union[float, int, str]:
-    """One field checked: a finite number >= 0 (eager: a whole number of bytes; transfer: nic or cpu)."""
-    if name == "transfer":
-        if value not in TRANSFERS:
-            raise ValueError(
-                f"{where}: field 'transfer' must be one of {', '.join(map(repr, TRANSFERS))}, got {value!r}"
-            )
+    """One field checked: a finite number >= 0 (eager, ranks_per_node: whole numbers; transfer, links: a name)."""
+    if name in ("transfer", "links"):
+        allowed = TRANSFERS if name == "transfer" else LINK_POLICIES
+        if value not in allowed:
+            choices = " or ".join(map(repr, allowed))
+            raise ValueError(f"{where}: field {name!r} must be {choices}, got {value!r}")
         return str(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{where}: field {name!r} must be a number, got {value!r}")
@@ -140,7 +147,7 @@ def load_params(path: Union[str, Path]) -> CostParams:
 def save_params(path: Union[str, Path], params: CostParams, source: Any = None, fit: Any = None) -> None:
     """Write a parameters file: the fields, the units, and where the values came from."""
     doc: dict[str, Any] = {"format": FORMAT, **params.to_dict()}
-    doc["units"] = "seconds; G and fold in seconds per byte; eager in bytes; transfer nic|cpu; ranks_per_node"
+    doc["units"] = "seconds; G, copy and fold in seconds per byte; eager in bytes"
     if source is not None:
         doc["source"] = source
     if fit is not None:

@@ -36,6 +36,7 @@ import numpy as np
 from ..backends.base import ArrayBackend, ReduceOp
 from ..backends.numpy_backend import NumpyBackend
 from ..transport import Callback, Poll
+from .network import FairLinks, FifoLinks
 from .params import CostParams
 from .timelines import Timeline
 
@@ -80,6 +81,10 @@ class _Msg:
         "landed",
         "start",
         "end",
+        "rem",
+        "rate",
+        "tupd",
+        "ver",
     )
 
     def __init__(self, src: int, dst: int, tag: int, n: int, sbuf: Any, scb: Callback, ts: float, eager: bool) -> None:
@@ -90,6 +95,8 @@ class _Msg:
         self.tr = 0.0
         self.landed = False
         self.start = self.end = 0.0
+        self.rem = self.rate = self.tupd = 0.0
+        self.ver = 0
 
 
 class SimRank(ArrayBackend):
@@ -186,9 +193,9 @@ class World:
         self._seq = itertools.count().__next__
         self._sends: dict[tuple[int, int, int], list[_Msg]] = {}
         self._recvs: dict[tuple[int, int, int], list[tuple[Any, Callback, float]]] = {}
-        nodes = -(-size // params.ranks_per_node)
-        self._out_free = [0.0] * nodes  # links are per node: its ranks share the NIC
-        self._in_free = [0.0] * nodes
+        nodes = -(-size // params.ranks_per_node)  # links are per node: its ranks share the NIC
+        policy = FairLinks if params.links == "fair" else FifoLinks
+        self._links = policy(self, nodes, self._rpn, self._bytecost, self._L, self._g, net_noise)
         self._busy = [-_INF] * size
         self._queued: dict[int, list[Callback]] = {}
         self._watches: dict[int, list[tuple[Poll, Callback]]] = {}
@@ -418,26 +425,15 @@ class World:
         self._depart(msg)
 
     def _depart(self, msg: _Msg) -> None:
-        """Take the sender's link in order of readiness (FIFO); eager messages within a node take none."""
+        """Onto the network; eager messages between ranks of one node go through shared memory instead."""
         rpn = self._rpn
-        node = msg.src // rpn
-        now = self.now
-        dur = msg.n * self._bytecost
-        if rpn > 1 and node == msg.dst // rpn:  # eager, within a node: through shared memory
+        if rpn > 1 and msg.src // rpn == msg.dst // rpn:
+            now = self.now
             copy = msg.n * self._copycost
             msg.start, msg.end = now, now + copy
             self._land(msg, now + self._L + copy)
             return
-        free = self._out_free[node]
-        start = now if free <= now else free
-        end = start + dur if self._net is None else self._net.advance(node, start, dur)
-        gap_end = start + self._g
-        self._out_free[node] = end if end > gap_end else gap_end
-        msg.start, msg.end = start, end
-        if start == now:
-            self._leave(msg)
-        else:  # the receiver's link is taken in order of first-byte arrival, i.e. of leaving time
-            heapq.heappush(self._heap, (start, self._seq(), self._leave, msg))
+        self._links.depart(msg)
 
     def _count(self, msg: _Msg, t0: float, t1: float, r0: float, r1: float) -> None:
         self.messages += 1
@@ -447,20 +443,6 @@ class World:
             mid = self.messages
             self._trace.sends.append((msg.src, msg.dst, msg.tag, nbytes, t0, t1, mid))
             self._trace.recvs.append((msg.dst, msg.src, msg.tag, nbytes, r0, r1, mid))
-
-    def _leave(self, msg: _Msg) -> None:
-        """The first byte leaves now: reserve the receiver's link; schedule the completions."""
-        node = msg.dst // self._rpn
-        start, end = msg.start, msg.end
-        dur = msg.n * self._bytecost
-        rx = start + self._L
-        free = self._in_free[node]
-        if free > rx:
-            rx = free
-        self._in_free[node] = rx + dur
-        arrival = rx + dur
-        tail = end + self._L
-        self._land(msg, tail if tail > arrival else arrival, rx)
 
     def _land(self, msg: _Msg, arrival: float, rx: float = -1.0) -> None:
         """Schedule the completions of a message whose last byte arrives at `arrival`."""
