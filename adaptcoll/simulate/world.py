@@ -9,10 +9,10 @@ over MPI. Time only advances through events, processed in time order (ties first
   each fold `fold` per byte, and all of it is stretched by the rank's CPU noise (`cpu_noise`);
 - a message leaves when it may: eager ones at once; rendezvous ones (and synchronous sends) one
   latency after both sides have posted, and only once the receiver's engine can see the handshake
-  (its CPU is not inside a callback or a detour: no progress without the CPU). It queues for its
-  sender's link (`G` per byte, at least `g` apart, stretched by `net_noise`), reaches the
-  receiver's link `L` later and queues there (`G` per byte); the receive completes when the last
-  byte is in, a rendezvous send at the same moment, an eager send when its last byte has left.
+  (its CPU is not inside a callback or a detour: no progress without the CPU). It then crosses its
+  sender's and its receiver's node links (`network.py`: shared fairly or first come first served,
+  `G` per byte, `L` latency); the receive completes when the last byte is in, a rendezvous send at
+  the same moment, an eager send when its last byte has left.
 - with `transfer="cpu"` (shared memory), and between ranks of one node (`ranks_per_node`), the
   receiver's CPU copies rendezvous data instead (`copy`, default `G`, per byte of CPU time, stretched
   by its noise, between its callbacks); links are not used for it. The ranks of a node share its link.
