@@ -24,7 +24,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from adaptcoll.settings import parse_size
+from adaptcoll.settings import configure, parse_size
 from adaptcoll.simulate import plots
 from adaptcoll.simulate.calibrate import calibrate, simulated_time, validate
 from adaptcoll.simulate.measured import read_engine_cost, read_measurements, read_pingpong
@@ -139,16 +139,25 @@ def step_amplification(size_text: str, ranks_text: str) -> None:
     _save(f"amplification_{size_text}_{ranks_text.replace(',', '_')}", rows, {"params": DEFAULT_PARAMS.to_dict()})
 
 
-def step_scale(collective: str, impl: str, ranks_text: str, params_file: str = "") -> None:
+def step_scale(collective: str, impl: str, ranks_text: str, params_file: str = "", changes: str = "") -> None:
+    """One implementation over rank counts under the (d) noise; `changes` ('k=v;k=v') alters adaptcoll's
+    settings (the rows then name them: 'adaptcoll:max_segments=0')."""
     params = load_params(params_file) if params_file else DEFAULT_PARAMS
     ranks = parse_rank_list(ranks_text)
     baselines = [] if impl == "adaptcoll" else [impl]
+    if changes:
+        configure(**dict(item.split("=", 1) for item in changes.split(";")))
     rows = sweep(
         collective, ranks, SIZES[collective], 512 << 10, SCALE_NOISE, baselines, params,
         seed=SEED, samples=samples_for, adaptcoll=impl == "adaptcoll", progress=_progress,
     )  # fmt: skip
+    if changes:
+        for row in rows:
+            row["impl"] = f"adaptcoll:{changes}" if row["impl"] == "adaptcoll" else row["impl"]
     prefix = "scale" if not params_file else f"alt-{Path(params_file).stem}"  # other parameters: not in the report
-    _save(f"{prefix}_{collective}_{impl}_{ranks_text.replace(',', '_')}", rows, {"params": params.to_dict()})
+    tag = changes.replace("=", "").replace(";", "-")
+    name = f"{prefix}_{collective}_{impl}{'-' + tag if tag else ''}_{ranks_text.replace(',', '_')}"
+    _save(name, rows, {"params": params.to_dict(), "settings": changes})
 
 
 def grid_conditions() -> list[str]:
@@ -296,6 +305,7 @@ def main() -> None:
     sc.add_argument("impl", help="adaptcoll or a baseline name")
     sc.add_argument("ranks")
     sc.add_argument("--params", default="")
+    sc.add_argument("--settings", default="", help="adaptcoll settings for this step, e.g. max_segments=0")
     gr = sub.add_parser("grid")
     gr.add_argument("collective", choices=sorted(SIZES))
     gr.add_argument("ranks", type=int)
@@ -307,7 +317,7 @@ def main() -> None:
     elif args.step == "amplification":
         step_amplification(args.size, args.ranks)
     elif args.step == "scale":
-        step_scale(args.collective, args.impl, args.ranks, args.params)
+        step_scale(args.collective, args.impl, args.ranks, args.params, args.settings)
     elif args.step == "grid":
         step_grid(args.collective, args.ranks, args.impls)
     else:
