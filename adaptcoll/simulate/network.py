@@ -116,6 +116,11 @@ class FairLinks:
             inn = self._in[dst] = []
         out.append(msg)
         inn.append(msg)
+        if len(out) == 1 and len(inn) == 1:  # alone on both links: full speed
+            msg.rate = 1.0
+            msg.ver += 1
+            heapq.heappush(self._w._heap, (now + msg.rem, self._w._seq(), self._finish, (msg, msg.ver)))
+            return
         self._reshare(out, inn, now)
 
     def _reshare(self, out: list[Any], inn: list[Any], now: float) -> None:
