@@ -1,0 +1,185 @@
+"""Calibration and validation against measurements of the machine at hand.
+
+`calibrate` takes the per-event costs from bench/engine_cost.py (engine = what adaptcoll adds per
+segment event, o = the bare mpi4py loop's cost per message), optionally a first guess of L and G
+from a ping-pong, then fits the remaining parameters (by default L, G and fold) so that simulated
+adaptcoll Bcast/Reduce/Allreduce times match bench/osu.py medians: Levenberg-Marquardt on the log
+of the parameters, minimizing the squared log error, with the simulator itself as the model (each
+measured row is simulated with the settings it ran under). `validate` compares simulated with
+measured times (noisy rows simulated under their run's noise spec) and states the error per row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from collections.abc import Sequence
+from typing import Any, Optional
+
+import numpy as np
+
+from .measured import EngineCost, Measurement
+from .noise_setup import parse_noise
+from .params import CostParams
+from .programs import Job
+from .run import ADAPTCOLL, run_once
+
+__all__ = ["DEFAULT_FIT", "NATIVE_AS", "simulated_time", "fit_params", "calibrate", "validate", "pingpong_guess"]
+
+DEFAULT_FIT = ("L", "G", "fold")
+"""Fitted when engine_cost.py output gives engine and o; without it, engine and o are fitted as well."""
+
+NATIVE_AS = {"bcast": "scatter_ring_allgather", "reduce": "binomial", "allreduce": "rabenseifner"}
+"""Lock-step baseline used for 'native' rows in validation (MPICH's long-message algorithms, except Reduce,
+whose reduce-scatter + gather is not modelled: binomial is a stand-in)."""
+
+
+def _job(m: Measurement) -> Job:
+    cfg = m.settings
+    if cfg is None:
+        return Job(m.collective, m.ranks, m.size, 1)
+    return Job(m.collective, m.ranks, m.size, cfg.segment_size(m.collective), settings=cfg)
+
+
+def simulated_time(m: Measurement, params: CostParams, samples: int = 1, seed: int = 0, noisy: bool = True) -> float:
+    """Simulated seconds for a measured row (the median over `samples` noise draws when it ran under noise)."""
+    job = _job(m)
+    impl = ADAPTCOLL if m.kind == "adaptcoll" else NATIVE_AS[m.collective]
+    noise = parse_noise([m.noise]) if (noisy and m.noise) else None
+    if noise is None or noise.quiet:
+        return run_once(job, params, impl)[0].time_s
+    return statistics.median(run_once(job, params, impl, noise, seed, s)[0].time_s for s in range(samples))
+
+
+def pingpong_guess(rows: Sequence[tuple[int, int, float]], native_o: float) -> tuple[float, float]:
+    """(L, G) from ping-pong one-way times of 64 KiB..4 MiB at the smallest rank count: t = native_o + 2L + bytes G."""
+    smallest = min(r[0] for r in rows)
+    pts = [(b, t * 1e-6) for n, b, t in rows if n == smallest and (64 << 10) <= b <= (4 << 20)]
+    if len(pts) < 2:
+        raise ValueError("ping-pong: need at least two sizes between 64 KiB and 4 MiB")
+    x = np.array([p[0] for p in pts], float)
+    y = np.array([p[1] for p in pts], float)
+    slope, intercept = np.polyfit(x, y, 1)
+    return max(1e-7, (intercept - native_o) / 2), max(1e-13, float(slope))
+
+
+def fit_params(
+    rows: Sequence[Measurement],
+    start: CostParams,
+    fields: Sequence[str] = DEFAULT_FIT,
+    max_iter: int = 60,
+) -> tuple[CostParams, dict[str, Any]]:
+    """Fit `fields` of `start` to the adaptcoll rows (least squares on log time); returns (params, fit info)."""
+    rows = [m for m in rows if m.kind == "adaptcoll"]
+    if not rows:
+        raise ValueError("calibration needs adaptcoll rows (bench/osu.py with --impl adaptcoll...)")
+    for f in fields:
+        if getattr(start, f) <= 0:
+            raise ValueError(f"cannot fit field {f!r} from a starting value of 0")
+    measured = np.log([m.median_us * 1e-6 for m in rows])
+
+    def params_at(theta: np.ndarray) -> CostParams:
+        values: dict[str, Any] = {f: float(math.exp(t)) for f, t in zip(fields, theta)}
+        return dataclasses.replace(start, **values)
+
+    def residuals(theta: np.ndarray) -> np.ndarray:
+        p = params_at(theta)
+        return np.log([simulated_time(m, p, noisy=False) for m in rows]) - measured
+
+    theta = np.log([getattr(start, f) for f in fields])
+    r = residuals(theta)
+    cost = float(r @ r)
+    # The simulated times are piecewise linear in the parameters, with small jumps where two events swap
+    # order; central differences over +-2 % see the trend instead of a jump.
+    lam, step, iterations = 1e-3, 0.02, 0
+    for iterations in range(1, max_iter + 1):  # noqa: B007 - reported below
+        jac = np.empty((len(rows), len(fields)))
+        for j in range(len(fields)):
+            up, down = theta.copy(), theta.copy()
+            up[j] += step
+            down[j] -= step
+            jac[:, j] = (residuals(up) - residuals(down)) / (2 * step)
+        a, g = jac.T @ jac, jac.T @ r
+        improved = False
+        for _ in range(10):
+            delta = np.linalg.solve(a + lam * np.diag(np.diag(a)) + 1e-12 * np.eye(len(fields)), -g)
+            r_new = residuals(theta + delta)
+            cost_new = float(r_new @ r_new)
+            if cost_new < cost:
+                improved = True
+                break
+            lam *= 4
+        if not improved:
+            if step < 1e-4:
+                break
+            step, lam = step / 10, 1e-3  # near the optimum: finer differences
+            continue
+        theta, r, gain = theta + delta, r_new, cost - cost_new
+        cost = cost_new
+        lam = max(lam / 3, 1e-9)
+        if gain < 1e-12 * max(cost, 1e-300) or float(np.max(np.abs(delta))) < 1e-9:
+            if step < 1e-4:
+                break
+            step, lam = step / 10, 1e-3
+    fitted = params_at(theta)
+    errors = [math.expm1(x) * 100 for x in r]
+    info = {
+        "fields": list(fields),
+        "iterations": iterations,
+        "rms_log_error": math.sqrt(cost / len(rows)),
+        "rows": [
+            {
+                "collective": m.collective,
+                "ranks": m.ranks,
+                "size": m.size,
+                "impl": m.impl,
+                "measured_us": m.median_us,
+                "simulated_us": m.median_us * (1 + e / 100),
+                "error_pct": e,
+            }
+            for m, e in zip(rows, errors)
+        ],
+    }
+    return fitted, info
+
+
+def calibrate(
+    rows: Sequence[Measurement],
+    engine: Optional[EngineCost] = None,
+    pingpong: Optional[Sequence[tuple[int, int, float]]] = None,
+    start: CostParams = CostParams(),
+    fields: Optional[Sequence[str]] = None,
+) -> tuple[CostParams, dict[str, Any]]:
+    """Parameters for the machine the rows were measured on (see the module docstring); (params, fit info)."""
+    base = start
+    if engine is not None:
+        base = dataclasses.replace(base, engine=engine.adds_us * 1e-6, o=engine.bare_us * 1e-6)
+    if pingpong:
+        guess_l, guess_g = pingpong_guess(pingpong, base.native_o)
+        base = dataclasses.replace(base, L=guess_l, G=guess_g)
+    chosen = tuple(fields) if fields else (DEFAULT_FIT if engine is not None else DEFAULT_FIT + ("engine", "o"))
+    quiet = [m for m in rows if not m.noise]
+    return fit_params(quiet, base, chosen)
+
+
+def validate(rows: Sequence[Measurement], params: CostParams, samples: int = 5, seed: int = 0) -> list[dict[str, Any]]:
+    """Measured vs simulated per row (error = simulated / measured - 1), noisy rows under their noise."""
+    out = []
+    for m in rows:
+        sim = simulated_time(m, params, samples, seed)
+        out.append(
+            {
+                "collective": m.collective,
+                "ranks": m.ranks,
+                "size": m.size,
+                "impl": m.impl,
+                "model": "adaptcoll" if m.kind == "adaptcoll" else f"lockstep:{NATIVE_AS[m.collective]}",
+                "noise": m.noise or "",
+                "measured_us": m.median_us,
+                "simulated_us": sim * 1e6,
+                "error_pct": (sim * 1e6 / m.median_us - 1) * 100,
+                "source": m.source,
+            }
+        )
+    return out

@@ -1,0 +1,294 @@
+"""The command line: `python -m adaptcoll.simulate [calibrate|validate|sweep] ...` (see docs/simulate.md).
+
+Without a subcommand it simulates one call:
+
+    python -m adaptcoll.simulate --collective bcast|reduce|allreduce --ranks N --size BYTES --segment BYTES
+        [--algorithm TREE] [--noise SPEC]... [--baseline NAME]... [--params FILE] [--seed S]
+        [--samples K] [--json FILE] [--trace FILE]
+
+Sizes and rank counts take K/M/G suffixes (binary). The JSON holds simulated results only, so two
+runs with one seed write identical files; wall-clock speed goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Optional
+
+from ..settings import parse_size
+from . import measured
+from .calibrate import calibrate, validate
+from .lockstep import BASELINES
+from .noise_setup import parse_noise
+from .params import DEFAULT_PARAMS, PARAM_DOCS, CostParams, load_params, save_params
+from .plots import plot_auto, plot_validation
+from .programs import COLLECTIVES, Job, prepare
+from .run import ADAPTCOLL, compare, run_once
+from .sweep import parse_rank_list, rows_csv, sweep, write_rows_json
+from .trace import trace_events, write_trace
+from .world import TraceLog
+
+__all__ = ["main"]
+
+SUBCOMMANDS = ("calibrate", "validate", "sweep")
+
+
+def _size(name: str) -> Any:
+    return lambda text: parse_size(text, name)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--params", metavar="FILE", help="parameters file (default: built-in, see docs/simulate.md)")
+    p.add_argument("--seed", type=int, default=0, help="seed of every random draw (noise phases, gaps, skew)")
+
+
+def _run_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m adaptcoll.simulate",
+        description="Simulate adaptcoll's real protocols (and lock-step baselines) at scale under noise. "
+        "Subcommands: calibrate, validate, sweep (python -m adaptcoll.simulate SUBCOMMAND -h).",
+    )
+    p.add_argument("--collective", required=True, choices=COLLECTIVES)
+    p.add_argument("--ranks", required=True, type=_size("--ranks"), help="simulated ranks, e.g. 65536 or 64K")
+    p.add_argument("--size", required=True, type=_size("--size"), help="message bytes, e.g. 16M")
+    p.add_argument("--segment", required=True, type=_size("--segment"), help="segment bytes, e.g. 512K")
+    p.add_argument("--algorithm", default="", help="tree ('binomial', 'knomial:radix=4', ...) or protocol name")
+    p.add_argument("--noise", action="append", default=[], metavar="SPEC", help="noise component (repeatable)")
+    p.add_argument("--baseline", action="append", default=[], metavar="NAME", choices=sorted(BASELINES))
+    _common(p)
+    p.add_argument("--samples", type=int, default=1, help="noise draws per implementation (default 1)")
+    p.add_argument("--json", metavar="FILE", help="write the results (deterministic for one seed)")
+    p.add_argument("--trace", metavar="FILE", help="Perfetto trace of adaptcoll's run (the first noisy draw)")
+    return p
+
+
+def _params(path: Optional[str]) -> CostParams:
+    return load_params(path) if path else DEFAULT_PARAMS
+
+
+def _fmt_us(us: float) -> str:
+    return f"{us:,.1f}"
+
+
+def _print_report(report: dict[str, Any]) -> None:
+    job = report["job"]
+    print(
+        f"{job['collective']} of {job['size']:,} bytes over {job['ranks']:,} ranks, segment {job['segment']:,} B, "
+        f"algorithm {job['algorithm']}"
+    )
+    if report["noise"]:
+        print(
+            f"noise: {' + '.join(report['noise'])} (CPU fraction {report['noise_fraction']:.4g}); "
+            f"{report['samples']} draw(s), seed {report['seed']}"
+        )
+    print(f"{'implementation':<32}{'quiet us':>14}{'noisy median us':>18}{'slowdown':>10}{'messages':>12}")
+    for r in report["results"]:
+        noisy = _fmt_us(r["median_us"]) if "median_us" in r else "-"
+        slow = f"{r['slowdown']:.3f}" if "slowdown" in r else "-"
+        print(f"{r['impl']:<32}{_fmt_us(r['quiet_us']):>14}{noisy:>18}{slow:>10}{r['messages']:>12,}")
+        if r["impl"] == ADAPTCOLL:
+            note = " (the library itself would go native at this size: below native_below)"
+            print(
+                f"  {r['segments']} segment(s) of {r['segment_bytes']:,} B on {r['trees']} tree(s)"
+                + (note if r["library_goes_native"] else "")
+            )
+
+
+def run_main(argv: Sequence[str]) -> int:
+    args = _run_parser().parse_args(argv)
+    params = _params(args.params)
+    noise = parse_noise(args.noise)
+    job = Job(args.collective, args.ranks, args.size, args.segment, args.algorithm)
+    wall0 = time.perf_counter()
+    report = compare(job, params, noise, tuple(args.baseline), args.seed, args.samples)
+    wall = time.perf_counter() - wall0
+    _print_report(report)
+    events = sum(r["events"] * (1 + (report["samples"] or 0)) for r in report["results"])
+    print(f"[{events:,} events simulated in {wall:.1f} s wall]", file=sys.stderr)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
+    if args.trace:
+        log = TraceLog()
+        noisy = None if noise.quiet else noise
+        stats, world, _ = run_once(job, params, ADAPTCOLL, noisy, args.seed, 0, trace=log, prepared=prepare(job))
+        events_list = trace_events(log, job.size, lambda tag: tag, world.cpu_noise, stats.time_s)
+        write_trace(args.trace, events_list, {"job": report["job"], "noise": report["noise"], "seed": args.seed})
+        print(f"trace: {len(events_list):,} events in {args.trace} (open in https://ui.perfetto.dev)")
+    return 0
+
+
+# -- calibrate / validate -----------------------------------------------------------------------------
+def _filters(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--osu", action="append", required=True, metavar="FILE", help="bench/osu.py JSON or sweep summary")
+    p.add_argument("--ranks", default="", help="only these rank counts, e.g. 2,4")
+    p.add_argument("--min-size", type=_size("--min-size"), default=1 << 20, help="smallest size used (default 1M)")
+    p.add_argument("--max-size", type=_size("--max-size"), default=64 << 20, help="largest size used (default 64M)")
+
+
+def _rows(args: argparse.Namespace, impl: str) -> list[measured.Measurement]:
+    ranks = set(parse_rank_list(args.ranks)) if args.ranks else None
+    rows = []
+    for path in args.osu:
+        for m in measured.read_measurements(path):
+            if ranks is not None and m.ranks not in ranks:
+                continue
+            if not args.min_size <= m.size <= args.max_size:
+                continue
+            if impl != "all" and m.kind != impl:
+                continue
+            if m.kind == "adaptcoll" and m.settings is not None and m.size < m.settings.threshold(m.collective):
+                continue  # the library handed this call to native MPI: not adaptcoll's protocol
+            rows.append(m)
+    if not rows:
+        raise ValueError("no measurement matched the filters (--ranks, --min-size, --max-size, --impl)")
+    return rows
+
+
+def _table(rows: Sequence[dict[str, Any]], noise: bool) -> str:
+    head = "| collective | ranks | size | implementation | model |" + (" noise |" if noise else "")
+    head += " measured us | simulated us | error |"
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+        cells = [r["collective"], str(r["ranks"]), f"{r['size'] >> 20}M", r["impl"], r.get("model", "adaptcoll")]
+        if noise:
+            cells.append(r.get("noise") or "quiet")
+        cells += [_fmt_us(r["measured_us"]), _fmt_us(r["simulated_us"]), f"{r['error_pct']:+.1f}%"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def calibrate_main(argv: Sequence[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m adaptcoll.simulate calibrate",
+        description="Fit the simulator's parameters to bench/osu.py (and bench/engine_cost.py) output of this "
+        "machine; writes a parameters file for --params.",
+    )
+    _filters(p)
+    p.add_argument("--engine-cost", metavar="FILE", help="output of mpiexec -n 2 python bench/engine_cost.py --mpi")
+    p.add_argument("--pingpong", metavar="FILE", help="ping-pong JSON lines (ranks, bytes, one_way_us): first guess")
+    p.add_argument("--fit", default="", help=f"fields to fit (default L,G,fold; from: {', '.join(PARAM_DOCS)})")
+    p.add_argument("--params", metavar="FILE", help='starting values (e.g. {"transfer": "cpu"}); default built-in')
+    p.add_argument("--out", required=True, metavar="FILE", help="parameters file to write")
+    args = p.parse_args(argv)
+    rows = _rows(args, "adaptcoll")
+    engine = measured.read_engine_cost(args.engine_cost) if args.engine_cost else None
+    pingpong = measured.read_pingpong(args.pingpong) if args.pingpong else None
+    fields = [f.strip() for f in args.fit.split(",") if f.strip()] or None
+    for f in fields or ():
+        if f not in PARAM_DOCS or f == "eager":
+            raise ValueError(f"--fit: cannot fit {f!r}; choose from {', '.join(k for k in PARAM_DOCS if k != 'eager')}")
+    params, info = calibrate(rows, engine, pingpong, _params(args.params), fields)
+    source = {
+        "osu": list(args.osu),
+        "engine_cost": args.engine_cost,
+        "start": args.params,
+        "pingpong": args.pingpong,
+        "ranks": sorted({m.ranks for m in rows}),
+        "sizes": [args.min_size, args.max_size],
+    }
+    save_params(args.out, params, source=source, fit=info)
+    print(_table(info["rows"], False))
+    print(
+        f"\nfitted {', '.join(info['fields'])} in {info['iterations']} iterations, rms log error "
+        f"{info['rms_log_error']:.3f}; wrote {args.out}"
+    )
+    for name in PARAM_DOCS:
+        value = getattr(params, name)
+        shown = f"{value:.4g}" if isinstance(value, float) else str(value)
+        print(f"  {name:>9} = {shown}   ({PARAM_DOCS[name]})")
+    return 0
+
+
+def validate_main(argv: Sequence[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m adaptcoll.simulate validate",
+        description="Simulated vs measured times of measured rows (noisy rows under their noise spec).",
+    )
+    _filters(p)
+    _common(p)
+    p.add_argument("--impl", choices=("adaptcoll", "native", "all"), default="adaptcoll")
+    p.add_argument("--samples", type=int, default=5, help="noise draws per noisy row (default 5)")
+    p.add_argument("--json", metavar="FILE")
+    p.add_argument("--markdown", metavar="FILE")
+    p.add_argument("--plot", metavar="PNG")
+    args = p.parse_args(argv)
+    rows = validate(_rows(args, args.impl), _params(args.params), args.samples, args.seed)
+    noisy = any(r["noise"] for r in rows)
+    table = _table(rows, noisy)
+    errors = sorted(abs(r["error_pct"]) for r in rows)
+    within = sum(e <= 25 for e in errors)
+    summary = (
+        f"{len(rows)} rows: median |error| {errors[len(errors) // 2]:.1f}%, max {errors[-1]:.1f}%, {within} within 25%"
+    )
+    print(table + "\n\n" + summary)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rows": rows, "summary": summary}, indent=1, sort_keys=True) + "\n")
+    if args.markdown:
+        Path(args.markdown).write_text(table + "\n\n" + summary + "\n")
+    if args.plot:
+        plot_validation(rows, args.plot)
+    return 0
+
+
+def sweep_main(argv: Sequence[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m adaptcoll.simulate sweep",
+        description="Slowdown under noise over rank counts and noise conditions; JSON/CSV table and a plot.",
+    )
+    p.add_argument("--collective", required=True, choices=COLLECTIVES)
+    p.add_argument("--ranks", required=True, help="e.g. 16:1M (doubling), 1K,16K,64K")
+    p.add_argument("--size", required=True, type=_size("--size"))
+    p.add_argument("--segment", required=True, type=_size("--segment"))
+    p.add_argument("--algorithm", default="")
+    p.add_argument("--noise", action="append", default=[], metavar="CONDITION", help="one condition (repeatable)")
+    p.add_argument("--baseline", action="append", default=[], metavar="NAME", choices=sorted(BASELINES))
+    p.add_argument("--no-adaptcoll", action="store_true", help="baselines only")
+    _common(p)
+    p.add_argument("--samples", type=int, default=3)
+    p.add_argument("--json", metavar="FILE")
+    p.add_argument("--csv", metavar="FILE")
+    p.add_argument("--plot", metavar="PNG", help="vs ranks (several rank counts) or frequency x length grid")
+    args = p.parse_args(argv)
+    if not args.noise:
+        raise ValueError("sweep needs at least one --noise condition")
+    rows = sweep(
+        args.collective,
+        parse_rank_list(args.ranks),
+        args.size,
+        args.segment,
+        args.noise,
+        args.baseline,
+        _params(args.params),
+        args.algorithm,
+        args.seed,
+        args.samples,
+        not args.no_adaptcoll,
+        progress=lambda line: print(line, file=sys.stderr),
+    )
+    text = rows_csv(rows)
+    print(text, end="")
+    if args.csv:
+        Path(args.csv).write_text(text)
+    if args.json:
+        meta = {"params": _params(args.params).to_dict(), "seed": args.seed, "argv": list(argv)}
+        write_rows_json(args.json, rows, meta)
+    if args.plot:
+        plot_auto(rows, args.plot)
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of `python -m adaptcoll.simulate`."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if args and args[0] in SUBCOMMANDS:
+            return {"calibrate": calibrate_main, "validate": validate_main, "sweep": sweep_main}[args[0]](args[1:])
+        return run_main(args)
+    except ValueError as exc:
+        print(f"adaptcoll.simulate: error: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,155 @@
+"""The simulator's cost model: LogGP network parameters plus the CPU costs of folds and events.
+
+One frozen value, `CostParams`, in SI units (seconds, seconds per byte, bytes). A parameters file is
+JSON holding some of these fields (the others keep their defaults) plus free-form "source" and "fit"
+records; `load_params` rejects a bad file with a ValueError that names the file and the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Union
+
+from .network import LINK_POLICIES
+
+__all__ = [
+    "CostParams",
+    "DEFAULT_PARAMS",
+    "PARAM_DOCS",
+    "TRANSFERS",
+    "FORMAT",
+    "load_params",
+    "save_params",
+    "params_from_dict",
+]
+
+FORMAT = "adaptcoll.simulate.params/1"
+"""The value of the "format" key of a parameters file."""
+
+
+@dataclass(frozen=True)
+class CostParams:
+    """LogGP (L, o, g, G) with one CPU per rank; see PARAM_DOCS for each field.
+
+    adaptcoll's protocols pay `o` per isend/irecv they post and `engine` per completion callback
+    (Python: mpi4py call, Testsome, protocol code); lock-step baselines run inside the MPI library
+    and pay `native_o` per message and nothing per completion. Folds cost `fold` per byte for both.
+    """
+
+    L: float = 2.0e-6
+    o: float = 5.9e-6
+    g: float = 0.0
+    G: float = 1.0e-10
+    fold: float = 1.5e-10
+    engine: float = 3.1e-6
+    native_o: float = 0.5e-6
+    eager: int = 65536
+    transfer: str = "nic"
+    ranks_per_node: int = 1
+    copy: float = 0.0
+    links: str = "fair"
+
+    def __post_init__(self) -> None:
+        if self.transfer not in TRANSFERS:
+            raise ValueError(f"transfer must be one of {', '.join(TRANSFERS)}, got {self.transfer!r}")
+        if self.links not in LINK_POLICIES:
+            raise ValueError(f"links must be one of {', '.join(LINK_POLICIES)}, got {self.links!r}")
+        if self.ranks_per_node < 1:
+            raise ValueError(f"ranks_per_node must be >= 1, got {self.ranks_per_node!r}")
+
+    def to_dict(self) -> dict[str, Union[float, int, str]]:
+        """The fields as a plain dict (for JSON)."""
+        return dataclasses.asdict(self)
+
+
+PARAM_DOCS: dict[str, str] = {
+    "L": "network latency per message (s)",
+    "o": "CPU overhead of posting one send or receive from adaptcoll (mpi4py call + MPI) (s)",
+    "g": "minimum gap between two messages leaving one rank (s)",
+    "G": "time per byte on a rank's link, out and in (s/byte); 1/G is the bandwidth",
+    "fold": "CPU time per byte of one reduction fold (s/byte)",
+    "engine": "CPU time adaptcoll's engine and protocol add per completion event (s)",
+    "native_o": "CPU overhead per message inside the MPI library, for lock-step baselines (s)",
+    "eager": "messages up to this many bytes go eagerly; larger ones (and synchronous sends) rendezvous",
+    "transfer": "'nic': links move rendezvous data (RDMA; the receiver's CPU only starts it) or 'cpu': the "
+    "receiver's CPU copies it (shared memory)",
+    "ranks_per_node": "ranks sharing one node: they share its link (NIC), and the receiver's CPU copies messages "
+    "between them (shared memory)",
+    "copy": "CPU time per byte of a shared-memory copy (s/byte); 0 means G",
+    "links": "'fair': messages on one link share it equally (RDMA NICs interleave transfers) or 'fifo': one at a "
+    "time, first ready first served",
+}
+
+TRANSFERS = ("nic", "cpu")
+
+DEFAULT_PARAMS = CostParams()
+"""Built-in defaults, a cluster node as seen by one rank: the CPU costs (o, engine, fold) of the 16-core
+node's calibration, rounded; a 10 GB/s RDMA link per rank with 2 us latency (docs/simulate.md)."""
+
+_FIELDS = {f.name: f for f in dataclasses.fields(CostParams)}
+_META_KEYS = ("format", "source", "fit", "units", "comment")
+
+
+def _field_value(name: str, value: Any, where: str) -> Union[float, int, str]:
+    """One field checked: a finite number >= 0 (eager, ranks_per_node: whole numbers; transfer, links: a name)."""
+    if name in ("transfer", "links"):
+        allowed = TRANSFERS if name == "transfer" else LINK_POLICIES
+        if value not in allowed:
+            choices = " or ".join(map(repr, allowed))
+            raise ValueError(f"{where}: field {name!r} must be {choices}, got {value!r}")
+        return str(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{where}: field {name!r} must be a number, got {value!r}")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{where}: field {name!r} must be a finite number >= 0, got {value!r}")
+    if name in ("eager", "ranks_per_node"):
+        if value != int(value) or (name == "ranks_per_node" and value < 1):
+            raise ValueError(f"{where}: field {name!r} must be a whole number (ranks_per_node >= 1), got {value!r}")
+        return int(value)
+    return float(value)
+
+
+def params_from_dict(raw: Any, where: str = "parameters", base: CostParams = DEFAULT_PARAMS) -> CostParams:
+    """CostParams from a dict (unknown or bad fields raise ValueError naming `where` and the field)."""
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where}: expected a JSON object with fields {', '.join(_FIELDS)}, got {type(raw).__name__}")
+    fmt = raw.get("format", FORMAT)
+    if fmt != FORMAT:
+        raise ValueError(f"{where}: field 'format' must be {FORMAT!r}, got {fmt!r}")
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key in _META_KEYS:
+            continue
+        if key not in _FIELDS:
+            raise ValueError(f"{where}: unknown field {key!r}; valid fields: {', '.join(_FIELDS)}")
+        values[key] = _field_value(key, value, where)
+    return dataclasses.replace(base, **values)
+
+
+def load_params(path: Union[str, Path]) -> CostParams:
+    """Read a parameters file (JSON); ValueError naming the file and the bad field."""
+    where = f"parameters file {str(path)!r}"
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ValueError(f"{where}: cannot read it ({exc.strerror or exc})") from None
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{where}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    return params_from_dict(raw, where)
+
+
+def save_params(path: Union[str, Path], params: CostParams, source: Any = None, fit: Any = None) -> None:
+    """Write a parameters file: the fields, the units, and where the values came from."""
+    doc: dict[str, Any] = {"format": FORMAT, **params.to_dict()}
+    doc["units"] = "seconds; G, copy and fold in seconds per byte; eager in bytes"
+    if source is not None:
+        doc["source"] = source
+    if fit is not None:
+        doc["fit"] = fit
+    Path(path).write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n")

@@ -1,0 +1,316 @@
+"""What the simulated ranks run: adaptcoll's real protocols, set up as the decision layer sets them up.
+
+`Job` describes one collective call (collective, ranks, bytes, segment, algorithm, settings). For
+adaptcoll, `prepare` mirrors `adaptcoll.decide`: the segment plan (`plan_segments` with the
+settings' `max_segments`), the trees (`trees.build_all`, Allreduce's trees per root), the windows and
+the sync mode, then one protocol per tree link through `protocols.links` on every rank.
+
+Protocols are plugged in by name: `register_protocol(collective, name, start_one)` makes
+`--algorithm name` run `start_one(RankJob)` on every rank instead of the tree protocol. A new class
+taking `(ctx, ..., on_complete)` needs one line, e.g.
+`register_protocol("allreduce", "ring", lambda j: Ring(j.ctx, j.rank, j.size, j.buf, j.result, j.op,
+j.on_complete).start())`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+
+from .. import settings as settings_mod
+from ..backends.base import ReduceOp
+from ..plan import SegmentPlan, plan_segments
+from ..pool import SegmentPool
+from ..protocols.allreduce import Allreduce
+from ..protocols.bcast import Bcast
+from ..protocols.context import OpContext
+from ..protocols.links import start_on_links, tree_links
+from ..protocols.reduce import Reduce
+from ..topology import parse as parse_topology
+from ..transport import Callback
+from ..trees import Tree, build_all, parse_algorithm
+from .world import World
+
+__all__ = [
+    "COLLECTIVES",
+    "ITEMSIZE",
+    "Job",
+    "RankJob",
+    "Buffers",
+    "Prepared",
+    "register_protocol",
+    "protocol_names",
+    "prepare",
+    "make_buffers",
+    "library_goes_native",
+    "SUM",
+]
+
+COLLECTIVES = ("bcast", "reduce", "allreduce")
+ITEMSIZE = {"bcast": 1, "reduce": 4, "allreduce": 4}
+"""Bytes per element: Bcast moves bytes, Reduce/Allreduce float32 with SUM (as bench/osu.py)."""
+DTYPE = {"bcast": np.dtype(np.uint8), "reduce": np.dtype(np.float32), "allreduce": np.dtype(np.float32)}
+SUM = ReduceOp("SUM")
+MPICH_TAG_SPACE = 1 << 30
+"""Tags available to the simulated library when the settings do not cap them (MPICH's TAG_UB is larger)."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """One collective call to simulate. `algorithm`: a tree setting ('binomial', 'knomial:radix=4', ...)
+    or the name of a registered protocol; empty means the settings' algorithm for the collective."""
+
+    collective: str
+    size: int
+    nbytes: int
+    segment: int
+    algorithm: str = ""
+    settings: settings_mod.Settings = field(default_factory=settings_mod.current)
+    root: int = 0
+
+    def __post_init__(self) -> None:
+        if self.collective not in COLLECTIVES:
+            raise ValueError(f"collective must be one of {', '.join(COLLECTIVES)}, got {self.collective!r}")
+        if self.size < 1:
+            raise ValueError(f"ranks must be >= 1, got {self.size}")
+        if self.nbytes < ITEMSIZE[self.collective]:
+            raise ValueError(f"size must be at least {ITEMSIZE[self.collective]} bytes for {self.collective}")
+        if self.segment < 1:
+            raise ValueError(f"segment must be at least 1 byte, got {self.segment}")
+        if not 0 <= self.root < self.size:
+            raise ValueError(f"root must be in 0..{self.size - 1}, got {self.root}")
+
+    @property
+    def itemsize(self) -> int:
+        return ITEMSIZE[self.collective]
+
+    @property
+    def count(self) -> int:
+        """Elements in the message."""
+        return self.nbytes // self.itemsize
+
+    @property
+    def algorithm_setting(self) -> str:
+        return self.algorithm or self.settings.algorithm(self.collective)
+
+
+@dataclass(frozen=True)
+class RankJob:
+    """What a protocol on one simulated rank gets, built as the decision layer builds a real call.
+
+    bcast: `buf` is the message (`result` the same). reduce: `buf` is the local contribution,
+    `result` the root's target (None elsewhere). allreduce: `buf` local, `result` the result.
+    `trees` is empty for protocols that do not run on trees.
+    """
+
+    ctx: OpContext
+    rank: int
+    size: int
+    root: int
+    buf: Any
+    result: Any
+    op: ReduceOp
+    trees: tuple[Tree, ...]
+    on_complete: Callback
+
+
+StartOne = Callable[[RankJob], None]
+_PROTOCOLS: dict[tuple[str, str], StartOne] = {}
+
+
+def register_protocol(collective: str, name: str, start_one: StartOne) -> None:
+    """Make `algorithm=name` run `start_one(rank_job)` on every rank for `collective`."""
+    if collective not in COLLECTIVES:
+        raise ValueError(f"collective must be one of {', '.join(COLLECTIVES)}, got {collective!r}")
+    _PROTOCOLS[(collective, name)] = start_one
+
+
+def protocol_names(collective: str) -> list[str]:
+    """Registered non-tree protocols for a collective (tree kinds are always accepted as well)."""
+    return sorted(name for c, name in _PROTOCOLS if c == collective and name != "tree")
+
+
+def _links_start(j: RankJob, make: Callable[[Any, Callback], Any]) -> None:
+    """One protocol per tree link of this rank, joined as the library joins them."""
+    links = tree_links(j.trees, j.rank, j.ctx.plan.nseg)
+    op = start_on_links(links, None, lambda link, done: make(link, done).start())
+    if op.done:
+        j.on_complete()
+    else:
+        op.on_done = j.on_complete
+
+
+def _tree_bcast(j: RankJob) -> None:
+    _links_start(j, lambda link, done: Bcast(j.ctx, link.parent, link.children, j.buf, link.segs, done))
+
+
+def _tree_reduce(j: RankJob) -> None:
+    _links_start(
+        j, lambda link, done: Reduce(j.ctx, link.parent, link.children, j.buf, j.result, j.op, link.segs, done)
+    )
+
+
+def _tree_allreduce(j: RankJob) -> None:
+    _links_start(
+        j, lambda link, done: Allreduce(j.ctx, link.parent, link.children, j.buf, j.result, j.op, link.segs, done)
+    )
+
+
+register_protocol("bcast", "tree", _tree_bcast)
+register_protocol("reduce", "tree", _tree_reduce)
+register_protocol("allreduce", "tree", _tree_allreduce)
+
+
+# -- buffers ---------------------------------------------------------------------------------------
+@dataclass
+class Buffers:
+    """Per-rank buffers: real arrays in data mode (with the expected results), else shared `range`s."""
+
+    collective: str
+    local: list[Any]
+    result: list[Any]
+    expected: Optional[np.ndarray] = None
+
+    def check(self, root: int = 0) -> None:
+        """Raise AssertionError unless every rank holds the right result (data mode only)."""
+        if self.expected is None:
+            raise ValueError("buffers were made without data: nothing to check")
+        ranks = [root] if self.collective == "reduce" else range(len(self.result))
+        for r in ranks:
+            got = self.result[r]
+            if not np.array_equal(got, self.expected):
+                bad = int(np.flatnonzero(got != self.expected)[0])
+                raise AssertionError(
+                    f"{self.collective}: rank {r} element {bad} is {got[bad]!r}, expected {self.expected[bad]!r}"
+                )
+
+
+def make_buffers(collective: str, size: int, count: int, root: int = 0, data: bool = False, seed: int = 0) -> Buffers:
+    """The buffers of one call: `range` stand-ins (sizes only), or real data whose result is known."""
+    if not data:
+        contribution, target = range(count), range(count)
+        if collective == "bcast":
+            return Buffers(collective, [contribution] * size, [contribution] * size)
+        if collective == "reduce":
+            return Buffers(collective, [contribution] * size, [target if r == root else None for r in range(size)])
+        return Buffers(collective, [contribution] * size, [target] * size)
+    rng = np.random.default_rng(seed)
+    if collective == "bcast":
+        message = rng.integers(0, 256, count, dtype=np.uint8)
+        bufs: list[Any] = [message.copy() if r == root else np.zeros(count, np.uint8) for r in range(size)]
+        return Buffers(collective, bufs, bufs, message)
+    # small integers in float32: every fold order gives the exact same sum
+    local: list[Any] = [rng.integers(0, 8, count).astype(np.float32) for _ in range(size)]
+    expected = np.asarray(np.sum(np.stack(local), axis=0, dtype=np.float64), dtype=np.float32)
+    result: list[Any]
+    if collective == "reduce":
+        result = [np.full(count, -1.0, np.float32) if r == root else None for r in range(size)]
+    else:
+        result = [np.full(count, -1.0, np.float32) for _ in range(size)]
+    return Buffers(collective, local, result, expected)
+
+
+# -- adaptcoll set-up (mirrors adaptcoll.decide) -----------------------------------------------------
+@dataclass(frozen=True)
+class Prepared:
+    """A job set up for adaptcoll: its plan, trees, windows and the protocol to start on each rank."""
+
+    job: Job
+    plan: SegmentPlan
+    trees: tuple[Tree, ...]
+    send_window: int
+    recv_window: int
+    sync_mode: str
+    ordered: bool
+    start_one: StartOne
+    protocol: str
+
+    def starter(self, world: World, bufs: Buffers) -> Callable[[int], Callback]:
+        """rank -> the function that starts this call on that rank (run as its first CPU event)."""
+        job, plan = self.job, self.plan
+        dtype = DTYPE[job.collective]
+
+        def for_rank(r: int) -> Callback:
+            def start() -> None:
+                sim_rank = world.ranks[r]
+                pool = SegmentPool(sim_rank, dtype) if job.collective != "bcast" else None
+                ctx = OpContext(
+                    sim_rank, sim_rank, plan, self.send_window, self.recv_window, self.sync_mode, self.ordered, pool
+                )
+                local, result, finish = bufs.local[r], bufs.result[r], lambda: world.done(r)
+                self.start_one(RankJob(ctx, r, job.size, job.root, local, result, SUM, self.trees, finish))
+
+            return start
+
+        return for_rank
+
+
+def _tag_space(cfg: settings_mod.Settings) -> int:
+    return min(MPICH_TAG_SPACE, cfg.tag_space) if cfg.tag_space else MPICH_TAG_SPACE
+
+
+def _tree_set(job: Job, kind_spec: str, root: int, rank_ordered: bool) -> tuple[Tree, ...]:
+    """Trees as CommState.trees builds them (topo levels from the settings' topology)."""
+    if rank_ordered:
+        return build_all("in_order_binomial", job.size, 0)
+    kind, params = parse_algorithm(kind_spec)
+    if kind == "topo" and "levels" not in params:
+        spec = job.settings.topology
+        if not spec:
+            raise ValueError("topo trees need a topology: set ADAPTCOLL_TOPOLOGY (e.g. 'nodes=64') for the simulation")
+        params["levels"] = parse_topology(spec, job.size)
+    return build_all(kind, job.size, root, **params)
+
+
+def _allreduce_trees(job: Job, kind_spec: str, nseg: int, rank_ordered: bool) -> tuple[Tree, ...]:
+    """CommState.allreduce_trees, but only the trees that carry segments (the others carry nothing).
+
+    The library deals segment k to tree k % len(trees); with more trees than segments, trees k >=
+    nseg get none, so the first nseg trees alone give the same dealing (range(k, nseg, n) == [k]).
+    """
+    if rank_ordered:
+        return _tree_set(job, kind_spec, 0, True)
+    size = job.size
+    count = min(size, job.settings.allreduce_roots or size)
+    found: list[Tree] = []
+    for k in range(count):
+        if len(found) >= nseg:
+            break
+        found.extend(_tree_set(job, kind_spec, (k * size) // count, False))
+    return tuple(found[:nseg]) if len(found) > nseg else tuple(found)
+
+
+def prepare(job: Job) -> Prepared:
+    """Set `job` up as adaptcoll.decide would (plan, trees, windows, sync mode), for every rank."""
+    cfg = job.settings
+    c = job.collective
+    itemsize = job.itemsize
+    space = _tag_space(cfg)
+    if c == "bcast":
+        segment = max(itemsize, job.segment // itemsize * itemsize)
+        plan = plan_segments(job.nbytes, 1, segment, 0, space, cfg.max_segments)
+    else:
+        plan = plan_segments(job.count, itemsize, job.segment, 0, space, cfg.max_segments)
+    algorithm = job.algorithm_setting
+    ordered = c != "bcast" and cfg.reproducible
+    send_window, recv_window = cfg.windows(c)
+    custom = _PROTOCOLS.get((c, algorithm))
+    if custom is not None and algorithm != "tree":
+        return Prepared(job, plan, (), send_window, recv_window, cfg.sync_sends, ordered, custom, algorithm)
+    if algorithm == "native":
+        raise ValueError("algorithm 'native' is MPI's own collective: simulate it with --baseline instead")
+    if c == "allreduce":
+        tree_set = _allreduce_trees(job, algorithm, plan.nseg, False)
+    else:
+        tree_set = _tree_set(job, algorithm, job.root, False)
+    return Prepared(
+        job, plan, tree_set, send_window, recv_window, cfg.sync_sends, ordered, _PROTOCOLS[(c, "tree")], algorithm
+    )
+
+
+def library_goes_native(job: Job) -> bool:
+    """Whether the real library would hand this call to native MPI (below the collective's threshold)."""
+    return job.nbytes < job.settings.threshold(job.collective)

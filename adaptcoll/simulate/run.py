@@ -1,0 +1,173 @@
+"""Running simulations: one run of one implementation, and the quiet-vs-noisy comparison the CLI reports.
+
+An implementation is "adaptcoll" (the library's protocols under the job's settings) or the name of a
+lock-step baseline. A run's time is what bench/osu.py reports for one iteration: the maximum over
+ranks of (finish - own start). Noisy samples use independent noise draws (seed, sample); the report
+gives the quiet time, every sample, their median and mean, and slowdown = noisy median / quiet.
+Reports hold simulated quantities only (no wall-clock, no dates), so one seed gives identical output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from .lockstep import baseline_starter
+from .noise_setup import NoiseSetup, mix_seed
+from .params import CostParams
+from .programs import Buffers, Job, Prepared, library_goes_native, make_buffers, prepare
+from .world import TraceLog, World
+
+__all__ = ["ADAPTCOLL", "RunStats", "run_once", "compare", "impl_label"]
+
+ADAPTCOLL = "adaptcoll"
+
+
+@dataclass(frozen=True)
+class RunStats:
+    """One simulated run: its time (s) and how much happened."""
+
+    time_s: float
+    messages: int
+    bytes: int
+    events: int
+    callbacks: int
+
+
+def impl_label(impl: str) -> str:
+    """'adaptcoll' or 'lockstep:<baseline>' (how results name an implementation)."""
+    return impl if impl == ADAPTCOLL else f"lockstep:{impl}"
+
+
+def run_once(
+    job: Job,
+    params: CostParams,
+    impl: str = ADAPTCOLL,
+    noise: Optional[NoiseSetup] = None,
+    seed: int = 0,
+    sample: int = 0,
+    data: bool = False,
+    record: bool = False,
+    trace: Optional[TraceLog] = None,
+    prepared: Optional[Prepared] = None,
+) -> tuple[RunStats, World, Buffers]:
+    """Simulate `job` once with `impl` under `noise` (draw `sample` of `seed`); returns (stats, world, buffers)."""
+    native = impl != ADAPTCOLL
+    size = job.size
+    cpu_tl = net_tl = None
+    starts = None
+    if noise is not None and not noise.quiet:
+        draw = mix_seed(seed, sample)
+        cpu_tl = noise.cpu_timeline(size, draw)
+        net_tl = noise.net_timeline(size, draw)
+        starts = noise.start_times(size, seed, sample)
+    world = World(
+        size,
+        params,
+        itemsize=job.itemsize,
+        event_cost=0.0 if native else params.engine,
+        post_cost=params.native_o if native else params.o,
+        cpu_noise=cpu_tl,
+        net_noise=net_tl,
+        data=data,
+        record=record,
+        trace=trace,
+    )
+    bufs = make_buffers(job.collective, size, job.count, job.root, data, seed)
+    if native:
+        starter = baseline_starter(impl, job, world, bufs)
+    else:
+        starter = (prepared or prepare(job)).starter(world, bufs)
+    for r in range(size):
+        world.start(r, starts[r] if starts else 0.0, starter(r))
+    world.run()
+    elapsed = max(f - s for f, s in zip(world.finished, world.started))
+    return RunStats(elapsed, world.messages, world.bytes, world.events, world.callbacks), world, bufs
+
+
+def _summary(quiet: RunStats, noisy: list[float]) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "quiet_us": quiet.time_s * 1e6,
+        "messages": quiet.messages,
+        "bytes": quiet.bytes,
+        "events": quiet.events,
+        "callbacks": quiet.callbacks,
+    }
+    if noisy:
+        med = statistics.median(noisy)
+        mean = statistics.fmean(noisy)
+        out.update(
+            noisy_us=[t * 1e6 for t in noisy],
+            median_us=med * 1e6,
+            mean_us=mean * 1e6,
+            max_us=max(noisy) * 1e6,
+            slowdown=med / quiet.time_s,
+            slowdown_mean=mean / quiet.time_s,
+        )
+    return out
+
+
+def compare(
+    job: Job,
+    params: CostParams,
+    noise: NoiseSetup,
+    baselines: tuple[str, ...] = (),
+    seed: int = 0,
+    samples: int = 1,
+    adaptcoll: bool = True,
+    quiet_cache: Optional[dict[Any, RunStats]] = None,
+) -> dict[str, Any]:
+    """Quiet and noisy runs of adaptcoll and each baseline; the report the CLI prints and writes.
+
+    `quiet_cache` keeps quiet runs (deterministic) across calls that share a job, e.g. in a sweep.
+    """
+    if samples < 1:
+        raise ValueError(f"samples must be >= 1, got {samples}")
+    prepared = prepare(job) if adaptcoll else None
+    rows = []
+    impls = ([ADAPTCOLL] if adaptcoll else []) + list(baselines)
+    for impl in impls:
+        key = (job, params, impl)
+        quiet = quiet_cache.get(key) if quiet_cache is not None else None
+        if quiet is None:
+            quiet = run_once(job, params, impl, None, seed, 0, prepared=prepared)[0]
+            if quiet_cache is not None:
+                quiet_cache[key] = quiet
+        noisy = []
+        if not noise.quiet:
+            noisy = [run_once(job, params, impl, noise, seed, s, prepared=prepared)[0].time_s for s in range(samples)]
+        row = {"impl": impl_label(impl), **_summary(quiet, noisy)}
+        if impl == ADAPTCOLL and prepared is not None:
+            row.update(
+                protocol=prepared.protocol,
+                segments=prepared.plan.nseg,
+                segment_bytes=prepared.plan.seg_count * job.itemsize,
+                trees=len(prepared.trees),
+                library_goes_native=library_goes_native(job),
+            )
+        rows.append(row)
+    return {
+        "tool": "adaptcoll.simulate",
+        "format": 1,
+        "job": {
+            "collective": job.collective,
+            "ranks": job.size,
+            "size": job.nbytes,
+            "segment": job.segment,
+            "algorithm": job.algorithm_setting,
+            "root": job.root,
+            "settings": _settings_dict(job),
+        },
+        "params": params.to_dict(),
+        "noise": list(noise.texts),
+        "noise_fraction": noise.cpu_fraction,
+        "seed": seed,
+        "samples": samples if not noise.quiet else 0,
+        "results": rows,
+    }
+
+
+def _settings_dict(job: Job) -> dict[str, Any]:
+    return dataclasses.asdict(job.settings)

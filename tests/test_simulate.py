@@ -1,0 +1,397 @@
+"""adaptcoll.simulate in-process: closed forms, exactly-once delivery, correct results, determinism per seed,
+noise timelines, calibration round trip, parameters files, plug-in protocols, traces and sweeps."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import math
+
+import pytest
+
+from adaptcoll import settings
+from adaptcoll.protocols.pieces import ChildSendQueues, WindowedReceiver
+from adaptcoll.simulate import cli
+from adaptcoll.simulate.calibrate import calibrate, simulated_time
+from adaptcoll.simulate.lockstep import BASELINES
+from adaptcoll.simulate.measured import EngineCost, Measurement, read_measurements
+from adaptcoll.simulate.noise_setup import parse_noise
+from adaptcoll.simulate.params import CostParams, load_params
+from adaptcoll.simulate.programs import Job, RankJob, prepare, register_protocol
+from adaptcoll.simulate.run import compare, run_once
+from adaptcoll.simulate.sweep import ROW_FIELDS, parse_rank_list, rows_csv, sweep
+from adaptcoll.simulate.timelines import FixedFraction, Periodic, Poisson, Replay, read_trace
+from adaptcoll.simulate.trace import trace_events
+from adaptcoll.simulate.world import TraceLog
+
+# A regime where the closed forms below hold: links are the bottleneck (B = m G > e + o + 2L) and a
+# rendezvous handshake never finds its receiver inside a callback (L > e + 2o).
+P = CostParams(L=4e-6, o=0.7e-6, g=0.0, G=1e-10, fold=3e-10, engine=2.1e-6, native_o=0.3e-6, eager=1024, links="fifo")
+UNCAPPED = settings.Settings(max_segments=0)
+REL = 1e-9
+
+
+def _time(job: Job, impl: str = "adaptcoll", params: CostParams = P) -> float:
+    return run_once(job, params, impl)[0].time_s
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= REL * max(abs(a), abs(b))
+
+
+# -- (a) exactness: closed forms ---------------------------------------------------------------------
+@pytest.mark.parametrize("k", range(0, 9))
+def test_binomial_bcast_one_segment_closed_form(k):
+    """2^k ranks, one segment of m bytes: each level costs e + o + 2L + mG (the largest subtree is served
+    first, so later children never lie on the critical path), plus the last receive's event."""
+    m = 1 << 20
+    t = _time(Job("bcast", 1 << k, m, m, "binomial", UNCAPPED))
+    expect = k * (P.engine + P.o + 2 * P.L + m * P.G) + P.engine
+    assert _close(t, expect), (t, expect)
+
+
+@pytest.mark.parametrize("ranks", [2, 3, 5, 17])
+@pytest.mark.parametrize("nseg", [1, 2, 7, 16])
+def test_pipeline_closed_form(ranks, nseg):
+    """A chain of n segments: the first segment takes (P-1) hops of e + o + 2L + B, each later one B more."""
+    seg = 1 << 18
+    t = _time(Job("bcast", ranks, nseg * seg, seg, "pipeline", UNCAPPED))
+    b = seg * P.G
+    expect = (ranks - 1) * (P.engine + P.o + 2 * P.L + b) + (nseg - 1) * b + P.engine
+    assert _close(t, expect), (t, expect)
+
+
+@pytest.mark.parametrize("k", range(0, 9))
+def test_binomial_reduce_one_segment_closed_form(k):
+    """2^k ranks: each level adds 2L + mG (handshake + data), e + f (fold) and o (post the send up)."""
+    m = 1 << 20
+    t = _time(Job("reduce", 1 << k, m, m, "binomial", UNCAPPED))
+    fold = (m // 4) * 4 * P.fold
+    if k == 0:  # a lone root copies its contribution into the result
+        expect = P.engine + fold
+    else:
+        expect = k * (2 * P.L + m * P.G + P.engine + fold + P.o) + P.engine
+    assert _close(t, expect), (t, expect)
+
+
+@pytest.mark.parametrize("k", range(0, 9))
+def test_binomial_bcast_closed_form_with_fair_links(k):
+    """Fair sharing equals FIFO when no two messages are on a link at once (here mG < o: each send is done
+    before the next is posted), so the binomial closed form holds for small segments too."""
+    m = 4096
+    fair = dataclasses.replace(P, links="fair")
+    t = _time(Job("bcast", 1 << k, m, m, "binomial", UNCAPPED), params=fair)
+    assert m * P.G < P.o
+    assert _close(t, k * (P.engine + P.o + 2 * P.L + m * P.G) + P.engine)
+
+
+def test_fair_links_share_fifo_links_queue():
+    """A root sends one 1 MiB segment to two children (o apart): fair sharing delivers both near the end (the
+    first child's data shares the link once the second starts), FIFO the first one B earlier; same last one."""
+    m = 1 << 20
+    b = m * P.G
+    job = Job("bcast", 3, m, m, "linear", UNCAPPED)
+    _, fifo, _ = run_once(job, P)
+    _, fair, _ = run_once(job, dataclasses.replace(P, links="fair"))
+    assert _close(fifo.finished[1], 2 * P.engine + P.o + 2 * P.L + b)
+    assert _close(fair.finished[1], 2 * P.engine + 2 * P.L + 2 * b)
+    assert _close(fifo.finished[2], fair.finished[2])
+    assert _close(fair.finished[2], 2 * P.engine + P.o + 2 * P.L + 2 * b)
+
+
+def test_ranks_of_one_node_share_its_link():
+    """Two ranks per node, a flat tree over 4 ranks: the root's node link carries the messages to ranks 2 and
+    3 one after the other (and node 1's link receives them in turn); rank 1, on the root's node, copies its
+    message itself. The last one arrives 2L + 2mG after the root posted its second send (e + 2o)."""
+    m = 1 << 20
+    alone = _time(Job("bcast", 4, m, m, "linear", UNCAPPED))
+    shared = _time(Job("bcast", 4, m, m, "linear", UNCAPPED), params=dataclasses.replace(P, ranks_per_node=2))
+    b = m * P.G
+    assert _close(shared, 2 * P.engine + 2 * P.o + 2 * P.L + 2 * b)
+    assert _close(alone, 2 * P.engine + P.o + 2 * P.L + 3 * b)  # one link per rank: all three on the root's
+
+
+@pytest.mark.parametrize("k", range(0, 9))
+def test_lockstep_binomial_bcast_closed_form(k):
+    """MPICH's binomial Bcast, blocking sends: k steps of native_o + 2L + mG on the critical path."""
+    m = 1 << 20
+    t = _time(Job("bcast", 1 << k, m, m), "binomial")
+    assert _close(t, k * (P.native_o + 2 * P.L + m * P.G))
+
+
+# -- delivery and results ----------------------------------------------------------------------------
+KINDS = ["binomial", "pipeline", "chain", "binary", "knomial", "linear", "two_tree", "in_order_binomial"]
+
+
+def _segment_trees(job: Job) -> list:
+    prep = prepare(job)
+    return [prep.trees[s % len(prep.trees)] for s in range(prep.plan.nseg)]
+
+
+@pytest.mark.parametrize("collective", ["bcast", "reduce", "allreduce"])
+def test_every_segment_delivered_exactly_once(collective):
+    """Real data through the real protocols: results right, and every segment crosses each edge of its tree
+    exactly once in each direction the collective uses (down: bcast, up: reduce, both: allreduce)."""
+    noise = parse_noise(["1kHz x 40us, poisson", "net: 2kHz x 5us", "skew: uniform:50us"])
+    transfers = [CostParams(eager=4096), CostParams(eager=4096, transfer="cpu"), CostParams(ranks_per_node=4)]
+    for i, (kind, size) in enumerate((k, s) for k in KINDS for s in (1, 2, 3, 7, 12, 33)):
+        cfg = settings.Settings(max_segments=0, allreduce_roots=(i % 3))
+        job = Job(collective, size, 9000 + 8 * i, 1024, kind, cfg)
+        params = transfers[i % 3]
+        _, world, bufs = run_once(job, params, noise=noise if i % 2 else None, seed=i, data=True, record=True)
+        bufs.check(job.root)
+        assert world.unmatched == 0
+        crossed = collections.Counter((src, dst, tag) for src, dst, tag, _ in world.delivered)
+        expected = collections.Counter()
+        for s, tree in enumerate(_segment_trees(job)):
+            for child in range(size):
+                parent = tree.parent(child)
+                if parent is None:
+                    continue
+                if collective in ("bcast", "allreduce"):
+                    expected[(parent, child, s)] += 1
+                if collective in ("reduce", "allreduce"):
+                    expected[(child, parent, s)] += 1
+        assert crossed == expected, (kind, size)
+
+
+@pytest.mark.parametrize("name", sorted(BASELINES))
+def test_lockstep_baselines_compute_the_collective(name):
+    for collective in BASELINES[name]:
+        for size in range(1, 14):
+            job = Job(collective, size, 4 * (1000 + size), 4096)
+            _, world, bufs = run_once(job, CostParams(eager=2048), name, data=True)
+            bufs.check(job.root)
+            assert world.unmatched == 0
+
+
+def test_plugged_in_protocol_runs_by_name():
+    """A non-tree protocol built from the library's pieces, registered by name and run like the others."""
+
+    def flat(j: RankJob) -> None:
+        segs = range(j.ctx.plan.nseg)
+        if j.rank == j.root:
+            others = [r for r in range(j.size) if r != j.root]
+            queues = ChildSendQueues(j.ctx, others, j.buf, segs, j.on_complete)
+            if not others:
+                j.on_complete()
+            queues.all_ready()
+        else:
+            WindowedReceiver(j.ctx, j.root, j.buf, segs, lambda pos: None, j.on_complete).start()
+
+    register_protocol("bcast", "flat_test", flat)
+    for size in (1, 2, 9):
+        job = Job("bcast", size, 5000, 512, "flat_test", UNCAPPED)
+        _, world, bufs = run_once(job, P, data=True, record=True)
+        bufs.check()
+        assert len(world.delivered) == (size - 1) * 10
+    assert prepare(Job("bcast", 4, 5000, 512, "flat_test")).protocol == "flat_test"
+
+
+# -- determinism ---------------------------------------------------------------------------------------
+def test_same_seed_same_results_other_seed_other_noise(tmp_path):
+    trace = tmp_path / "noise.txt"
+    trace.write_text("# unit: us\n0 30\n700 12\n2300 80\n")
+    cases = [
+        ["100Hz x 250us"],
+        ["10kHz x 2.5us, poisson"],
+        [f"trace: {trace}", "skew: exponential:20us", "net: 1kHz x 3us, poisson"],
+        ["fraction: 2.5%"],
+    ]
+    for comps in cases:
+        noise = parse_noise(comps)
+        job = Job("allreduce", 24, 1 << 20, 128 << 10)
+        a = compare(job, P, noise, ("rabenseifner",), seed=5, samples=2)
+        b = compare(job, P, noise, ("rabenseifner",), seed=5, samples=2)
+        assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+        if comps != ["fraction: 2.5%"]:
+            c = compare(job, P, noise, ("rabenseifner",), seed=6, samples=2)
+            assert a["results"][0]["noisy_us"] != c["results"][0]["noisy_us"]
+    args = ["--collective", "reduce", "--ranks", "40", "--size", "2M", "--segment", "256K", "--seed", "3"]
+    args += ["--noise", "1kHz x 25us, poisson", "--baseline", "binomial", "--samples", "3"]
+    for name in ("a.json", "b.json"):
+        assert cli.main([*args, "--json", str(tmp_path / name)]) == 0
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
+    doc = json.loads((tmp_path / "a.json").read_text())
+    assert [r["impl"] for r in doc["results"]] == ["adaptcoll", "lockstep:binomial"]
+    assert len(doc["results"][0]["noisy_us"]) == 3
+
+
+# -- noise timelines ------------------------------------------------------------------------------------
+def test_periodic_timeline_stretches_work_over_detours():
+    tl = Periodic(1, seed=1, frequency_hz=1000, duration_s=100e-6)
+    detours = tl.detours(0, 0.0, 0.01)
+    s0, e0 = next((s, e) for s, e in detours if s > 0)
+    assert math.isclose(e0 - s0, 100e-6) and math.isclose(detours[2][0] - detours[1][0], 1e-3)
+    assert tl.advance(0, s0 - 50e-6, 10e-6) == pytest.approx(s0 - 40e-6)  # done before the detour
+    assert tl.advance(0, s0 - 50e-6, 60e-6) == pytest.approx(e0 + 10e-6)  # waits it out
+    assert tl.advance(0, s0 - 50e-6, 0.0) == pytest.approx(s0 - 50e-6)
+    tl2 = Periodic(1, seed=1, frequency_hz=1000, duration_s=100e-6)
+    assert tl2.advance(0, s0 + 10e-6, 0.0) == pytest.approx(e0)  # inside a detour: its end
+    assert tl2.advance(0, s0 + 20e-6, 1e-6) == pytest.approx(e0 + 1e-6)  # the same detour still counts
+    assert tl2.advance(0, s0 + 2.15e-3, 2.85e-3) == pytest.approx(s0 + 2.15e-3 + 2.85e-3 + 3 * 100e-6)
+
+
+def test_poisson_and_replay_take_their_share():
+    tl = Poisson(3, seed=4, frequency_hz=2000, duration_s=20e-6)
+    horizon = 20.0
+    busy = sum(min(e, horizon) - max(s, 0) for s, e in tl.detours(2, 0.0, horizon))
+    assert busy / horizon == pytest.approx(0.04, rel=0.05)
+    assert tl.advance(2, 0.0, 1.0) == pytest.approx(1.0 / (1 - 0.04), rel=0.03)
+    rp = Replay(2, 0, [0.0, 0.5e-3], [0.1e-3, 0.2e-3], 1e-3)
+    assert rp.noise_fraction == pytest.approx(0.3)
+    assert rp.advance(0, 0.0, 0.07) == pytest.approx(0.1, rel=0.02)
+    assert FixedFraction(1, 0, 0.2).advance(0, 1.0, 0.8) == pytest.approx(2.0)
+
+
+def test_trace_files(tmp_path):
+    two = tmp_path / "selfish.txt"
+    two.write_text("# selfish detour\n# unit: ns\n1000 500\n5000 250\n# span: 10000\n")
+    starts, durations, span = read_trace(two)
+    assert starts == [0.0, pytest.approx(4e-6)] and durations == [pytest.approx(5e-7), pytest.approx(2.5e-7)]
+    assert span == pytest.approx(1e-5)
+    fwq = tmp_path / "fwq.txt"
+    fwq.write_text("100\n100\n130\n100\n")
+    starts, durations, span = read_trace(fwq)
+    assert starts == [pytest.approx(300e-6)] and durations == [pytest.approx(30e-6)] and span == pytest.approx(430e-6)
+    bad = tmp_path / "bad.txt"
+    cases = [("1 2 3\n", "expected"), ("x 1\n", "not a number"), ("# unit: h\n1 1\n", "unit"), ("", "no data")]
+    for text, why in cases:
+        bad.write_text(text)
+        with pytest.raises(ValueError, match=why):
+            read_trace(bad)
+
+
+def test_noise_values_are_checked():
+    for value, why in [
+        ("10Hz", "cannot read"),
+        ("skew: gauss:1ms", "DIST"),
+        ("fraction: 120%", r"\[0, 1\)"),
+        ("trace: /nonexistent/file", "cannot read"),
+    ]:
+        with pytest.raises(ValueError, match=why):
+            parse_noise([value])
+    with pytest.raises(ValueError, match="only one CPU noise"):
+        parse_noise(["1kHz x 25us", "fraction: 1%"])
+    assert parse_noise(["off", ""]).quiet
+
+
+# -- calibration ----------------------------------------------------------------------------------------
+def _synthetic_osu(path, truth: CostParams, ranks: int, sizes=(1 << 20, 4 << 20, 16 << 20)) -> None:
+    """An osu.py-format JSON file whose medians are the simulator's own times under `truth`."""
+    label = "adaptcoll:native_below=0"
+    cfg = settings.Settings(native_below=0)
+    results = []
+    for collective in ("bcast", "reduce", "allreduce"):
+        for size in sizes:
+            m = Measurement(collective, ranks, size, label, "adaptcoll", cfg, 1.0, None, "synthetic")
+            results.append(
+                {"collective": collective, "size": size, "impl": label, "median_us": simulated_time(m, truth) * 1e6}
+            )
+    doc = {
+        "tool": "bench/osu.py",
+        "ranks": ranks,
+        "options": {"noise": None},
+        "impls": [{"label": label, "kind": "adaptcoll", "settings": dataclasses.asdict(cfg)}],
+        "results": results,
+    }
+    path.write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize("links, tolerance", [("fifo", 1e-6), ("fair", 2e-2)])
+def test_calibration_round_trip(tmp_path, links, tolerance):
+    """Times simulated with known parameters are fitted back to them (exactly with FIFO links, whose times are
+    piecewise linear in the parameters; closely with fair sharing, whose small event-order jumps stop it)."""
+    truth = CostParams(L=3.1e-6, o=4.0e-6, G=1.3e-10, fold=4.2e-10, engine=2.5e-6, links=links)
+    sizes = (1 << 20, 4 << 20, 16 << 20) if links == "fifo" else (1 << 20, 16 << 20)
+    files = []
+    for ranks in (2, 4):
+        files.append(tmp_path / f"osu{ranks}.json")
+        _synthetic_osu(files[-1], truth, ranks, sizes)
+    engine = tmp_path / "engine.txt"
+    engine.write_text(
+        "MPI, 2 ranks, 2000 segments of 8 B (median over 7): adaptcoll adds rank 0: 2.50 us, rank 1: 2.50 us "
+        "per segment event; the bare mpi4py loop costs rank 0: 4.00 us, rank 1: 4.00 us per message\n"
+    )
+    rows = [m for f in files for m in read_measurements(f)]
+    fitted, info = calibrate(rows, EngineCost(2.5, 4.0), start=CostParams(links=links))
+    for field in ("L", "G", "fold"):
+        assert getattr(fitted, field) == pytest.approx(getattr(truth, field), rel=tolerance), field
+    assert info["rms_log_error"] < tolerance
+    if links == "fair":
+        return
+    out, start = tmp_path / "params.json", tmp_path / "start.json"
+    start.write_text('{"links": "fifo"}')
+    argv = ["calibrate", "--osu", str(files[0]), "--osu", str(files[1]), "--engine-cost", str(engine)]
+    assert cli.main([*argv, "--params", str(start), "--out", str(out)]) == 0
+    loaded = load_params(out)
+    assert pytest.approx(truth.G, rel=1e-6) == loaded.G
+    assert pytest.approx(2.5e-6) == loaded.engine
+
+
+def test_bad_parameter_files_name_the_field(tmp_path, capsys):
+    path = tmp_path / "p.json"
+    cases = [
+        ('{"L": "fast"}', "field 'L' must be a number"),
+        ('{"G": -1e-10}', "field 'G' must be a finite number >= 0"),
+        ('{"fold": NaN}', "field 'fold'"),
+        ('{"eager": 100.5}', "field 'eager'"),
+        ('{"transfer": "pigeon"}', "field 'transfer'"),
+        ('{"ranks_per_node": 0}', "field 'ranks_per_node'"),
+        ('{"links": "psychic"}', "field 'links' must be 'fair' or 'fifo'"),
+        ('{"latency": 1e-6}', "unknown field 'latency'"),
+        ('{"format": "other/2"}', "field 'format'"),
+        ('{"engine": true}', "field 'engine' must be a number"),
+        ("[1, 2]", "expected a JSON object"),
+        ("{L: 1}", "not valid JSON"),
+    ]
+    for text, why in cases:
+        path.write_text(text)
+        with pytest.raises(ValueError, match=why) as err:
+            load_params(path)
+        assert str(path) in str(err.value)
+    argv = ["--collective", "bcast", "--ranks", "4", "--size", "1M", "--segment", "256K", "--params", str(path)]
+    assert cli.main(argv) == 2
+    assert "not valid JSON" in capsys.readouterr().err
+    path.write_text('{"L": 2e-6, "source": {"osu": []}, "units": "s"}')
+    assert load_params(path).L == 2e-6
+
+
+# -- outputs --------------------------------------------------------------------------------------------
+def test_perfetto_trace_of_a_reduce(tmp_path):
+    job = Job("reduce", 6, 1 << 20, 256 << 10)
+    log = TraceLog()
+    noise = parse_noise(["2kHz x 50us"])
+    stats, world, _ = run_once(job, P, noise=noise, trace=log)
+    events = trace_events(log, job.size, lambda tag: tag, world.cpu_noise, stats.time_s)
+    names = {e["tid"]: e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    assert names == {r: f"rank {r}" for r in range(6)}
+    cats = collections.Counter(e["cat"] for e in events if e["ph"] == "X")
+    assert cats["send"] == cats["recv"] == world.messages and cats["fold"] > 0 and cats["idle"] > 0
+    assert all(set(e["args"]) == {"peer", "seg", "bytes"} for e in events if e["ph"] == "X")
+    starts = {e["id"]: e for e in events if e["ph"] == "s"}
+    ends = {e["id"]: e for e in events if e["ph"] == "f"}
+    assert starts.keys() == ends.keys() and len(starts) == world.messages
+    assert all(ends[i]["ts"] >= starts[i]["ts"] for i in starts)
+    out = tmp_path / "t.json"
+    argv = ["--collective", "bcast", "--ranks", "8", "--size", "1M", "--segment", "256K", "--trace", str(out)]
+    assert cli.main(argv) == 0
+    assert json.loads(out.read_text())["traceEvents"][0]["ph"] == "M"
+
+
+def test_sweep_table_and_plots(tmp_path):
+    assert parse_rank_list("16:128,1K") == [16, 32, 64, 128, 1024]
+    assert parse_rank_list("4:64:4") == [4, 16, 64]
+    conds = ["100Hz x 250us", "1kHz x 25us"]
+    rows = sweep("bcast", [16, 32], 1 << 20, 256 << 10, conds, ["binomial"], P, samples=2)
+    assert len(rows) == 2 * 2 * 2 and {r["impl"] for r in rows} == {"adaptcoll", "lockstep:binomial"}
+    text = rows_csv(rows)
+    assert text.splitlines()[0] == ",".join(ROW_FIELDS) and len(text.splitlines()) == 9
+    pytest.importorskip("matplotlib")
+    from adaptcoll.simulate import plots
+
+    plots.plot_auto(rows, tmp_path / "ranks.png")
+    plots.plot_auto([r for r in rows if r["ranks"] == 16], tmp_path / "grid.png")
+    plots.plot_bars(rows, tmp_path / "bars.png")
+    assert all((tmp_path / n).stat().st_size > 1000 for n in ("ranks.png", "grid.png", "bars.png"))
