@@ -30,6 +30,8 @@ from .native import (
     Kind,
     Native,
 )
+from .pool import SegmentPool
+from .protocols.algorithms import ALLREDUCE_ALGORITHMS, AllreduceAlgorithm
 from .protocols.allreduce import Allreduce
 from .protocols.bcast import Bcast
 from .protocols.context import OpContext
@@ -37,6 +39,7 @@ from .protocols.links import Link, start_on_links, tree_links
 from .protocols.operation import Operation
 from .protocols.reduce import Reduce
 from .state import HOST_BACKEND, CommState, comm_state
+from .transport import Transport
 
 __all__ = [
     "Prepared",
@@ -290,10 +293,16 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any) -> Decis
     if isinstance(rop, Native):
         return rop
     ordered_needed = not rop.commutative
+    by_blocks = ALLREDUCE_ALGORITHMS.get(cfg.allreduce_algorithm)
+    if by_blocks is not None and ordered_needed and not by_blocks.rank_ordered:
+        return Native(f"non-commutative op with {by_blocks.name} allreduce")
     st = _state_for(comm, "allreduce")
     transport, backend, pools = st.kit(on_device)
     rank = comm.Get_rank()
     dtype = rmsg.array.dtype
+    if by_blocks is not None:
+        kit = (transport, backend, pools(dtype))
+        return _allreduce_by_blocks(st, by_blocks, kit, local, rmsg.array, rop, (sendbuf, recvbuf))
     shape = st.plan_shape(rmsg.count, dtype.itemsize, cfg.segment_size("allreduce"))
     tree_set = st.allreduce_trees(cfg.allreduce_algorithm, cfg.allreduce_roots, rank_ordered=ordered_needed)
     links = tree_links(tree_set, rank, shape.nseg)
@@ -314,3 +323,37 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any) -> Decis
         Allreduce(ctx, link.parent, link.children, local, result, rop, link.segs, done).start()
 
     return Prepared(_started(st, links, (sendbuf, recvbuf), base, start_one))
+
+
+def _allreduce_by_blocks(
+    st: CommState,
+    algorithm: AllreduceAlgorithm,
+    kit: tuple[Transport, ArrayBackend, SegmentPool],
+    local: Any,
+    result: Any,
+    rop: ReduceOp,
+    keep: Any,
+) -> Decision:
+    """Set up a ring or recursive-halving allreduce (protocols.algorithms): one protocol per rank, no trees."""
+    cfg = settings.current()
+    try:
+        shape = st.plan_shape(
+            len(result),
+            result.dtype.itemsize,
+            cfg.segment_size("allreduce"),
+            blocks=algorithm.blocks(st.size),
+            tags_per_segment=algorithm.tags_per_segment,
+        )
+    except ValueError:  # a tag space smaller than one segment's tags (settings and TAG_UB match on all ranks)
+        return Native(f"tag space too small for {algorithm.name} allreduce")
+    transport, backend, pool = kit
+    send_window, recv_window = cfg.windows("allreduce")
+    base = OpContext(transport, backend, shape, send_window, recv_window, cfg.sync_sends, pool=pool)
+
+    def start() -> Operation:
+        plan = st.take_tags(shape)
+        operation = Operation(keep=keep)
+        algorithm.start(base.with_plan(plan), local, result, rop, operation.complete)
+        return st.track(plan, operation)
+
+    return Prepared(start)

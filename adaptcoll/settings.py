@@ -39,6 +39,8 @@ TREE_KINDS = (
     "two_tree",
 )
 ALGORITHMS = TREE_KINDS + ("native",)
+ALLREDUCE_ONLY = ("ring", "rabenseifner")
+"""Allreduce algorithms that are not trees (adaptcoll.protocols.algorithms): valid for allreduce only."""
 SYNC_MODES = ("first", "all", "none")
 
 
@@ -125,11 +127,18 @@ def _parse_bool(text: Any, name: str) -> bool:
     raise ValueError(f"{name}: expected 0/1, true/false, yes/no or on/off, got {text!r}")
 
 
-def _parse_algorithm(text: Any, name: str) -> str:
+def _parse_algorithm(text: Any, name: str, allreduce: bool = False) -> str:
     value = str(text).strip()
     kind, _, params = value.partition(":")
+    if kind in ALLREDUCE_ONLY:
+        if not allreduce:
+            raise ValueError(f"{name}: {kind!r} is an allreduce algorithm (set it in ADAPTCOLL_ALLREDUCE_ALGORITHM)")
+        if params:
+            raise ValueError(f"{name}: {kind!r} takes no parameters, got {value!r}")
+        return kind
     if kind not in ALGORITHMS:
-        raise ValueError(f"{name}: unknown algorithm {kind!r}; valid choices: {', '.join(ALGORITHMS)}")
+        choices = ALGORITHMS + ALLREDUCE_ONLY if allreduce else ALGORITHMS
+        raise ValueError(f"{name}: unknown algorithm {kind!r}; valid choices: {', '.join(choices)}")
     if params:
         for item in params.split(","):
             key, eq, val = item.partition("=")
@@ -150,7 +159,7 @@ def _parse_window(text: Any, name: str) -> int:
 
 def _parse_field(field: str, value: Any, name: str) -> Any:
     if field.endswith("_algorithm"):
-        return _parse_algorithm(value, name)
+        return _parse_algorithm(value, name, allreduce=field == "allreduce_algorithm")
     if field.endswith("_segment_size"):
         size = parse_size(value, name)
         if size < 1:

@@ -1,0 +1,131 @@
+"""Segmented ring allreduce: a reduce-scatter then an allgather around the ring 0 -> 1 -> ... -> p-1 -> 0.
+
+The message is cut into p blocks of whole segments (plan.plan_blocks); rank r ends the reduce-scatter
+owning block r+1. Reduce-scatter step k (0..p-2): rank r sends block r-k to r+1 and receives block
+r-1-k from r-1, which it folds with its own contribution into the result buffer, where the partial
+waits to be forwarded at step k+1 (the last fold, block r+1, is final). Allgather step k: rank r
+sends block r+1-k (its own final block, then each block received at step k-1) and receives block
+r-k. Every segment is forwarded the moment it is folded or has arrived, so the steps overlap
+segment by segment and the ring stays busy.
+
+Each rank sends and receives 2(p-1)/p of the message in 2(p-1) x (segments per block) messages, and
+folds (p-1)/p of it. Partial sums live in the result buffer (each rank's contribution to a segment is
+read exactly once), so the only extra memory is the pool buffers of arriving segments, bounded by
+the windows. Block b is folded in the fixed order b, b+1, ..., p-1, 0, ..., b-1 whatever the timing:
+results are reproducible, but that order is MPI's rank order only for block 0, so non-commutative
+ops are not served by the ring (the decision layer sends them elsewhere).
+
+Tags: on the link r -> r+1 a segment can travel twice (reduce-scatter and allgather), so the plan
+holds two tags per segment: tag(s) in the reduce-scatter, tag(nseg + s) in the allgather.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..backends.base import ReduceOp
+from ..transport import Callback
+from .context import OpContext
+from .pieces import Join
+from .streams import RecvStream, SendStream
+
+__all__ = ["RingAllreduce", "TAGS_PER_SEGMENT", "block_segments"]
+
+TAGS_PER_SEGMENT = 2
+
+
+def block_segments(nseg: int, blocks: int, b: int) -> range:
+    """The segment indices of block b when nseg segments tile `blocks` blocks (see plan.plan_blocks)."""
+    k = -(-nseg // blocks)
+    return range(min(b * k, nseg), min((b + 1) * k, nseg))
+
+
+class RingAllreduce:
+    """One rank's part of a ring allreduce of `local` into `result` (the same array when in place)."""
+
+    def __init__(self, ctx: OpContext, local: Any, result: Any, op: ReduceOp, on_complete: Callback) -> None:
+        t = ctx.transport
+        p, r = t.size, t.rank
+        plan = ctx.plan
+        nseg = plan.nseg
+        self._be = ctx.backend
+        self._watch = t.watch
+        self._local = local
+        self._result = result
+        self._op = op
+        self._on_complete = on_complete
+        self._trivial = p == 1 or nseg == 0
+        if self._trivial:
+            return
+        tag = plan.tag
+        # the messages of each link in order: reduce-scatter steps 0..p-2, then allgather steps 0..p-2
+        out_segs = [s for k in range(p - 1) for s in block_segments(nseg, p, (r - k) % p)]
+        in_segs = [s for k in range(p - 1) for s in block_segments(nseg, p, (r - 1 - k) % p)]
+        n_rs_out, n_rs_in = len(out_segs), len(in_segs)
+        out_tags = [tag(s) for s in out_segs]
+        in_tags = [tag(s) for s in in_segs]
+        out_segs += [s for k in range(p - 1) for s in block_segments(nseg, p, (r + 1 - k) % p)]
+        in_segs += [s for k in range(p - 1) for s in block_segments(nseg, p, (r - k) % p)]
+        out_tags += [tag(nseg + s) for s in out_segs[n_rs_out:]]
+        in_tags += [tag(nseg + s) for s in in_segs[n_rs_in:]]
+        out_index = {(i >= n_rs_out, s): i for i, s in enumerate(out_segs)}
+        in_index = {(i >= n_rs_in, s): i for i, s in enumerate(in_segs)}
+        owned = set(block_segments(nseg, p, (r + 1) % p))  # final here after the reduce-scatter
+        # the out message that forwards each arrival (-1: none), once folded (reduce-scatter) or landed
+        self._forward = [out_index.get((i >= n_rs_in or s in owned, s), -1) for i, s in enumerate(in_segs)]
+        # a completed reduce-scatter send frees its result slice for the allgather receive into it
+        self._frees = [in_index[(True, s)] if i < n_rs_out else -1 for i, s in enumerate(out_segs)]
+        self._in_segs = in_segs
+        self._n_rs_in = n_rs_in
+        bounds = [plan.bounds(s) for s in range(nseg)]
+        self._res = [result[lo:hi] for lo, hi in bounds]
+        self._loc = self._res if local is result else [local[lo:hi] for lo, hi in bounds]
+        self._own = out_segs[: len(block_segments(nseg, p, r))]
+        self._join = Join(2, on_complete)
+        self._out = SendStream(ctx, (r + 1) % p, out_tags, self._sent, self._join.part_done)
+        self._in = RecvStream(
+            ctx,
+            (r - 1) % p,
+            in_tags,
+            [None] * n_rs_in + [self._res[s] for s in in_segs[n_rs_in:]],
+            [bounds[s][1] - bounds[s][0] for s in in_segs],
+            [i >= n_rs_in for i in range(len(in_segs))],
+            self._arrived,
+            self._join.part_done,
+        )
+
+    def start(self) -> None:
+        if self._trivial:
+            if self._local is not self._result and len(self._result):
+                self._be.copy(self._result, self._local)
+            self._on_complete()
+            return
+        self._in.start()
+        loc, ready = self._loc, self._out.ready
+        for i, s in enumerate(self._own):  # step 0: this rank's own block, straight from its contribution
+            ready(i, loc[s])
+        self._join.start()
+
+    def _sent(self, i: int) -> None:
+        j = self._frees[i]
+        if j >= 0:
+            self._in.allow(j)
+
+    def _arrived(self, i: int, buf: Any) -> None:
+        s = self._in_segs[i]
+        if i >= self._n_rs_in:  # allgather: the final segment landed in the result; pass it on
+            j = self._forward[i]
+            if j >= 0:
+                self._out.ready(j, self._res[s])
+            return
+        # reduce-scatter: the partial of ranks b..r-1 (lower in ring order) folded with this rank's part
+        poll = self._be.combine(self._op, buf, self._loc[s], self._res[s])
+        if poll is None:
+            self._folded(i, buf)
+        else:
+            self._watch(poll, lambda: self._folded(i, buf))
+
+    def _folded(self, i: int, buf: Any) -> None:
+        self._in.release(i, buf)
+        s = self._in_segs[i]
+        self._out.ready(self._forward[i], self._res[s])
