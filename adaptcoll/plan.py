@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = ["SegmentPlan", "plan_segments", "plan_blocks"]
@@ -42,6 +43,13 @@ class SegmentPlan:
     def tag(self, s: int) -> int:
         """The tag of segment s."""
         return (self.tag_base + s) % self.tag_space
+
+    def tags(self, offsets: Sequence[int]) -> list[int]:
+        """`[tag(o) for o in offsets]`, for protocols that lay out their messages once and reuse the layout."""
+        base, space = self.tag_base, self.tag_space
+        if base + self.ntags <= space:
+            return [base + o for o in offsets]
+        return [(base + o) % space for o in offsets]
 
 
 def plan_segments(

@@ -23,8 +23,9 @@ a different segment, so the plan's one tag per segment makes tags unique on ever
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from ..backends.base import ReduceOp
 from ..transport import Callback
@@ -33,7 +34,7 @@ from .pieces import Join
 from .ring import block_segments
 from .streams import RecvStream, SendStream
 
-__all__ = ["RabenseifnerAllreduce", "TAGS_PER_SEGMENT", "main_ranks"]
+__all__ = ["RabenseifnerAllreduce", "HalvingLayout", "TAGS_PER_SEGMENT", "halving_layout", "main_ranks"]
 
 TAGS_PER_SEGMENT = 1
 
@@ -43,8 +44,69 @@ def main_ranks(p: int) -> int:
     return 1 << (p.bit_length() - 1)
 
 
+class HalvingLayout(NamedTuple):
+    """One rank's part in a recursive halving / doubling allreduce (pure function of p, rank, plan shape).
+
+    `pair`: the rank this one folds in with first (-1: none); `extra`: this rank hands its data to
+    `pair` and takes no part in the main phase. Per main step j: `partners[j]`, whether this rank's
+    ranks are the lower ones (`lower_is_mine[j]`), the segments it gives away and keeps. `leaves[s]`:
+    the step at which segment s leaves this rank (`steps`: never, s is final here).
+    """
+
+    extra: bool
+    pair: int
+    steps: int
+    partners: tuple[int, ...]
+    lower_is_mine: tuple[bool, ...]
+    give: tuple[range, ...]
+    keep: tuple[range, ...]
+    leaves: tuple[int, ...]
+    bounds: tuple[tuple[int, int], ...]
+
+
+@functools.lru_cache(maxsize=256)
+def halving_layout(p: int, r: int, count: int, seg_count: int) -> HalvingLayout:
+    """The layout of rank r for `count` elements in segments of `seg_count` (see HalvingLayout)."""
+    nseg = -(-count // seg_count) if count else 0
+    bounds = tuple((s * seg_count, min((s + 1) * seg_count, count)) for s in range(nseg))
+    pp = main_ranks(p)
+    q = p - pp
+    if r < 2 * q and r % 2 == 0:
+        return HalvingLayout(True, r + 1, 0, (), (), (), (), (), bounds)
+    v = r // 2 if r < 2 * q else r - q
+    steps = pp.bit_length() - 1
+    give: list[range] = []
+    keep: list[range] = []
+    lo, hi = 0, pp
+    for j in range(steps):
+        mid = (lo + hi) // 2
+        kept, given = ((mid, hi), (lo, mid)) if v & (1 << j) else ((lo, mid), (mid, hi))
+        keep.append(_segments(nseg, pp, *kept))
+        give.append(_segments(nseg, pp, *given))
+        lo, hi = kept
+    leaves = [steps] * nseg
+    for j in range(steps):
+        for s in give[j]:
+            leaves[s] = j
+    return HalvingLayout(
+        False,
+        r - 1 if r < 2 * q else -1,
+        steps,
+        tuple(_real_rank(v ^ (1 << j), q) for j in range(steps)),
+        tuple(v < v ^ (1 << j) for j in range(steps)),
+        tuple(give),
+        tuple(keep),
+        tuple(leaves),
+        bounds,
+    )
+
+
 class RabenseifnerAllreduce:
-    """One rank's part of a recursive halving / doubling allreduce of `local` into `result`."""
+    """One rank's part of a recursive halving / doubling allreduce of `local` into `result`.
+
+    Not in place, the first arrivals of each segment land straight in the result slice and are folded
+    there; later ones (the result then holds a partial) and all of them in place land in pool buffers.
+    """
 
     def __init__(self, ctx: OpContext, local: Any, result: Any, op: ReduceOp, on_complete: Callback) -> None:
         t = ctx.transport
@@ -60,74 +122,54 @@ class RabenseifnerAllreduce:
         self._trivial = p == 1 or nseg == 0
         if self._trivial:
             return
-        pp = main_ranks(p)
-        q = p - pp
-        bounds = [plan.bounds(s) for s in range(nseg)]
-        self._res = res = [result[lo:hi] for lo, hi in bounds]
-        self._loc = loc = res if local is result else [local[lo:hi] for lo, hi in bounds]
-        sizes = [hi - lo for lo, hi in bounds]
-        all_segs = range(nseg)
-        tags = [plan.tag(s) for s in all_segs]
-        self._extra = r < 2 * q and r % 2 == 0
-        if self._extra:  # hand everything to r+1, get the result back
-            self._join = Join(2, on_complete)
-            self._pair_out: Optional[SendStream] = SendStream(ctx, r + 1, tags, self._pair_sent, self._join.part_done)
-            self._pair_in: Optional[RecvStream] = RecvStream(
-                ctx, r + 1, tags, res, sizes, [True] * nseg, self._landed_from_pair, self._join.part_done
-            )
-            return
-        folds_in = r < 2 * q  # an odd rank of the first 2q: folds its even neighbour's data in first
-        v = r // 2 if folds_in else r - q
-        steps = pp.bit_length() - 1
-        partner = [_real_rank(v ^ (1 << j), q) for j in range(steps)]
-        lower_is_mine = [v < v ^ (1 << j) for j in range(steps)]
-        # per step: the segments given away (sent in the reduce-scatter) and kept (folded)
-        give: list[range] = []
-        keep: list[range] = []
-        lo_b, hi_b = 0, pp
-        for j in range(steps):
-            mid = (lo_b + hi_b) // 2
-            low_half, high_half = (lo_b, mid), (mid, hi_b)
-            kept, given = (high_half, low_half) if v & (1 << j) else (low_half, high_half)
-            keep.append(_segments(nseg, pp, *kept))
-            give.append(_segments(nseg, pp, *given))
-            lo_b, hi_b = kept
-        # the step at which each segment leaves this rank's window (steps: it stays, final here)
-        leaves = [steps] * nseg
-        for j in range(steps - 1, -1, -1):
-            for s in give[j]:
-                leaves[s] = j
-        self._steps, self._partner, self._lower_is_mine = steps, partner, lower_is_mine
-        self._give, self._keep, self._leaves = give, keep, leaves
-        self._first = 1 if folds_in else 0  # fold stages before the main phase
-        self._stage = [0] * nseg  # folds done per segment
-        self._busy = bytearray(nseg)
-        self._pending: list[list[Any]] = [[None] * nseg for _ in range(steps + self._first)]
-        self._src = res if folds_in else loc  # what step 0 reads as this rank's contribution
+        lay = halving_layout(p, r, plan.count, plan.seg_count)
+        self._lay = lay
+        in_place = local is result
+        self._res = res = [result[lo:hi] for lo, hi in lay.bounds]
+        self._loc = loc = res if in_place else [local[lo:hi] for lo, hi in lay.bounds]
+        sizes = [hi - lo for lo, hi in lay.bounds]
+        tags = plan.tags(range(nseg))
         done = self._part_done
+        self._pair_out: Optional[SendStream] = None
+        self._pair_in: Optional[RecvStream] = None
         self._outs: list[SendStream] = []
         self._ins: list[RecvStream] = []
-        for j in range(steps):
-            out_segs = list(give[j]) + list(keep[j])
-            in_segs = list(keep[j]) + list(give[j])
-            n_keep = len(keep[j])
-            self._outs.append(SendStream(ctx, partner[j], [tags[s] for s in out_segs], self._make_sent(j), done))
-            self._ins.append(
-                RecvStream(
-                    ctx,
-                    partner[j],
-                    [tags[s] for s in in_segs],
-                    [None] * n_keep + [res[s] for s in give[j]],
-                    [sizes[s] for s in in_segs],
-                    [i >= n_keep for i in range(len(in_segs))],
-                    self._make_arrived(j),
-                    done,
+        if lay.extra:  # hand everything to the pair, get the result back
+            self._pair_out = SendStream(ctx, lay.pair, tags, self._pair_sent if in_place else None, done)
+            self._pair_in = RecvStream(ctx, lay.pair, tags, res, sizes, [not in_place] * nseg, _ignore, done)
+        else:
+            folds_in = lay.pair >= 0
+            self._first = 1 if folds_in else 0  # fold stages before the main phase
+            self._stage = [0] * nseg  # folds done per segment
+            self._busy = bytearray(nseg)
+            self._pending: list[list[Any]] = [[None] * nseg for _ in range(lay.steps + self._first)]
+            self._src = res if folds_in else loc  # what step 0 reads as this rank's contribution
+            direct = not in_place  # may the first arrival of a segment land in the result itself?
+            for j in range(lay.steps):
+                give, keep = lay.give[j], lay.keep[j]
+                out_segs = [*give, *keep]
+                in_segs = [*keep, *give]
+                into = [res[s] for s in keep] if direct and j == 0 and not folds_in else [None] * len(keep)
+                gate = j > 0 or folds_in or in_place  # were the given segments sent from the result?
+                self._outs.append(
+                    SendStream(ctx, lay.partners[j], [tags[s] for s in out_segs], self._make_sent(j), done)
                 )
-            )
-        self._pair_out = self._pair_in = None
-        if folds_in:
-            self._pair_in = RecvStream(ctx, r - 1, tags, [None] * nseg, sizes, [False] * nseg, self._folds_in, done)
-            self._pair_out = SendStream(ctx, r - 1, tags, None, done)
+                self._ins.append(
+                    RecvStream(
+                        ctx,
+                        lay.partners[j],
+                        [tags[s] for s in in_segs],
+                        into + [res[s] for s in give],
+                        [sizes[s] for s in in_segs],
+                        [1] * len(keep) + [0 if gate else 1] * len(give),
+                        self._make_arrived(j),
+                        done,
+                    )
+                )
+            if folds_in:
+                into = list(res) if direct else [None] * nseg
+                self._pair_in = RecvStream(ctx, lay.pair, tags, into, sizes, [1] * nseg, self._folds_in, done)
+                self._pair_out = SendStream(ctx, lay.pair, tags, None, done)
         streams = [*self._outs, *self._ins, self._pair_in, self._pair_out]
         self._join = Join(sum(1 for x in streams if x), on_complete)  # an empty stream has nothing to wait for
 
@@ -138,33 +180,27 @@ class RabenseifnerAllreduce:
                 self._be.copy(self._result, self._local)
             self._on_complete()
             return
-        if self._extra:
-            assert self._pair_in is not None and self._pair_out is not None
-            self._pair_in.start()
-            for s, buf in enumerate(self._loc):
-                self._pair_out.ready(s, buf)
-            self._join.start()
-            return
+        lay = self._lay
         if self._pair_in is not None:
             self._pair_in.start()
         for stream in self._ins:
             stream.start()
-        if not self._first:
-            for s in range(len(self._res)):
-                if self._steps and self._leaves[s] == 0:
-                    self._send_on(s)
+        if lay.extra:
+            assert self._pair_out is not None
+            for s, buf in enumerate(self._loc):
+                self._pair_out.ready(s, buf)
+        elif not self._first:
+            for s in lay.give[0]:
+                self._send_on(s)
         self._join.start()
 
     def _part_done(self) -> None:
         self._join.part_done()
 
-    # -- the paired (extra) ranks ----------------------------------------------------------------
+    # -- the paired ranks ------------------------------------------------------------------------
     def _pair_sent(self, i: int) -> None:
         assert self._pair_in is not None
-        self._pair_in.allow(i)  # the contribution has left: the result may land in its place
-
-    def _landed_from_pair(self, i: int, buf: Any) -> None:
-        pass
+        self._pair_in.allow(i)  # in place: the contribution has left, the result may land in its place
 
     def _folds_in(self, s: int, buf: Any) -> None:
         self._pending[0][s] = buf
@@ -172,7 +208,7 @@ class RabenseifnerAllreduce:
 
     # -- the main phase --------------------------------------------------------------------------
     def _make_sent(self, j: int) -> Callable[[int], None]:
-        n_give, n_keep = len(self._give[j]), len(self._keep[j])
+        n_give, n_keep = len(self._lay.give[j]), len(self._lay.keep[j])
 
         def sent(i: int) -> None:
             if i < n_give:  # a given-away segment left: its final value may land in its place
@@ -181,9 +217,9 @@ class RabenseifnerAllreduce:
         return sent
 
     def _make_arrived(self, j: int) -> Callable[[int, Any], None]:
-        n_keep = len(self._keep[j])
-        keep_start = self._keep[j].start
-        give_start = self._give[j].start
+        n_keep = len(self._lay.keep[j])
+        keep_start = self._lay.keep[j].start
+        give_start = self._lay.give[j].start
         stage = j + self._first
 
         def arrived(i: int, buf: Any) -> None:
@@ -205,12 +241,12 @@ class RabenseifnerAllreduce:
             return
         self._pending[stage][s] = None
         self._busy[s] = 1
-        if stage < self._first:  # the even neighbour's contribution is lower in rank order
+        if stage < self._first:  # the pair's contribution is lower in rank order
             lower, higher = buf, self._loc[s]
         else:
             j = stage - self._first
             mine = self._src[s] if j == 0 else self._res[s]
-            lower, higher = (mine, buf) if self._lower_is_mine[j] else (buf, mine)
+            lower, higher = (mine, buf) if self._lay.lower_is_mine[j] else (buf, mine)
         poll = self._be.combine(self._op, lower, higher, self._res[s])
         if poll is None:
             self._folded(s, stage, buf)
@@ -218,15 +254,17 @@ class RabenseifnerAllreduce:
             self._watch(poll, lambda: self._folded(s, stage, buf))
 
     def _folded(self, s: int, stage: int, buf: Any) -> None:
+        lay = self._lay
         self._busy[s] = 0
         self._stage[s] = stage + 1
         if stage < self._first:
             assert self._pair_in is not None
             self._pair_in.release(s, buf)
         else:
-            self._ins[stage - self._first].release(s - self._keep[stage - self._first].start, buf)
-        if stage + 1 - self._first == self._leaves[s]:  # every fold of s at this rank is done
-            if self._leaves[s] == self._steps:
+            j = stage - self._first
+            self._ins[j].release(s - lay.keep[j].start, buf)
+        if stage + 1 - self._first == lay.leaves[s]:  # every fold of s at this rank is done
+            if lay.leaves[s] == lay.steps:
                 self._final(s)
             else:
                 self._send_on(s)
@@ -235,16 +273,21 @@ class RabenseifnerAllreduce:
 
     def _send_on(self, s: int) -> None:
         """Segment s leaves this rank's window: send it to the partner of that step."""
-        j = self._leaves[s]
-        self._outs[j].ready(s - self._give[j].start, self._src[s] if j == 0 else self._res[s])
+        j = self._lay.leaves[s]
+        self._outs[j].ready(s - self._lay.give[j].start, self._src[s] if j == 0 else self._res[s])
 
     def _final(self, s: int) -> None:
         """Segment s holds the result here: pass it on to the partners of the earlier steps (and the pair)."""
+        lay = self._lay
         buf = self._res[s]
-        for j in range(min(self._leaves[s], self._steps) - 1, -1, -1):
-            self._outs[j].ready(len(self._give[j]) + s - self._keep[j].start, buf)
+        for j in range(min(lay.leaves[s], lay.steps) - 1, -1, -1):
+            self._outs[j].ready(len(lay.give[j]) + s - lay.keep[j].start, buf)
         if self._pair_out is not None:
             self._pair_out.ready(s, buf)
+
+
+def _ignore(i: int, buf: Any) -> None:
+    """Arrivals that need no action (the extra rank's result lands where it belongs)."""
 
 
 def _real_rank(v: int, q: int) -> int:

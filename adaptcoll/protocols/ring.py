@@ -21,7 +21,8 @@ holds two tags per segment: tag(s) in the reduce-scatter, tag(nseg + s) in the a
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from typing import Any, NamedTuple
 
 from ..backends.base import ReduceOp
 from ..transport import Callback
@@ -29,7 +30,7 @@ from .context import OpContext
 from .pieces import Join
 from .streams import RecvStream, SendStream
 
-__all__ = ["RingAllreduce", "TAGS_PER_SEGMENT", "block_segments"]
+__all__ = ["RingAllreduce", "RingLayout", "TAGS_PER_SEGMENT", "block_segments", "ring_layout"]
 
 TAGS_PER_SEGMENT = 2
 
@@ -40,6 +41,68 @@ def block_segments(nseg: int, blocks: int, b: int) -> range:
     return range(min(b * k, nseg), min((b + 1) * k, nseg))
 
 
+class RingLayout(NamedTuple):
+    """One rank's messages in a ring allreduce (a pure function of p, rank, plan shape and in-place-ness).
+
+    Out (to rank+1) and in (from rank-1): segment and tag offset of every message in link order;
+    `forward[i]`: the out message that passes in-message i on (-1: none); `frees[i]`: the in-message
+    whose receive waits for out-message i to complete (-1: none); `pooled`: reduce-scatter arrivals
+    land in pool buffers (in place: the result still holds this rank's contribution), otherwise
+    straight in the result slice, where the fold happens in place.
+    """
+
+    out_segs: tuple[int, ...]
+    out_tags: tuple[int, ...]
+    in_segs: tuple[int, ...]
+    in_tags: tuple[int, ...]
+    n_rs_in: int
+    n_own: int
+    forward: tuple[int, ...]
+    frees: tuple[int, ...]
+    allowed: bytes
+    bounds: tuple[tuple[int, int], ...]
+    in_sizes: tuple[int, ...]
+    pooled: bool
+
+
+@functools.lru_cache(maxsize=256)
+def ring_layout(p: int, r: int, count: int, seg_count: int, in_place: bool) -> RingLayout:
+    """The messages of rank r in a ring allreduce of `count` elements in segments of `seg_count`."""
+    nseg = -(-count // seg_count) if count else 0
+    # the messages of each link in order: reduce-scatter steps 0..p-2, then allgather steps 0..p-2
+    out_segs = [s for k in range(p - 1) for s in block_segments(nseg, p, (r - k) % p)]
+    in_segs = [s for k in range(p - 1) for s in block_segments(nseg, p, (r - 1 - k) % p)]
+    n_rs_out, n_rs_in = len(out_segs), len(in_segs)
+    out_segs += [s for k in range(p - 1) for s in block_segments(nseg, p, (r + 1 - k) % p)]
+    in_segs += [s for k in range(p - 1) for s in block_segments(nseg, p, (r - k) % p)]
+    out_tags = [s if i < n_rs_out else nseg + s for i, s in enumerate(out_segs)]
+    in_tags = [s if i < n_rs_in else nseg + s for i, s in enumerate(in_segs)]
+    out_index = {(i >= n_rs_out, s): i for i, s in enumerate(out_segs)}
+    in_index = {(i >= n_rs_in, s): i for i, s in enumerate(in_segs)}
+    owned = set(block_segments(nseg, p, (r + 1) % p))  # final here after the reduce-scatter
+    own = set(block_segments(nseg, p, r))  # sent at step 0 straight from the contribution
+    forward = [out_index.get((i >= n_rs_in or s in owned, s), -1) for i, s in enumerate(in_segs)]
+    # a completed reduce-scatter send frees its result slice for the allgather receive into it; not
+    # needed for this rank's own block unless in place (it was sent from the contribution)
+    frees = [in_index[(True, s)] if i < n_rs_out and (in_place or s not in own) else -1 for i, s in enumerate(out_segs)]
+    waits = set(frees)
+    bounds = tuple((s * seg_count, min((s + 1) * seg_count, count)) for s in range(nseg))
+    return RingLayout(
+        tuple(out_segs),
+        tuple(out_tags),
+        tuple(in_segs),
+        tuple(in_tags),
+        n_rs_in,
+        len(own),
+        tuple(forward),
+        tuple(frees),
+        bytes(0 if i in waits else 1 for i in range(len(in_segs))),
+        bounds,
+        tuple(bounds[s][1] - bounds[s][0] for s in in_segs),
+        in_place,
+    )
+
+
 class RingAllreduce:
     """One rank's part of a ring allreduce of `local` into `result` (the same array when in place)."""
 
@@ -47,49 +110,35 @@ class RingAllreduce:
         t = ctx.transport
         p, r = t.size, t.rank
         plan = ctx.plan
-        nseg = plan.nseg
         self._be = ctx.backend
         self._watch = t.watch
         self._local = local
         self._result = result
         self._op = op
         self._on_complete = on_complete
-        self._trivial = p == 1 or nseg == 0
+        self._trivial = p == 1 or plan.nseg == 0
         if self._trivial:
             return
-        tag = plan.tag
-        # the messages of each link in order: reduce-scatter steps 0..p-2, then allgather steps 0..p-2
-        out_segs = [s for k in range(p - 1) for s in block_segments(nseg, p, (r - k) % p)]
-        in_segs = [s for k in range(p - 1) for s in block_segments(nseg, p, (r - 1 - k) % p)]
-        n_rs_out, n_rs_in = len(out_segs), len(in_segs)
-        out_tags = [tag(s) for s in out_segs]
-        in_tags = [tag(s) for s in in_segs]
-        out_segs += [s for k in range(p - 1) for s in block_segments(nseg, p, (r + 1 - k) % p)]
-        in_segs += [s for k in range(p - 1) for s in block_segments(nseg, p, (r - k) % p)]
-        out_tags += [tag(nseg + s) for s in out_segs[n_rs_out:]]
-        in_tags += [tag(nseg + s) for s in in_segs[n_rs_in:]]
-        out_index = {(i >= n_rs_out, s): i for i, s in enumerate(out_segs)}
-        in_index = {(i >= n_rs_in, s): i for i, s in enumerate(in_segs)}
-        owned = set(block_segments(nseg, p, (r + 1) % p))  # final here after the reduce-scatter
-        # the out message that forwards each arrival (-1: none), once folded (reduce-scatter) or landed
-        self._forward = [out_index.get((i >= n_rs_in or s in owned, s), -1) for i, s in enumerate(in_segs)]
-        # a completed reduce-scatter send frees its result slice for the allgather receive into it
-        self._frees = [in_index[(True, s)] if i < n_rs_out else -1 for i, s in enumerate(out_segs)]
-        self._in_segs = in_segs
-        self._n_rs_in = n_rs_in
-        bounds = [plan.bounds(s) for s in range(nseg)]
-        self._res = [result[lo:hi] for lo, hi in bounds]
-        self._loc = self._res if local is result else [local[lo:hi] for lo, hi in bounds]
-        self._own = out_segs[: len(block_segments(nseg, p, r))]
+        lay = ring_layout(p, r, plan.count, plan.seg_count, local is result)
+        self._lay = lay
+        self._res = res = [result[lo:hi] for lo, hi in lay.bounds]
+        self._loc = res if local is result else [local[lo:hi] for lo, hi in lay.bounds]
         self._join = Join(2, on_complete)
-        self._out = SendStream(ctx, (r + 1) % p, out_tags, self._sent, self._join.part_done)
+        self._out = SendStream(ctx, (r + 1) % p, plan.tags(lay.out_tags), self._sent, self._join.part_done)
+        n_rs = lay.n_rs_in
+        in_segs = lay.in_segs
+        if lay.pooled:
+            dests: list[Any] = [None] * n_rs
+        else:
+            dests = [res[s] for s in in_segs[:n_rs]]
+        dests += [res[s] for s in in_segs[n_rs:]]
         self._in = RecvStream(
             ctx,
             (r - 1) % p,
-            in_tags,
-            [None] * n_rs_in + [self._res[s] for s in in_segs[n_rs_in:]],
-            [bounds[s][1] - bounds[s][0] for s in in_segs],
-            [i >= n_rs_in for i in range(len(in_segs))],
+            plan.tags(lay.in_tags),
+            dests,
+            lay.in_sizes,
+            lay.allowed,
             self._arrived,
             self._join.part_done,
         )
@@ -101,24 +150,26 @@ class RingAllreduce:
             self._on_complete()
             return
         self._in.start()
-        loc, ready = self._loc, self._out.ready
-        for i, s in enumerate(self._own):  # step 0: this rank's own block, straight from its contribution
-            ready(i, loc[s])
+        loc, ready, segs = self._loc, self._out.ready, self._lay.out_segs
+        for i in range(self._lay.n_own):  # step 0: this rank's own block, straight from its contribution
+            ready(i, loc[segs[i]])
         self._join.start()
 
     def _sent(self, i: int) -> None:
-        j = self._frees[i]
+        j = self._lay.frees[i]
         if j >= 0:
             self._in.allow(j)
 
     def _arrived(self, i: int, buf: Any) -> None:
-        s = self._in_segs[i]
-        if i >= self._n_rs_in:  # allgather: the final segment landed in the result; pass it on
-            j = self._forward[i]
+        lay = self._lay
+        s = lay.in_segs[i]
+        if i >= lay.n_rs_in:  # allgather: the final segment landed in the result; pass it on
+            j = lay.forward[i]
             if j >= 0:
                 self._out.ready(j, self._res[s])
             return
-        # reduce-scatter: the partial of ranks b..r-1 (lower in ring order) folded with this rank's part
+        # reduce-scatter: the partial of ranks b..r-1 (lower in ring order) folded with this rank's part,
+        # into the result slice (where `buf` already is unless in place)
         poll = self._be.combine(self._op, buf, self._loc[s], self._res[s])
         if poll is None:
             self._folded(i, buf)
@@ -127,5 +178,5 @@ class RingAllreduce:
 
     def _folded(self, i: int, buf: Any) -> None:
         self._in.release(i, buf)
-        s = self._in_segs[i]
-        self._out.ready(self._forward[i], self._res[s])
+        lay = self._lay
+        self._out.ready(lay.forward[i], self._res[lay.in_segs[i]])

@@ -102,11 +102,11 @@ class RecvStream:
     """Messages 0..n-1 from `peer` with tags `tags`, received in order, at most `ctx.recv_window` posted.
 
     `dests[i]` is where message i lands: an array (a slice of the result) or None for a buffer of
-    `sizes[i]` elements from `ctx.pool`, which the protocol hands back with `release(i)` once it has
-    folded it. A pooled message is posted only while i < (oldest unreleased pooled message) +
-    recv_window + send_window, so the pool memory of a stream is bounded by its windows. Messages with
-    `gated[i]` wait for `allow(i)` (a result slice that this rank still reads or sends). `on_arrival(i,
-    buf)` fires per arrival; `on_done()` after the last arrival.
+    `sizes[i]` elements from `ctx.pool`, which the protocol hands back with `release(i, buf)` once it
+    has folded it. A pooled message is posted only while i < (oldest unreleased pooled message) +
+    recv_window + send_window, so the pool memory of a stream is bounded by its windows. Message i with
+    `allowed[i]` false waits for `allow(i)` (its result slice is still read or sent by this rank).
+    `on_arrival(i, buf)` fires per arrival; `on_done()` after the last arrival.
     """
 
     __slots__ = (
@@ -136,13 +136,11 @@ class RecvStream:
         tags: Sequence[int],
         dests: Sequence[Any],
         sizes: Sequence[int],
-        gated: Sequence[bool],
+        allowed: Sequence[int],
         on_arrival: Callable[[int, Any], None],
         on_done: Callback,
     ) -> None:
         n = len(tags)
-        if any(d is None for d in dests) and ctx.pool is None:
-            raise ValueError("a stream into pool buffers needs a segment pool in its context (ctx.pool)")
         self._t = ctx.transport
         self._peer = peer
         self._tags = tags
@@ -150,8 +148,8 @@ class RecvStream:
         self._sizes = sizes
         self._pool: Any = ctx.pool
         self._n = n
-        self._allowed = bytearray(0 if g else 1 for g in gated)
-        self._released = bytearray(0 if d is None else 1 for d in dests)  # only pooled messages are released
+        self._allowed = bytearray(allowed)
+        self._released = bytearray(n)
         self._low = 0
         self._lookahead = ctx.recv_window + ctx.send_window
         self._window = ctx.recv_window
@@ -161,6 +159,8 @@ class RecvStream:
         self._on_arrival = on_arrival
         self._on_done = on_done
         self._advance_low()
+        if self._low < n and self._pool is None:
+            raise ValueError("a stream into pool buffers needs a segment pool in its context (ctx.pool)")
 
     def __len__(self) -> int:
         return self._n
@@ -169,13 +169,15 @@ class RecvStream:
         self._pump()
 
     def allow(self, i: int) -> None:
-        """Message i (gated) may now be received into its destination."""
+        """Message i may now be received into its destination."""
         self._allowed[i] = 1
         if i == self._next:
             self._pump()
 
     def release(self, i: int, buf: Any) -> None:
-        """The pool buffer of message i is no longer needed: back to the pool, and receive further ahead."""
+        """Message i has been consumed: a pool buffer goes back to the pool, and receives reach further ahead."""
+        if self._dests[i] is not None:
+            return
         self._pool.give(buf)
         self._released[i] = 1
         if i == self._low:
@@ -183,8 +185,9 @@ class RecvStream:
             self._pump()
 
     def _advance_low(self) -> None:
-        low, released, n = self._low, self._released, self._n
-        while low < n and released[low]:
+        """The oldest pooled message not yet released (messages into the result hold no pool memory)."""
+        low, released, dests, n = self._low, self._released, self._dests, self._n
+        while low < n and (released[low] or dests[low] is not None):
             low += 1
         self._low = low
 
