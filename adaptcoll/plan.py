@@ -80,12 +80,12 @@ def plan_blocks(
     max_segments: int = 0,
     tags_per_segment: int = 1,
 ) -> SegmentPlan:
-    """A plan whose segments tile `blocks` blocks: block b is segments [b*k, (b+1)*k), k = ceil(nseg / blocks).
+    """A plan whose segments tile `blocks` blocks: block b is segments [b*nseg//blocks, (b+1)*nseg//blocks).
 
-    For the bandwidth-optimal allreduces (ring, recursive halving), where each rank owns a block: each
-    block gets k segments of about `segment_bytes` (at most `max_segments` per block if set), so block
-    boundaries fall on segment boundaries; only the trailing blocks hold less (small messages may leave
-    some empty). Segments grow when nseg * tags_per_segment would exceed the tag space.
+    For the bandwidth-optimal allreduces (ring, recursive halving), where each rank owns a block: about
+    k segments of about `segment_bytes` per block (at most `max_segments` if set), so block boundaries
+    fall on segment boundaries and blocks differ by at most one segment (a message of fewer segments
+    than blocks leaves some empty). Segments grow when nseg * tags_per_segment would exceed the tag space.
     """
     if blocks < 1 or tags_per_segment < 1:
         raise ValueError("blocks and tags_per_segment must be >= 1")

@@ -36,9 +36,9 @@ TAGS_PER_SEGMENT = 2
 
 
 def block_segments(nseg: int, blocks: int, b: int) -> range:
-    """The segment indices of block b when nseg segments tile `blocks` blocks (see plan.plan_blocks)."""
-    k = -(-nseg // blocks)
-    return range(min(b * k, nseg), min((b + 1) * k, nseg))
+    """The segment indices of block b when nseg segments tile `blocks` blocks: consecutive runs whose
+    lengths differ by at most one (see plan.plan_blocks)."""
+    return range(b * nseg // blocks, (b + 1) * nseg // blocks)
 
 
 class RingLayout(NamedTuple):
