@@ -293,7 +293,7 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any) -> Decis
     if isinstance(rop, Native):
         return rop
     ordered_needed = not rop.commutative
-    by_blocks = ALLREDUCE_ALGORITHMS.get(cfg.allreduce_algorithm)
+    by_blocks = ALLREDUCE_ALGORITHMS.get(cfg.allreduce_algorithm.partition(":")[0])
     if by_blocks is not None and ordered_needed and not by_blocks.rank_ordered:
         return Native(f"non-commutative op with {by_blocks.name} allreduce")
     st = _state_for(comm, "allreduce")
@@ -336,13 +336,15 @@ def _allreduce_by_blocks(
 ) -> Decision:
     """Set up a ring or recursive-halving allreduce (protocols.algorithms): one protocol per rank, no trees."""
     cfg = settings.current()
+    _, params = settings.block_algorithm(cfg.allreduce_algorithm)
     try:
         shape = st.plan_shape(
             len(result),
             result.dtype.itemsize,
-            cfg.segment_size("allreduce"),
+            params.get("segment_size", algorithm.segment_size),
             blocks=algorithm.blocks(st.size),
             tags_per_segment=algorithm.tags_per_segment,
+            max_segments=params.get("max_segments", algorithm.max_segments),
         )
     except ValueError:  # a tag space smaller than one segment's tags (settings and TAG_UB match on all ranks)
         return Native(f"tag space too small for {algorithm.name} allreduce")

@@ -133,9 +133,8 @@ def _parse_algorithm(text: Any, name: str, allreduce: bool = False) -> str:
     if kind in ALLREDUCE_ONLY:
         if not allreduce:
             raise ValueError(f"{name}: {kind!r} is an allreduce algorithm (set it in ADAPTCOLL_ALLREDUCE_ALGORITHM)")
-        if params:
-            raise ValueError(f"{name}: {kind!r} takes no parameters, got {value!r}")
-        return kind
+        block_algorithm(value, name)
+        return value
     if kind not in ALGORITHMS:
         choices = ALGORITHMS + ALLREDUCE_ONLY if allreduce else ALGORITHMS
         raise ValueError(f"{name}: unknown algorithm {kind!r}; valid choices: {', '.join(choices)}")
@@ -145,6 +144,32 @@ def _parse_algorithm(text: Any, name: str, allreduce: bool = False) -> str:
             if not eq or not key.strip() or not val.strip():
                 raise ValueError(f"{name}: tree parameters are written kind:key=value[,key=value], got {value!r}")
     return value
+
+
+BLOCK_PARAMS = ("segment_size", "max_segments")
+"""Parameters of the ring and recursive-halving allreduces, e.g. `ring:segment_size=1M,max_segments=2`."""
+
+
+def block_algorithm(value: str, name: str = "allreduce_algorithm") -> tuple[str, dict[str, int]]:
+    """('ring' or 'rabenseifner', {parameter: value}) from an allreduce algorithm setting such as
+    'ring:segment_size=1M' (a segment size in bytes; at most max_segments segments per block, 0: no cap).
+    Parameters left out take the algorithm's measured defaults (adaptcoll.protocols.algorithms)."""
+    kind, _, text = value.strip().partition(":")
+    params: dict[str, int] = {}
+    for item in text.split(",") if text.strip() else []:
+        key, eq, val = (x.strip() for x in item.partition("="))
+        if not eq or key not in BLOCK_PARAMS or not val:
+            raise ValueError(
+                f"{name}: {kind} parameters are written {kind}:key=value[,key=value] with keys "
+                f"{', '.join(BLOCK_PARAMS)}, got {value!r}"
+            )
+        if key == "segment_size":
+            params[key] = parse_size(val, name)
+            if params[key] < 1:
+                raise ValueError(f"{name}: segment_size must be at least 1 byte, got {value!r}")
+        else:
+            params[key] = 0 if val in ("0", "none") else _parse_window(val, name)
+    return kind, params
 
 
 def _parse_window(text: Any, name: str) -> int:

@@ -50,17 +50,24 @@ class CommState:
 
     # -- segment plans and tags ----------------------------------------------------------------
     def plan_shape(
-        self, count: int, itemsize: int, segment_bytes: int, blocks: int = 0, tags_per_segment: int = 1
+        self,
+        count: int,
+        itemsize: int,
+        segment_bytes: int,
+        blocks: int = 0,
+        tags_per_segment: int = 1,
+        max_segments: Optional[int] = None,
     ) -> SegmentPlan:
         """The segment plan for a message under the current settings, with tag base 0.
 
-        `blocks` > 0: segments tile that many blocks (plan.plan_blocks, max_segments per block), each
+        `blocks` > 0: segments tile that many blocks (plan.plan_blocks; `max_segments` per block), each
         segment holding `tags_per_segment` tags (the ring and recursive-halving allreduces).
         """
         cfg = settings.current()
         space = min(self.tag_space, cfg.tag_space) if cfg.tag_space else self.tag_space
         if blocks:
-            return plan_blocks(count, itemsize, segment_bytes, blocks, 0, space, cfg.max_segments, tags_per_segment)
+            cap = cfg.max_segments if max_segments is None else max_segments
+            return plan_blocks(count, itemsize, segment_bytes, blocks, 0, space, cap, tags_per_segment)
         return plan_segments(count, itemsize, segment_bytes, 0, space, cfg.max_segments)
 
     def take_tags(self, shape: SegmentPlan) -> SegmentPlan:

@@ -297,7 +297,12 @@ def test_allreduce_algorithm_setting_is_allreduce_only():
         for var in ("ADAPTCOLL_BCAST_ALGORITHM", "ADAPTCOLL_REDUCE_ALGORITHM"):
             with pytest.raises(ValueError, match=f"{var}.*allreduce algorithm"):
                 settings.from_environ({var: name})
-        with pytest.raises(ValueError, match=r"ADAPTCOLL_ALLREDUCE_ALGORITHM.*no parameters"):
-            settings.from_environ({"ADAPTCOLL_ALLREDUCE_ALGORITHM": f"{name}:k=1"})
+        for bad in (f"{name}:k=1", f"{name}:segment_size=0", f"{name}:max_segments=-1", f"{name}:segment_size"):
+            with pytest.raises(ValueError, match="ADAPTCOLL_ALLREDUCE_ALGORITHM"):
+                settings.from_environ({"ADAPTCOLL_ALLREDUCE_ALGORITHM": bad})
+        value = f"{name}:segment_size=1M,max_segments=2"
+        assert settings.from_environ({"ADAPTCOLL_ALLREDUCE_ALGORITHM": value}).allreduce_algorithm == value
+        assert settings.block_algorithm(value) == (name, {"segment_size": 1 << 20, "max_segments": 2})
+        assert settings.block_algorithm(name) == (name, {})
     with pytest.raises(ValueError, match="rabenseifner"):  # listed among the choices
         settings.from_environ({"ADAPTCOLL_ALLREDUCE_ALGORITHM": "halving"})

@@ -39,6 +39,10 @@ class AllreduceAlgorithm:
     tags_per_segment: int
     rank_ordered: bool
     """Folds every block in MPI's rank order (x0 op x1 op ... op x_p-1): serves non-commutative ops."""
+    segment_size: int
+    """Default segment size in bytes (`ring:segment_size=...` overrides it; see bench/RESULTS.md)."""
+    max_segments: int
+    """Default cap on segments per block, 0: none (`ring:max_segments=...` overrides it)."""
 
     def start(self, ctx: OpContext, local: Any, result: Any, op: ReduceOp, on_complete: Callback) -> None:
         """Start this rank's part; `on_complete()` fires once its result is in `result`."""
@@ -50,13 +54,23 @@ def _ring_blocks(p: int) -> int:
 
 
 ALLREDUCE_ALGORITHMS: dict[str, AllreduceAlgorithm] = {
-    "ring": AllreduceAlgorithm("ring", ring.RingAllreduce, _ring_blocks, ring.TAGS_PER_SEGMENT, rank_ordered=False),
+    "ring": AllreduceAlgorithm(
+        "ring",
+        ring.RingAllreduce,
+        _ring_blocks,
+        ring.TAGS_PER_SEGMENT,
+        rank_ordered=False,
+        segment_size=4 << 20,
+        max_segments=0,
+    ),
     "rabenseifner": AllreduceAlgorithm(
         "rabenseifner",
         rabenseifner.RabenseifnerAllreduce,
         rabenseifner.main_ranks,
         rabenseifner.TAGS_PER_SEGMENT,
         rank_ordered=True,
+        segment_size=4 << 20,
+        max_segments=0,
     ),
 }
 """Algorithm name -> set-up. The ring's block b folds in the order b, b+1, ..., b-1 (reproducible, not rank
