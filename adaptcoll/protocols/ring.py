@@ -10,10 +10,12 @@ segment by segment and the ring stays busy.
 
 Each rank sends and receives 2(p-1)/p of the message in 2(p-1) x (segments per block) messages, and
 folds (p-1)/p of it. Partial sums live in the result buffer (each rank's contribution to a segment is
-read exactly once), so the only extra memory is the pool buffers of arriving segments, bounded by
-the windows. Block b is folded in the fixed order b, b+1, ..., p-1, 0, ..., b-1 whatever the timing:
-results are reproducible, but that order is MPI's rank order only for block 0, so non-commutative
-ops are not served by the ring (the decision layer sends them elsewhere).
+read exactly once): not in place, an arriving segment lands straight in its result slice and is
+folded there, so no extra memory is used at all; in place (the result still holds the contribution)
+arrivals land in pool buffers, bounded by the windows. Block b is folded in the fixed order b, b+1,
+..., p-1, 0, ..., b-1 whatever the timing: results are reproducible, but that order is MPI's rank
+order only for block 0, so non-commutative ops are not served by the ring (the decision layer hands
+them to native MPI and counts the reason in stats()).
 
 Tags: on the link r -> r+1 a segment can travel twice (reduce-scatter and allgather), so the plan
 holds two tags per segment: tag(s) in the reduce-scatter, tag(nseg + s) in the allgather.
