@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import re
 from collections.abc import Iterator, Mapping
@@ -150,10 +151,12 @@ BLOCK_PARAMS = ("segment_size", "max_segments")
 """Parameters of the ring and recursive-halving allreduces, e.g. `ring:segment_size=1M,max_segments=2`."""
 
 
+@functools.lru_cache(maxsize=64)
 def block_algorithm(value: str, name: str = "allreduce_algorithm") -> tuple[str, dict[str, int]]:
     """('ring' or 'rabenseifner', {parameter: value}) from an allreduce algorithm setting such as
     'ring:segment_size=1M' (a segment size in bytes; at most max_segments segments per block, 0: no cap).
-    Parameters left out take the algorithm's measured defaults (adaptcoll.protocols.algorithms)."""
+    Parameters left out take the algorithm's measured defaults (adaptcoll.protocols.algorithms).
+    Cached (the decision layer asks on every call): do not modify the returned dict."""
     kind, _, text = value.strip().partition(":")
     params: dict[str, int] = {}
     for item in text.split(",") if text.strip() else []:

@@ -226,3 +226,39 @@ def test_algorithms_at_twelve_ranks(mpi_ranks):
                     got = np.zeros(count, "i8")
                     comm.Allreduce(mine, got, MPI.SUM)
                 np.testing.assert_array_equal(got, ref, err_msg=f"{algorithm} count={count}")
+
+
+def _gpu_reason() -> str | None:
+    try:
+        import cupy
+    except Exception as exc:
+        return f"CuPy is not installed ({type(exc).__name__}); install the 'gpu' extra on a GPU machine"
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            return "CuPy found no CUDA device"
+    except Exception as exc:
+        return f"no usable CUDA device ({exc})"
+    return None
+
+
+@pytest.mark.skipif(_gpu_reason() is not None, reason=_gpu_reason() or "")
+@pytest.mark.mpi(ranks=[2, 3], timeout=300)
+def test_device_buffers(mpi_ranks):
+    """CuPy arrays: folds are kernels polled by event, segments move device memory (or through staging)."""
+    import cupy
+
+    world = MPI.COMM_WORLD
+    comm = adaptcoll.Intracomm(world)
+    rank = world.Get_rank()
+    for algorithm in ALGORITHMS:
+        with adaptcoll.configured(allreduce_algorithm=f"{algorithm}:segment_size=4K", native_below=0):
+            for op, dtype in [("SUM", "f4"), ("MAX", "i8"), ("PROD", "f8"), ("BXOR", "u2")]:
+                host = _data(rank, 50_001, dtype, 3)
+                ref = np.zeros_like(host)
+                world.Allreduce(host, ref, getattr(MPI, op))
+                out = cupy.zeros(host.size, dtype)
+                comm.Allreduce(cupy.asarray(host), out, getattr(MPI, op))
+                np.testing.assert_array_equal(cupy.asnumpy(out), ref, err_msg=f"{algorithm} {op} {dtype}")
+                dev = cupy.asarray(host)
+                comm.Allreduce(MPI.IN_PLACE, dev, getattr(MPI, op))
+                np.testing.assert_array_equal(cupy.asnumpy(dev), ref, err_msg=f"in place {algorithm} {op} {dtype}")
