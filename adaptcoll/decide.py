@@ -41,6 +41,8 @@ from .native import (
     Kind,
     Native,
 )
+from .plan import SegmentPlan
+from .protocols.algorithms import ALLREDUCE_ALGORITHMS, AllreduceAlgorithm
 from .protocols.allreduce import Allreduce
 from .protocols.bcast import Bcast
 from .protocols.context import OpContext
@@ -390,14 +392,25 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any) -> Decis
     if isinstance(rop, Native):
         return rop
     ordered_needed = not rop.commutative
+    by_blocks = ALLREDUCE_ALGORITHMS.get(cfg.allreduce_algorithm.partition(":")[0])
+    if by_blocks is not None and ordered_needed and not by_blocks.rank_ordered:
+        return Native(f"non-commutative op with {by_blocks.name} allreduce")
     st = _state_for(comm, "allreduce")
     transport, backend, pools = st.kit(on_device)
     rank = comm.Get_rank()
     dtype = rmsg.array.dtype
-    shape = st.plan_shape(rmsg.count, dtype.itemsize, cfg.segment_size("allreduce"))
+    if by_blocks is not None:
+        block_shape = _block_shape(st, by_blocks, rmsg.count, dtype.itemsize)
+        if block_shape is None:  # a tag space smaller than one segment's tags (settings and TAG_UB match on all ranks)
+            return Native(f"tag space too small for {by_blocks.name} allreduce")
+        shape = block_shape
+    else:
+        shape = st.plan_shape(rmsg.count, dtype.itemsize, cfg.segment_size("allreduce"))
     algorithm, roots = cfg.allreduce_algorithm, cfg.allreduce_roots
 
     def make_links() -> list[Link]:
+        if by_blocks is not None:  # one protocol per rank, no trees: a single link carrying every segment
+            return [Link(None, (), range(shape.nseg))]
         return tree_links(st.allreduce_trees(algorithm, roots, rank_ordered=ordered_needed), rank, shape.nseg)
 
     send_window, recv_window = cfg.windows("allreduce")
@@ -414,7 +427,27 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any) -> Decis
     result = rmsg.array
 
     def start_one(ctx: OpContext, link: Link, done: _Callback) -> None:
-        Allreduce(ctx, link.parent, link.children, local, result, rop, link.segs, done).start()
+        if by_blocks is not None:
+            by_blocks.start(ctx, local, result, rop, done)
+        else:
+            Allreduce(ctx, link.parent, link.children, local, result, rop, link.segs, done).start()
 
     started = _started(st, make_links, (sendbuf, recvbuf), base, start_one, [load], [rmsg.store])
     return Prepared(started, error)
+
+
+def _block_shape(st: CommState, algorithm: AllreduceAlgorithm, count: int, itemsize: int) -> Optional[SegmentPlan]:
+    """The segment plan of a ring or recursive-halving allreduce (protocols.algorithms), with its
+    parameters from the setting (`ring:segment_size=1M,max_segments=2`); None if the tags do not fit."""
+    _, params = settings.block_algorithm(settings.current().allreduce_algorithm)
+    try:
+        return st.plan_shape(
+            count,
+            itemsize,
+            params.get("segment_size", algorithm.segment_size),
+            blocks=algorithm.blocks(st.size),
+            tags_per_segment=algorithm.tags_per_segment,
+            max_segments=params.get("max_segments", algorithm.max_segments),
+        )
+    except ValueError:
+        return None

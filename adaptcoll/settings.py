@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import re
 from collections.abc import Iterator, Mapping
@@ -41,6 +42,8 @@ TREE_KINDS = (
     "two_tree",
 )
 ALGORITHMS = TREE_KINDS + ("native",)
+ALLREDUCE_ONLY = ("ring", "rabenseifner")
+"""Allreduce algorithms that are not trees (adaptcoll.protocols.algorithms): valid for allreduce only."""
 SYNC_MODES = ("first", "all", "none")
 
 
@@ -134,17 +137,51 @@ def _parse_bool(text: Any, name: str) -> bool:
     raise ValueError(f"{name}: expected 0/1, true/false, yes/no or on/off, got {text!r}")
 
 
-def _parse_algorithm(text: Any, name: str) -> str:
+def _parse_algorithm(text: Any, name: str, allreduce: bool = False) -> str:
     value = str(text).strip()
     kind, _, params = value.partition(":")
+    if kind in ALLREDUCE_ONLY:
+        if not allreduce:
+            raise ValueError(f"{name}: {kind!r} is an allreduce algorithm (set it in ADAPTCOLL_ALLREDUCE_ALGORITHM)")
+        block_algorithm(value, name)
+        return value
     if kind not in ALGORITHMS:
-        raise ValueError(f"{name}: unknown algorithm {kind!r}; valid choices: {', '.join(ALGORITHMS)}")
+        choices = ALGORITHMS + ALLREDUCE_ONLY if allreduce else ALGORITHMS
+        raise ValueError(f"{name}: unknown algorithm {kind!r}; valid choices: {', '.join(choices)}")
     if params:
         for item in params.split(","):
             key, eq, val = item.partition("=")
             if not eq or not key.strip() or not val.strip():
                 raise ValueError(f"{name}: tree parameters are written kind:key=value[,key=value], got {value!r}")
     return value
+
+
+BLOCK_PARAMS = ("segment_size", "max_segments")
+"""Parameters of the ring and recursive-halving allreduces, e.g. `ring:segment_size=1M,max_segments=2`."""
+
+
+@functools.lru_cache(maxsize=64)
+def block_algorithm(value: str, name: str = "allreduce_algorithm") -> tuple[str, dict[str, int]]:
+    """('ring' or 'rabenseifner', {parameter: value}) from an allreduce algorithm setting such as
+    'ring:segment_size=1M' (a segment size in bytes; at most max_segments segments per block, 0: no cap).
+    Parameters left out take the algorithm's measured defaults (adaptcoll.protocols.algorithms).
+    Cached (the decision layer asks on every call): do not modify the returned dict."""
+    kind, _, text = value.strip().partition(":")
+    params: dict[str, int] = {}
+    for item in text.split(",") if text.strip() else []:
+        key, eq, val = (x.strip() for x in item.partition("="))
+        if not eq or key not in BLOCK_PARAMS or not val:
+            raise ValueError(
+                f"{name}: {kind} parameters are written {kind}:key=value[,key=value] with keys "
+                f"{', '.join(BLOCK_PARAMS)}, got {value!r}"
+            )
+        if key == "segment_size":
+            params[key] = parse_size(val, name)
+            if params[key] < 1:
+                raise ValueError(f"{name}: segment_size must be at least 1 byte, got {value!r}")
+        else:
+            params[key] = 0 if val in ("0", "none") else _parse_window(val, name)
+    return kind, params
 
 
 def _parse_window(text: Any, name: str) -> int:
@@ -190,7 +227,7 @@ def _parse_topology(value: Any, name: str) -> str:
 
 def _parse_field(field: str, value: Any, name: str) -> Any:
     if field.endswith("_algorithm"):
-        return _check_tree(_parse_algorithm(value, name), name)
+        return _check_tree(_parse_algorithm(value, name, allreduce=field == "allreduce_algorithm"), name)
     if field.endswith("_segment_size"):
         size = parse_size(value, name)
         if size < 1:

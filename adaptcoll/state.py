@@ -23,7 +23,7 @@ from .backends.base import ArrayBackend
 from .backends.numpy_backend import NumpyBackend
 from .device import DeviceContext
 from .engine import MPITransport, engine
-from .plan import SegmentPlan, plan_segments
+from .plan import SegmentPlan, plan_blocks, plan_segments
 from .pool import SegmentPool
 from .protocols.operation import Operation
 from .transport import Callback, Poll, Transport
@@ -210,10 +210,25 @@ class CommState:
             self.add_step(_TopologyStep())
 
     # -- segment plans and tags ----------------------------------------------------------------
-    def plan_shape(self, count: int, itemsize: int, segment_bytes: int) -> SegmentPlan:
-        """The segment plan for a message under the current settings, with tag base 0."""
+    def plan_shape(
+        self,
+        count: int,
+        itemsize: int,
+        segment_bytes: int,
+        blocks: int = 0,
+        tags_per_segment: int = 1,
+        max_segments: Optional[int] = None,
+    ) -> SegmentPlan:
+        """The segment plan for a message under the current settings, with tag base 0.
+
+        `blocks` > 0: segments tile that many blocks (plan.plan_blocks; `max_segments` per block), each
+        segment holding `tags_per_segment` tags (the ring and recursive-halving allreduces).
+        """
         cfg = settings.current()
         space = min(self.tag_space, cfg.tag_space) if cfg.tag_space else self.tag_space
+        if blocks:
+            cap = cfg.max_segments if max_segments is None else max_segments
+            return plan_blocks(count, itemsize, segment_bytes, blocks, 0, space, cap, tags_per_segment)
         return plan_segments(count, itemsize, segment_bytes, 0, space, cfg.max_segments)
 
     def take_tags(self, shape: SegmentPlan) -> SegmentPlan:
@@ -224,7 +239,7 @@ class CommState:
         (progressing everything) for the oldest to finish. Every rank issues the same sequence, so
         every rank waits for the same operations. With MPICH's TAG_UB that takes ~5e8 segments in flight.
         """
-        need = max(1, shape.nseg)
+        need = shape.ntags
         self._reclaim()
         while self._live and self._live_tags + need > shape.tag_space:
             oldest = self._live[0][1]
@@ -232,12 +247,12 @@ class CommState:
             self._reclaim()
         base = self.next_tag % shape.tag_space
         self.next_tag = (base + need) % shape.tag_space
-        return SegmentPlan(shape.count, shape.seg_count, base, shape.tag_space)
+        return SegmentPlan(shape.count, shape.seg_count, base, shape.tag_space, shape.tags_per_segment)
 
     def track(self, plan: SegmentPlan, operation: Operation) -> Operation:
         """Remember that `operation` holds `plan`'s tags until it is done (see take_tags)."""
         if not operation.done:
-            tags = max(1, plan.nseg)
+            tags = plan.ntags
             self._live.append((tags, operation))
             self._live_tags += tags
         return operation
