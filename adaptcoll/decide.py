@@ -21,6 +21,7 @@ from mpi4py import MPI
 from . import buffers, ops, settings
 from .backends.base import ArrayBackend, ReduceOp
 from .device import parse_device
+from .engine import MessageSizeError
 from .native import (
     ALGORITHM_NATIVE,
     BELOW_THRESHOLD,
@@ -101,7 +102,17 @@ def _state_for(comm: MPI.Intracomm, collective: str) -> CommState:
     different legal forms still agree on the Dup; and before the engine lock is taken, because another
     thread may hold the lock while it waits for this rank in a collective of its own.
     """
-    state = comm_state(comm)
+    try:
+        state = comm_state(comm)
+    except MPI.Exception as exc:
+        if exc.Get_error_class() != MPI.ERR_TRUNCATE:
+            raise
+        raise MessageSizeError(
+            f"adaptcoll {collective.capitalize()}: setting up this communicator (MPI_Comm_dup) failed "
+            f"({exc.Get_error_string().split(',')[0]}): the ranks did not all make this call alike; counts that "
+            "differ across ranks, some below the native threshold (ADAPTCOLL_NATIVE_BELOW: native MPI) and some "
+            "above it (adaptcoll), do that"
+        ) from exc
     if settings.current().algorithm(collective).startswith("topo"):
         state.topology()
     return state
@@ -127,14 +138,26 @@ def _started(
     keep: Any,
     base: OpContext,
     start_one: Callable[[OpContext, Link, _Callback], None],
+    collective: str,
+    root: Optional[int],
 ) -> Callable[[], Operation]:
-    """The start function of a prepared call: fresh tags, one protocol per tree link, tags tracked."""
+    """The start function of a prepared call: fresh tags, one protocol per tree link, tags tracked.
+    The communicator's transport numbers the operation and owns what its protocols post (errors
+    are the operation's own; the watchdog names it)."""
     shape = base.plan
 
     def start() -> Operation:
         plan = st.take_tags(shape)
         ctx = base.with_plan(plan)
-        return st.track(plan, start_on_links(links, keep, lambda link, done: start_one(ctx, link, done)))
+        operation = Operation(keep)
+        st.transport.start_operation(
+            operation,
+            collective,
+            root,
+            plan,
+            lambda: start_on_links(links, keep, lambda link, done: start_one(ctx, link, done), operation),
+        )
+        return st.track(plan, operation)
 
     return start
 
@@ -168,7 +191,7 @@ def bcast(comm: MPI.Intracomm, buf: Any, root: Any) -> Decision:
     def start_one(ctx: OpContext, link: Link, done: _Callback) -> None:
         Bcast(ctx, link.parent, link.children, data, link.segs, done).start()
 
-    return Prepared(_started(st, links, buf, base, start_one))
+    return Prepared(_started(st, links, buf, base, start_one, "Bcast", root))
 
 
 # -- reduce ---------------------------------------------------------------------------------------
@@ -226,7 +249,7 @@ def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, root: Any) 
     def start_one(ctx: OpContext, link: Link, done: _Callback) -> None:
         Reduce(ctx, link.parent, link.children, local, target, rop, link.segs, done).start()
 
-    return Prepared(_started(st, links, (sendbuf, recvbuf), base, start_one), error)
+    return Prepared(_started(st, links, (sendbuf, recvbuf), base, start_one, "Reduce", root), error)
 
 
 def _root_target(
@@ -313,4 +336,4 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any) -> Decis
     def start_one(ctx: OpContext, link: Link, done: _Callback) -> None:
         Allreduce(ctx, link.parent, link.children, local, result, rop, link.segs, done).start()
 
-    return Prepared(_started(st, links, (sendbuf, recvbuf), base, start_one))
+    return Prepared(_started(st, links, (sendbuf, recvbuf), base, start_one, "Allreduce", None))

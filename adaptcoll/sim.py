@@ -9,7 +9,7 @@ when matched. A world that stops making progress with work outstanding raises `D
 from __future__ import annotations
 
 import random
-from collections import defaultdict, deque
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -52,9 +52,10 @@ class LoopbackWorld:
     def __init__(self, size: int, seed: int = 0) -> None:
         self.size = size
         self.rng = random.Random(seed)
+        self._below = self.rng._randbelow  # type: ignore[attr-defined]  # randrange(n) without its checks
         self.transports = [LoopbackTransport(self, r) for r in range(size)]
-        self._sends: dict[tuple[int, int, int], deque] = defaultdict(deque)
-        self._recvs: dict[tuple[int, int, int], deque] = defaultdict(deque)
+        self._sends: dict[tuple[int, int, int], deque] = {}  # unmatched, by (source, dest, tag)
+        self._recvs: dict[tuple[int, int, int], deque] = {}
         self._ready: list[Callback] = []
         self._watches: list[tuple[Poll, Callback]] = []
         self.messages = 0
@@ -62,51 +63,76 @@ class LoopbackWorld:
         self.sync_sends = 0
 
     def _deliver(self, src_buf: Any, dst_buf: Any, key: tuple[int, int, int]) -> None:
-        src = np.asarray(src_buf).view(np.uint8).reshape(-1)
-        dst = np.asarray(dst_buf).view(np.uint8).reshape(-1)
-        if src.nbytes != dst.nbytes:
-            raise SizeMismatch(f"message {key} has {src.nbytes} bytes, receive expects {dst.nbytes}")
-        dst[...] = src
+        if type(src_buf) is np.ndarray and type(dst_buf) is np.ndarray and src_buf.dtype is dst_buf.dtype:
+            nbytes = src_buf.nbytes
+            if nbytes != dst_buf.nbytes:
+                raise SizeMismatch(f"message {key} has {nbytes} bytes, receive expects {dst_buf.nbytes}")
+            dst_buf[...] = src_buf if src_buf.shape == dst_buf.shape else src_buf.reshape(dst_buf.shape)
+        else:
+            src = np.asarray(src_buf).view(np.uint8).reshape(-1)
+            dst = np.asarray(dst_buf).view(np.uint8).reshape(-1)
+            nbytes = src.nbytes
+            if nbytes != dst.nbytes:
+                raise SizeMismatch(f"message {key} has {nbytes} bytes, receive expects {dst.nbytes}")
+            dst[...] = src
         self.messages += 1
-        self.bytes += src.nbytes
+        self.bytes += nbytes
 
     def _send(self, src: int, dst: int, tag: int, buf: Any, on_done: Callback, sync: bool) -> None:
         key = (src, dst, tag)
         self.sync_sends += sync
-        recvs = self._recvs[key]
+        recvs = self._recvs.get(key)
         if recvs:
             rbuf, rcb = recvs.popleft()
+            if not recvs:
+                del self._recvs[key]
             self._deliver(buf, rbuf, key)
-            self._ready += [on_done, rcb]
-        elif sync:
-            self._sends[key].append((buf, on_done, True))
+            self._ready += (on_done, rcb)
+            return
+        sends = self._sends.get(key)
+        if sends is None:
+            sends = self._sends[key] = deque()
+        if sync:
+            sends.append((buf, on_done, True))
         else:
-            self._sends[key].append((np.array(np.asarray(buf), copy=True), None, False))
+            sends.append((np.array(np.asarray(buf), copy=True), None, False))
             self._ready.append(on_done)
 
     def _recv(self, src: int, dst: int, tag: int, buf: Any, on_done: Callback) -> None:
         key = (src, dst, tag)
-        sends = self._sends[key]
+        sends = self._sends.get(key)
         if sends:
             sbuf, scb, _ = sends.popleft()
+            if not sends:
+                del self._sends[key]
             self._deliver(sbuf, buf, key)
             self._ready.append(on_done)
             if scb is not None:
                 self._ready.append(scb)
-        else:
-            recvs = self._recvs[key]
-            recvs.append((buf, on_done))
+            return
+        recvs = self._recvs.get(key)
+        if recvs is None:
+            recvs = self._recvs[key] = deque()
+        recvs.append((buf, on_done))
 
     def step(self) -> bool:
         """Fire one completion (chosen at random) or finished watch; False if none could fire."""
-        done_watches = [i for i, (poll, _) in enumerate(self._watches) if poll()]
-        for i in reversed(done_watches):
-            self._ready.append(self._watches.pop(i)[1])
-        if not self._ready:
+        ready = self._ready
+        if self._watches:
+            done_watches = [i for i, (poll, _) in enumerate(self._watches) if poll()]
+            for i in reversed(done_watches):
+                ready.append(self._watches.pop(i)[1])
+        n = len(ready)
+        if not n:
             return False
-        i = self.rng.randrange(len(self._ready))
-        self._ready[i], self._ready[-1] = self._ready[-1], self._ready[i]
-        self._ready.pop()()
+        i = self._below(n)
+        last = ready.pop()
+        if i == n - 1:
+            last()
+        else:
+            chosen = ready[i]
+            ready[i] = last
+            chosen()
         return True
 
     def run(self, done: Callable[[], bool], max_steps: int = 10_000_000) -> int:

@@ -37,9 +37,8 @@ class CommState:
         self.dup = MPI.Intracomm(MPI.Intracomm.Dup(comm))  # a plain mpi4py Intracomm, never a subclass
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
-        self.transport = MPITransport(self.dup, engine())
-        tag_ub = comm.Get_attr(MPI.TAG_UB) or 32767
-        self.tag_space = tag_ub + 1
+        self.transport = MPITransport(self.dup, engine(), comm.Get_name())
+        self.tag_space = self.transport.notice_tag  # tags 0..TAG_UB-1: TAG_UB carries error notices
         self.next_tag = 0
         self._pools: dict[np.dtype, SegmentPool] = {}
         self._trees: dict[tuple[str, int, bool], tuple[Tree, ...]] = {}
@@ -152,6 +151,7 @@ class CommState:
 
     def free(self) -> None:
         """Free the private duplicate."""
+        self.transport.close()
         if not MPI.Is_finalized() and self.dup != MPI.COMM_NULL:
             self.dup.Free()
 

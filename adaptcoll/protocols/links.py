@@ -32,9 +32,13 @@ StartOne = Callable[[Link, Callback], None]
 """Starts this rank's protocol on one link; calls the callback once that protocol is done."""
 
 
-def start_on_links(links: Sequence[Link], keep: object, start_one: StartOne) -> Operation:
-    """Start one protocol per tree link and join them into one Operation (which keeps `keep` alive)."""
-    operation = Operation(keep=keep)
+def start_on_links(
+    links: Sequence[Link], keep: object, start_one: StartOne, operation: Optional[Operation] = None
+) -> Operation:
+    """Start one protocol per tree link and join them into one Operation (which keeps `keep` alive);
+    `operation`: the one to complete (made here if not given)."""
+    if operation is None:
+        operation = Operation(keep=keep)
     join = Join(len(links), operation.complete)
     for link in links:
         start_one(link, join.part_done)
