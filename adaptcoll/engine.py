@@ -325,9 +325,16 @@ class Engine:
         report = self.stall_report(now - self._stall_since)
         self._stall_since = now  # the next report (of other operations) after another `limit` seconds
         if report:
-            sys.stderr.write(report)
+            abort = settings.current().watchdog_abort
+            tail = (
+                "adaptcoll watchdog: aborting the job (ADAPTCOLL_WATCHDOG_ABORT=1)\n"
+                if abort
+                else f"  (reported once; ADAPTCOLL_WATCHDOG={limit:g} sets this wait, 0 turns it off, "
+                "ADAPTCOLL_WATCHDOG_ABORT=1 ends the job instead)\n"
+            )
+            sys.stderr.write(report + tail)
             sys.stderr.flush()
-            if settings.current().watchdog_abort:
+            if abort:
                 MPI.COMM_WORLD.Abort(3)
 
     def stall_report(self, stalled_for: float) -> str:

@@ -8,8 +8,8 @@ when matched. A world that stops making progress with work outstanding raises `D
 
 from __future__ import annotations
 
+import functools
 import random
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -35,12 +35,9 @@ class LoopbackTransport:
         self.world = world
         self.rank = rank
         self.size = world.size
-
-    def isend(self, buf: Any, dest: int, tag: int, on_done: Callback, synchronous: bool = False) -> None:
-        self.world._send(self.rank, dest, tag, buf, on_done, synchronous)
-
-    def irecv(self, buf: Any, source: int, tag: int, on_done: Callback) -> None:
-        self.world._recv(source, self.rank, tag, buf, on_done)
+        # the world's own functions with this rank bound: no extra frame per message
+        self.isend: Callable[..., None] = functools.partial(world._send, rank)
+        self.irecv: Callable[..., None] = functools.partial(world._recv, rank)
 
     def watch(self, poll: Poll, on_done: Callback) -> None:
         self.world._watches.append((poll, on_done))
@@ -54,8 +51,8 @@ class LoopbackWorld:
         self.rng = random.Random(seed)
         self._below = self.rng._randbelow  # type: ignore[attr-defined]  # randrange(n) without its checks
         self.transports = [LoopbackTransport(self, r) for r in range(size)]
-        self._sends: dict[tuple[int, int, int], deque] = {}  # unmatched, by (source, dest, tag)
-        self._recvs: dict[tuple[int, int, int], deque] = {}
+        self._sends: dict[tuple[int, int, int], list] = {}  # unmatched, by (source, dest, tag)
+        self._recvs: dict[tuple[int, int, int], list] = {}
         self._ready: list[Callback] = []
         self._watches: list[tuple[Poll, Callback]] = []
         self.messages = 0
@@ -78,31 +75,33 @@ class LoopbackWorld:
         self.messages += 1
         self.bytes += nbytes
 
-    def _send(self, src: int, dst: int, tag: int, buf: Any, on_done: Callback, sync: bool) -> None:
+    def _send(self, src: int, buf: Any, dst: int, tag: int, on_done: Callback, sync: bool = False) -> None:
+        """Rank `src`'s isend (LoopbackTransport binds `src`)."""
         key = (src, dst, tag)
         self.sync_sends += sync
         recvs = self._recvs.get(key)
         if recvs:
-            rbuf, rcb = recvs.popleft()
+            rbuf, rcb = recvs.pop(0)
             if not recvs:
                 del self._recvs[key]
             self._deliver(buf, rbuf, key)
             self._ready += (on_done, rcb)
             return
+        item = (buf, on_done, True) if sync else (np.array(np.asarray(buf), copy=True), None, False)
         sends = self._sends.get(key)
         if sends is None:
-            sends = self._sends[key] = deque()
-        if sync:
-            sends.append((buf, on_done, True))
+            self._sends[key] = [item]
         else:
-            sends.append((np.array(np.asarray(buf), copy=True), None, False))
+            sends.append(item)
+        if not sync:
             self._ready.append(on_done)
 
-    def _recv(self, src: int, dst: int, tag: int, buf: Any, on_done: Callback) -> None:
+    def _recv(self, dst: int, buf: Any, src: int, tag: int, on_done: Callback) -> None:
+        """Rank `dst`'s irecv (LoopbackTransport binds `dst`)."""
         key = (src, dst, tag)
         sends = self._sends.get(key)
         if sends:
-            sbuf, scb, _ = sends.popleft()
+            sbuf, scb, _ = sends.pop(0)
             if not sends:
                 del self._sends[key]
             self._deliver(sbuf, buf, key)
@@ -112,8 +111,9 @@ class LoopbackWorld:
             return
         recvs = self._recvs.get(key)
         if recvs is None:
-            recvs = self._recvs[key] = deque()
-        recvs.append((buf, on_done))
+            self._recvs[key] = [(buf, on_done)]
+        else:
+            recvs.append((buf, on_done))
 
     def step(self) -> bool:
         """Fire one completion (chosen at random) or finished watch; False if none could fire."""
@@ -139,8 +139,20 @@ class LoopbackWorld:
         """Deliver completions until `done()`; returns the number of steps. Raises Deadlock if stuck."""
         steps = 0
         idle_polls = 0
+        ready, below = self._ready, self._below
         while not done():
-            if self.step():
+            n = len(ready)
+            if n and not self._watches:  # `step()` inlined: the common case, one completion fired
+                i = below(n)
+                last = ready.pop()
+                if i == n - 1:
+                    last()
+                else:
+                    chosen = ready[i]
+                    ready[i] = last
+                    chosen()
+                idle_polls = 0
+            elif self.step():
                 idle_polls = 0
             elif self._watches and idle_polls < 1000:
                 idle_polls += 1  # deferred work may need more polls to finish

@@ -43,8 +43,16 @@ class Allreduce:
         if parent is None:
             on_final = self._down.segment_ready
         elif nseg:
+            forward = self._down.segment_ready if children else None
             self._result_recv = WindowedReceiver(
-                ctx, parent, result, segs, self._down.segment_ready, self._join.part_done, gated=True, views=views
+                ctx,
+                parent,
+                result,
+                segs,
+                forward,
+                self._join.part_done,
+                gated=True,
+                views=views,
             )
             on_sent = self._result_recv.allow
         self._up = Reduce(

@@ -37,8 +37,15 @@ class Bcast:
         self._sendq = ChildSendQueues(ctx, children, buf, segs, self._join.part_done, views)
         self._recv = None
         if parent is not None and segs:
+            forward = self._sendq.segment_ready if children else None
             self._recv = WindowedReceiver(
-                ctx, parent, buf, segs, self._sendq.segment_ready, self._join.part_done, views=views
+                ctx,
+                parent,
+                buf,
+                segs,
+                forward,
+                self._join.part_done,
+                views=views,
             )
 
     def start(self) -> None:

@@ -8,6 +8,7 @@ operations from inside a callback without re-entering themselves.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, Optional
 
 from ..plan import SegmentPlan
@@ -155,8 +156,8 @@ class WindowedReceiver:
     """Receives segments from one peer into `buf`, in segment order, with at most `ctx.recv_window` posted.
 
     A segment position may be held back until `allow(pos)` is called (Allreduce posts a result
-    receive only once its own contribution to that segment has left). `on_segment(pos)` fires per
-    arrival; `on_done()` after the last one. `views`: `segment_views(buf, ctx.plan, segs)` if the
+    receive only once its own contribution to that segment has left). `on_segment(pos)` (if given)
+    fires per arrival; `on_done()` after the last one. `views`: `segment_views(buf, ctx.plan, segs)` if the
     caller already has them.
     """
 
@@ -180,7 +181,7 @@ class WindowedReceiver:
         peer: int,
         buf: Any,
         segs: Sequence[int],
-        on_segment: Callable[[int], None],
+        on_segment: Optional[Callable[[int], None]],
         on_done: Callback,
         gated: bool = False,
         views: Optional[list[tuple[Any, int]]] = None,
@@ -212,25 +213,23 @@ class WindowedReceiver:
         pos, inflight = self._next, self._inflight
         if inflight >= window or pos >= n:
             return
-        segments, peer, irecv = self._segments, self._peer, self._t.irecv
+        segments, peer, irecv, arrived = self._segments, self._peer, self._t.irecv, self._arrived
         while inflight < window and pos < n:
             if allowed is not None and not allowed[pos]:
                 break
             view, tag = segments[pos]
             inflight += 1
-            irecv(view, peer, tag, self._make_arrived(pos))
+            irecv(view, peer, tag, partial(arrived, pos))
             pos += 1
         self._next = pos
         self._inflight = inflight
 
-    def _make_arrived(self, pos: int) -> Callback:
-        def arrived() -> None:
-            self._inflight -= 1
-            self._left -= 1
+    def _arrived(self, pos: int) -> None:
+        self._inflight -= 1
+        self._left -= 1
+        if self._on_segment is not None:
             self._on_segment(pos)
-            if self._left == 0:
-                self._on_done()
-            else:
-                self._pump()
-
-        return arrived
+        if self._left == 0:
+            self._on_done()
+        else:
+            self._pump()

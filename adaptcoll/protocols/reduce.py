@@ -14,8 +14,8 @@ below `lowest unreleased + lookahead`, where a position is released once its res
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, Optional
 
 from ..backends.base import ReduceOp
@@ -142,41 +142,35 @@ class Reduce:
         into_target = i == 0 and self._into_target0
         plan, segs, child, target, pool = self._plan, self._segs, self._children[i], self._target, self._pool
         seg, count, base, space = plan.seg_count, plan.count, plan.tag_base, plan.tag_space
-        irecv = self._t.irecv
+        irecv, arrived = self._t.irecv, self._arrived
         while inflight < window and pos < limit:
             s = segs[pos]
             lo = s * seg
             hi = lo + seg if lo + seg < count else count
             buf = target[lo:hi] if into_target else pool.take(hi - lo)
             inflight += 1
-            irecv(buf, child, (base + s) % space, self._make_arrival(i, pos, buf, into_target))
+            irecv(buf, child, (base + s) % space, partial(arrived, i, pos, buf, into_target))
             pos += 1
         self._recv_inflight[i] = inflight
         self._next_recv[i] = pos
 
-    def _make_arrival(self, i: int, pos: int, buf: Any, is_target: bool) -> Callback:
-        def arrived() -> None:
-            self._recv_inflight[i] -= 1
-            if self._ordered:
-                st = self._state[pos]
-                st.inputs[i + 1] = buf  # type: ignore[index]
-                self._fold_ordered(pos)
+    def _arrived(self, i: int, pos: int, buf: Any, is_target: bool) -> None:
+        self._recv_inflight[i] -= 1
+        st = self._state[pos]
+        if self._ordered:
+            st.inputs[i + 1] = buf  # type: ignore[index]
+            self._fold_ordered(pos)
+        else:  # arrival order
+            if is_target:
+                st.target_in = buf
+            elif st.acc is None:
+                st.acc, st.acc_w, st.acc_pool = buf, 1, True
             else:
-                self._arrive(pos, buf, is_target)
-            self._pump_recvs(i)
-
-        return arrived
+                st.queue.append((buf, 1, True))
+            self._fold(pos)
+        self._pump_recvs(i)
 
     # -- arrival-order folding -----------------------------------------------------------------
-    def _arrive(self, pos: int, buf: Any, is_target: bool) -> None:
-        st = self._state[pos]
-        if is_target:
-            st.target_in = buf
-        elif st.acc is None:
-            st.acc, st.acc_w, st.acc_pool = buf, 1, True
-        else:
-            st.queue.append((buf, 1, True))
-        self._fold(pos)
 
     def _fold(self, pos: int) -> None:
         st = self._state[pos]
@@ -193,7 +187,7 @@ class Reduce:
                 poll = combine(op, buf, st.acc, st.acc)
                 if poll is not None:  # asynchronous: go on once it has finished
                     st.busy = True
-                    self._t.watch(poll, functools.partial(self._folded, pos, buf, w, release))
+                    self._t.watch(poll, partial(self._folded, pos, buf, w, release))
                     return
                 st.acc_w += w
                 if release:
@@ -232,7 +226,7 @@ class Reduce:
         if poll is None:
             self._folded_ordered(pos, x, out)
         else:
-            self._t.watch(poll, lambda: self._folded_ordered(pos, x, out))
+            self._t.watch(poll, partial(self._folded_ordered, pos, x, out))
 
     def _folded_ordered(self, pos: int, x: Any, out: Any) -> None:
         st = self._state[pos]
@@ -265,7 +259,7 @@ class Reduce:
             return
         plan, segs, state, local, parent = self._plan, self._segs, self._state, self._local, self._parent_rank
         seg, count, base, space = plan.seg_count, plan.count, plan.tag_base, plan.tag_space
-        sync, isend = sync_below(self._sync, window, n), self._t.isend
+        sync, isend, sent = sync_below(self._sync, window, n), self._t.isend, self._sent
         while inflight < window and pos < n and ready[pos]:
             s = segs[pos]
             if state:
@@ -274,25 +268,22 @@ class Reduce:
                 lo = s * seg
                 buf = local[lo : lo + seg if lo + seg < count else count]
             inflight += 1
-            isend(buf, parent, (base + s) % space, self._make_sent(pos), pos < sync)
+            isend(buf, parent, (base + s) % space, partial(sent, pos), pos < sync)
             pos += 1
         self._next_send = pos
         self._send_inflight = inflight
 
-    def _make_sent(self, pos: int) -> Callback:
-        def sent() -> None:
-            self._send_inflight -= 1
-            if self._children:
-                st = self._state[pos]
-                if st.acc_pool:
-                    self._pool.give(st.acc)
-                st.acc = None
-            if self._on_sent is not None:
-                self._on_sent(pos)
-            self._release(pos)
-            self._pump_sends()
-
-        return sent
+    def _sent(self, pos: int) -> None:
+        self._send_inflight -= 1
+        if self._children:
+            st = self._state[pos]
+            if st.acc_pool:
+                self._pool.give(st.acc)
+            st.acc = None
+        if self._on_sent is not None:
+            self._on_sent(pos)
+        self._release(pos)
+        self._pump_sends()
 
     def _release(self, pos: int) -> None:
         if self._parent is None and self._on_final is not None:
