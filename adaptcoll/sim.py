@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import random
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -87,7 +87,11 @@ class LoopbackWorld:
             self._deliver(buf, rbuf, key)
             self._ready += (on_done, rcb)
             return
-        item = (buf, on_done, True) if sync else (np.array(np.asarray(buf), copy=True), None, False)
+        item: tuple[Any, Optional[Callback], bool]
+        if sync:
+            item = (buf, on_done, True)
+        else:  # buffered, like MPI's eager protocol: the sender may reuse `buf` at once
+            item = (buf.copy() if type(buf) is np.ndarray else np.array(np.asarray(buf), copy=True), None, False)
         sends = self._sends.get(key)
         if sends is None:
             self._sends[key] = [item]

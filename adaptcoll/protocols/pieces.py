@@ -15,7 +15,7 @@ from ..plan import SegmentPlan
 from ..transport import Callback
 from .context import OpContext
 
-__all__ = ["Join", "ChildSendQueues", "WindowedReceiver", "sync_flag", "sync_below", "segment_views"]
+__all__ = ["Join", "ChildSendQueues", "WindowedReceiver", "sync_flag", "sync_below", "segment_views", "Views"]
 
 
 def sync_flag(mode: str, k: int, window: int) -> bool:
@@ -28,9 +28,18 @@ def sync_below(mode: str, window: int, n: int) -> int:
     return n if mode == "all" else window if mode == "first" else 0
 
 
-def segment_views(buf: Any, plan: SegmentPlan, segs: Sequence[int]) -> list[tuple[Any, int]]:
+EAGER_VIEWS = 1 << 16
+"""Up to this many segments, an operation's views are made up front; beyond it, on use."""
+
+Views = Sequence[tuple[Any, int]]
+
+
+def segment_views(buf: Any, plan: SegmentPlan, segs: Sequence[int]) -> Views:
     """(view of `buf`, tag) for each segment of `segs`, computed once per operation so that the
-    per-event work is a list lookup (a slice, a bounds and a tag computation fewer per send)."""
+    per-event work is a list lookup (a slice, a bounds and a tag computation fewer per send). A huge
+    number of tiny segments gets a sequence that makes each on use instead (bounded memory)."""
+    if len(segs) > EAGER_VIEWS:
+        return _LazyViews(buf, plan, segs)
     seg, count, base, space = plan.seg_count, plan.count, plan.tag_base, plan.tag_space
     out = []
     for s in segs:
@@ -38,6 +47,21 @@ def segment_views(buf: Any, plan: SegmentPlan, segs: Sequence[int]) -> list[tupl
         hi = lo + seg
         out.append((buf[lo : hi if hi < count else count], (base + s) % space))
     return out
+
+
+class _LazyViews(Sequence[tuple[Any, int]]):
+    """segment_views' result, made per access."""
+
+    def __init__(self, buf: Any, plan: SegmentPlan, segs: Sequence[int]) -> None:
+        self._buf, self._plan, self._segs = buf, plan, segs
+
+    def __len__(self) -> int:
+        return len(self._segs)
+
+    def __getitem__(self, pos: Any) -> Any:
+        s = self._segs[pos]
+        lo, hi = self._plan.bounds(s)
+        return self._buf[lo:hi], self._plan.tag(s)
 
 
 class Join:
@@ -94,7 +118,7 @@ class ChildSendQueues:
         buf: Any,
         segs: Sequence[int],
         on_done: Callback,
-        views: Optional[list[tuple[Any, int]]] = None,
+        views: Optional[Views] = None,
     ) -> None:
         self._t = ctx.transport
         self._children = tuple(children)
@@ -184,7 +208,7 @@ class WindowedReceiver:
         on_segment: Optional[Callable[[int], None]],
         on_done: Callback,
         gated: bool = False,
-        views: Optional[list[tuple[Any, int]]] = None,
+        views: Optional[Views] = None,
     ) -> None:
         self._t = ctx.transport
         self._peer = peer
