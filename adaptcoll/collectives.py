@@ -1,8 +1,15 @@
-"""The buffer collectives as module functions (`adaptcoll.Intracomm`'s methods are one line each over
-these): a small-message fast path, the decision (`adaptcoll.decide`), then either adaptcoll's protocols
-or the native mpi4py method with the same arguments, counted in `stats()` either way. Past the fast
+"""The buffer collectives as module functions (`adaptcoll.Intracomm`'s Bcast, Reduce and Allreduce are
+these functions themselves; its other methods are one line each over them): a small-message fast path,
+the decision (`adaptcoll.decide`), then either adaptcoll's protocols or the native mpi4py method with
+the same arguments, counted in `stats()` either way.
+
+The fast path comes first and costs a type check, a size check and one counter update: a plain NumPy
+array below the collective's native threshold goes straight to mpi4py (a program that reduces norms or
+flags makes such calls all the time). Everything else, other buffer forms below the threshold
+included, goes through the decision, which reaches the same native call for them. Past the fast
 path each call marks its communicator busy (adaptcoll.threads), so a second thread calling a collective
-on the same communicator at the same time gets a clear error instead of a hang."""
+on the same communicator at the same time gets a clear error instead of a hang.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +20,7 @@ from mpi4py import MPI
 
 from . import counters, decide, settings
 from .engine import engine
-from .native import BELOW_THRESHOLD, Native
+from .native import Native
 from .protocols.operation import Operation
 from .requests import NativeRequest, Request
 from .state import comm_state
@@ -22,6 +29,8 @@ from .threads import enter, leave
 __all__ = ["start", "wait", "bcast", "ibcast", "reduce", "ireduce", "allreduce", "iallreduce"]
 
 _IN_PLACE = MPI.IN_PLACE
+_SUM = MPI.SUM
+_NDARRAY = np.ndarray
 _MPI_BCAST = MPI.Intracomm.Bcast
 _MPI_IBCAST = MPI.Intracomm.Ibcast
 _MPI_REDUCE = MPI.Intracomm.Reduce
@@ -29,7 +38,7 @@ _MPI_IREDUCE = MPI.Intracomm.Ireduce
 _MPI_ALLREDUCE = MPI.Intracomm.Allreduce
 _MPI_IALLREDUCE = MPI.Intracomm.Iallreduce
 _THRESHOLDS = settings.THRESHOLDS
-_BELOW = BELOW_THRESHOLD.reason
+_BELOW = counters.below
 _record = counters.record
 _FINISHED = Operation()
 _FINISHED.complete()
@@ -65,22 +74,18 @@ def start(name: str, decision: decide.Decision, comm: MPI.Intracomm, blocking: b
 
 
 def wait(operation: Operation) -> None:
-    """Progress until `operation` has completed on this rank."""
+    """Progress until `operation` has completed on this rank; raises its error if it failed."""
     if not operation.done:
         engine().wait_for(lambda: operation.done)
-
-
-def _small(buf: Any, collective: str) -> bool:
-    """Fast path: a plain NumPy array below the collective's native threshold (well under a microsecond).
-    Exact ndarrays only: device memory (and anything else) always goes through the decision layer."""
-    return type(buf) is np.ndarray and buf.nbytes < _THRESHOLDS[collective]
+    if operation.error is not None:
+        raise operation.error
 
 
 # -- broadcast ------------------------------------------------------------------------------------
 def bcast(comm: MPI.Intracomm, buf: Any, root: Any = 0, name: str = "Bcast") -> None:
-    """comm.Bcast(buf, root) (`name`: the counter it is recorded under)."""
-    if _small(buf, "bcast"):
-        _record(name, _BELOW)
+    """Broadcast `buf` from `root` (mpi4py's Bcast: signature and semantics); `name`: the counter."""
+    if type(buf) is _NDARRAY and buf.nbytes < _THRESHOLDS["bcast"]:
+        _BELOW[name] += 1
         return _MPI_BCAST(comm, buf, root)
     key = enter(comm, name)
     try:
@@ -105,11 +110,14 @@ def ibcast(comm: MPI.Intracomm, buf: Any, root: Any = 0) -> Request:
 
 
 # -- reduce ---------------------------------------------------------------------------------------
-def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM, root: Any = 0) -> None:
-    """comm.Reduce(sendbuf, recvbuf, op, root)."""
-    if _small(recvbuf if sendbuf is _IN_PLACE else sendbuf, "reduce"):
-        _record("Reduce", _BELOW)
-        return _MPI_REDUCE(comm, decide.in_place_send_at_root(comm, sendbuf, recvbuf, root), recvbuf, op, root)
+def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM, root: Any = 0) -> None:
+    """Reduce to `root` (mpi4py's Reduce: signature and semantics; a non-root's recvbuf is ignored)."""
+    data = recvbuf if sendbuf is _IN_PLACE else sendbuf
+    if type(data) is _NDARRAY and data.nbytes < _THRESHOLDS["reduce"]:
+        _BELOW["Reduce"] += 1
+        if sendbuf is recvbuf:
+            sendbuf = decide.in_place_send_at_root(comm, sendbuf, recvbuf, root)
+        return _MPI_REDUCE(comm, sendbuf, recvbuf, op, root)
     key = enter(comm, "Reduce")
     try:
         operation = start("Reduce", decide.reduce(comm, sendbuf, recvbuf, op, root), comm, blocking=True)
@@ -121,7 +129,7 @@ def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM, r
         leave(key)
 
 
-def ireduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM, root: Any = 0) -> Request:
+def ireduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM, root: Any = 0) -> Request:
     """comm.Ireduce(sendbuf, recvbuf, op, root): an adaptcoll Request (which keeps the buffers alive)."""
     key = enter(comm, "Ireduce")
     try:
@@ -135,11 +143,12 @@ def ireduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM, 
 
 
 # -- allreduce ------------------------------------------------------------------------------------
-def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM) -> None:
-    """comm.Allreduce(sendbuf, recvbuf, op); `sendbuf is recvbuf` is treated as IN_PLACE."""
-    if _small(recvbuf if sendbuf is _IN_PLACE else sendbuf, "allreduce"):
-        _record("Allreduce", _BELOW)
-        return _MPI_ALLREDUCE(comm, decide.in_place_send(sendbuf, recvbuf), recvbuf, op)
+def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM) -> None:
+    """Allreduce (mpi4py's signature; `sendbuf is recvbuf` is treated as IN_PLACE)."""
+    data = recvbuf if sendbuf is _IN_PLACE else sendbuf
+    if type(data) is _NDARRAY and data.nbytes < _THRESHOLDS["allreduce"]:
+        _BELOW["Allreduce"] += 1
+        return _MPI_ALLREDUCE(comm, _IN_PLACE if sendbuf is recvbuf else sendbuf, recvbuf, op)
     key = enter(comm, "Allreduce")
     try:
         operation = start("Allreduce", decide.allreduce(comm, sendbuf, recvbuf, op), comm, blocking=True)
@@ -150,7 +159,7 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM
         leave(key)
 
 
-def iallreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM) -> Request:
+def iallreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM) -> Request:
     """comm.Iallreduce(sendbuf, recvbuf, op): an adaptcoll Request (which keeps the buffers alive)."""
     key = enter(comm, "Iallreduce")
     try:

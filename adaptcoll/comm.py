@@ -32,25 +32,19 @@ class Intracomm(MPI.Intracomm):
         return super().__new__(cls, MPI.COMM_NULL if comm is None else comm)
 
     # -- buffer collectives ----------------------------------------------------------------------
-    def Bcast(self, buf: Any, root: int = 0) -> None:
-        """Broadcast `buf` from `root` (mpi4py signature and semantics)."""
-        return collectives.bcast(self, buf, root)
+    # Bcast, Reduce and Allreduce are the module functions themselves, not methods calling them: a
+    # call that goes native then costs only their small-message check (see adaptcoll.collectives).
+    Bcast = collectives.bcast
+    Reduce = collectives.reduce
+    Allreduce = collectives.allreduce
 
     def Ibcast(self, buf: Any, root: int = 0) -> Request:  # type: ignore[override]
         """Nonblocking broadcast; returns an adaptcoll Request."""
         return collectives.ibcast(self, buf, root)
 
-    def Reduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, root: int = 0) -> None:
-        """Reduce to `root` (mpi4py signature and semantics; non-root `recvbuf` is ignored)."""
-        return collectives.reduce(self, sendbuf, recvbuf, op, root)
-
     def Ireduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, root: int = 0) -> Request:  # type: ignore[override]
         """Nonblocking reduce; returns an adaptcoll Request (which keeps the buffers alive)."""
         return collectives.ireduce(self, sendbuf, recvbuf, op, root)
-
-    def Allreduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM) -> None:
-        """Allreduce (mpi4py signature; `sendbuf is recvbuf` is treated as IN_PLACE)."""
-        return collectives.allreduce(self, sendbuf, recvbuf, op)
 
     def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM) -> Request:  # type: ignore[override]
         """Nonblocking allreduce; returns an adaptcoll Request (which keeps the buffers alive)."""

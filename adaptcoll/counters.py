@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import Any
 
-__all__ = ["record", "stats", "reset_stats", "format_table"]
+__all__ = ["record", "stats", "reset_stats", "format_table", "below", "BELOW_THRESHOLD_REASON"]
 
 _counts: dict[tuple[str, str | None], int] = {}
-"""(collective, native reason or None when adaptcoll served it) -> calls; one dict update per call,
-because the counter sits on the small-message path too."""
+"""(collective, native reason or None when adaptcoll served it) -> calls."""
+
+BELOW_THRESHOLD_REASON = "below native_below"
+"""The reason under which `below` is reported."""
+
+below: defaultdict[str, int] = defaultdict(int)
+"""Calls the small-message fast path handed to native MPI, by collective: `below[name] += 1` is the whole
+cost of counting there (stats() reports them under BELOW_THRESHOLD_REASON)."""
 
 
 def record(name: str, native_reason: str | None = None) -> None:
@@ -20,7 +27,12 @@ def record(name: str, native_reason: str | None = None) -> None:
 def stats() -> dict[str, dict[str, Any]]:
     """{collective: {"adaptcoll": n, "native": m, "native_reasons": {reason: k}}} for this process."""
     out: dict[str, dict[str, Any]] = {}
-    for (name, reason), n in sorted(_counts.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
+    counts = dict(_counts)
+    for name, n in list(below.items()):
+        if n:
+            key = (name, BELOW_THRESHOLD_REASON)
+            counts[key] = counts.get(key, 0) + n
+    for (name, reason), n in sorted(counts.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
         row = out.setdefault(name, {"adaptcoll": 0, "native": 0, "native_reasons": {}})
         if reason is None:
             row["adaptcoll"] += n
@@ -33,6 +45,7 @@ def stats() -> dict[str, dict[str, Any]]:
 def reset_stats() -> None:
     """Zero all counters."""
     _counts.clear()
+    below.clear()
 
 
 def format_table(data: dict[str, dict[str, Any]] | None = None) -> str:

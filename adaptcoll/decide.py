@@ -178,6 +178,8 @@ def _started(
     keep: Any,
     base: OpContext,
     start_one: Callable[[OpContext, Link, _Callback], None],
+    collective: str,
+    root: Optional[int],
     loads: Sequence[Optional[_Callback]] = (),
     stores: Sequence[Optional[_Callback]] = (),
 ) -> Callable[[], Operation]:
@@ -186,6 +188,8 @@ def _started(
     The tree links are made at the first start (a `topo` tree needs the communicator's set-up, which
     every start waits for, see CommState.submit). `loads` fill scratch arrays from the user's buffers
     before the protocols read them; `stores` write received scratch arrays back once the operation is done.
+    The communicator's transport numbers the operation and owns what its protocols post (errors are the
+    operation's own; the watchdog names it).
     """
     shape = base.plan
     links: list[list[Link]] = []
@@ -201,7 +205,14 @@ def _started(
         ctx, one = base.with_plan(plan), start_one
         if settings.current().trace:  # ADAPTCOLL_TRACE: tracing transport and backend for this operation
             ctx, one = traced(st, ctx, start_one)
-        operation = start_on_links(links[0], keep, lambda link, done: one(ctx, link, done), finish)
+        operation = Operation(keep)
+        st.transport.start_operation(
+            operation,
+            collective,
+            root,
+            plan,
+            lambda: start_on_links(links[0], keep, lambda link, done: one(ctx, link, done), finish, operation),
+        )
         return st.track(plan, operation)
 
     return start
@@ -254,7 +265,7 @@ def bcast(comm: MPI.Intracomm, buf: Any, root: Any) -> Decision:
 
     is_root = rank == root
     loads, stores = ([msg.load], []) if is_root else ([], [msg.store])
-    return Prepared(_started(st, make_links, buf, base, start_one, loads, stores), msg.error)
+    return Prepared(_started(st, make_links, buf, base, start_one, "Bcast", root, loads, stores), msg.error)
 
 
 # -- reduce ---------------------------------------------------------------------------------------
@@ -321,7 +332,7 @@ def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, root: Any) 
     def start_one(ctx: OpContext, link: Link, done: _Callback) -> None:
         Reduce(ctx, link.parent, link.children, local, target, rop, link.segs, done).start()
 
-    return Prepared(_started(st, make_links, (sendbuf, recvbuf), base, start_one, loads, stores), error)
+    return Prepared(_started(st, make_links, (sendbuf, recvbuf), base, start_one, "Reduce", root, loads, stores), error)
 
 
 def _root_target(
@@ -432,7 +443,7 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any) -> Decis
         else:
             Allreduce(ctx, link.parent, link.children, local, result, rop, link.segs, done).start()
 
-    started = _started(st, make_links, (sendbuf, recvbuf), base, start_one, [load], [rmsg.store])
+    started = _started(st, make_links, (sendbuf, recvbuf), base, start_one, "Allreduce", None, [load], [rmsg.store])
     return Prepared(started, error)
 
 

@@ -13,6 +13,8 @@ import enum
 from dataclasses import dataclass
 from typing import Optional
 
+from .counters import BELOW_THRESHOLD_REASON
+
 __all__ = [
     "Kind",
     "Native",
@@ -45,7 +47,7 @@ class Native:
 
 
 ALGORITHM_NATIVE = Native("algorithm=native")
-BELOW_THRESHOLD = Native("below native_below")
+BELOW_THRESHOLD = Native(BELOW_THRESHOLD_REASON)
 INVALID_ARGUMENTS = Native("invalid arguments", Kind.INVALID)
 DEVICE_MEMORY = Native("device memory", Kind.DEVICE)
 OP_NOT_SERVED = Native("op not served")

@@ -42,6 +42,10 @@ class Request:
     def _finished(self) -> bool:
         return self._op.done
 
+    def _failure(self) -> Optional[BaseException]:
+        """The error the operation failed with (None if it succeeded or is still running)."""
+        return self._op.error
+
     def Test(self, status: Optional[MPI.Status] = None) -> bool:
         """Progress once; True (and `status` filled) if the operation has completed."""
         if not self._finished():
@@ -50,13 +54,16 @@ class Request:
         if done:
             self._reported = True
             _fill(status)
+            _raise_failed([self])
         return done
 
     def Wait(self, status: Optional[MPI.Status] = None) -> bool:
-        """Progress until the operation has completed; returns True like mpi4py's Request.Wait."""
+        """Progress until the operation has completed; returns True like mpi4py's Request.Wait.
+        Raises the operation's error if it failed."""
         engine().wait_for(self._finished)
         self._reported = True
         _fill(status)
+        _raise_failed([self])
         return True
 
     def Get_status(self, status: Optional[MPI.Status] = None) -> bool:
@@ -94,6 +101,7 @@ class Request:
         for r in requests:
             _report(r)
         _fill_list(statuses, len(requests))
+        _raise_failed(requests)
         return True
 
     @classmethod
@@ -105,6 +113,7 @@ class Request:
         for r in requests:
             _report(r)
         _fill_list(statuses, len(requests))
+        _raise_failed(requests)
         return True
 
     @classmethod
@@ -119,6 +128,7 @@ class Request:
                 if _complete(requests[i]):
                     _report(requests[i])
                     _fill(status)
+                    _raise_failed([requests[i]])
                     return i
             if not progress():
                 os.sched_yield()
@@ -137,6 +147,7 @@ class Request:
             if _complete(requests[i]):
                 _report(requests[i])
                 _fill(status)
+                _raise_failed([requests[i]])
                 return i, True
         return MPI.UNDEFINED, False
 
@@ -182,6 +193,9 @@ class NativeRequest(Request):
             self._keep = None
         return self._done
 
+    def _failure(self) -> Optional[BaseException]:
+        return None  # native MPI raises its own errors from Test
+
     def Free(self) -> None:
         """Keep the buffers until MPI is done with them, then drop the handle."""
         if not self._done:
@@ -217,7 +231,17 @@ def _take_completed(requests: Sequence[Request | MPI.Request]) -> Optional[list[
     done = [i for i in active if _complete(requests[i])]
     for i in done:
         _report(requests[i])
+    _raise_failed([requests[i] for i in done])
     return done
+
+
+def _raise_failed(requests: Sequence[Request | MPI.Request]) -> None:
+    """Raise the error of the first failed adaptcoll operation among `requests` (after they are reported)."""
+    for r in requests:
+        if isinstance(r, Request):
+            error = r._failure()
+            if error is not None:
+                raise error
 
 
 def _fill_list(statuses: Optional[list], n: int) -> None:

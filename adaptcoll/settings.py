@@ -73,6 +73,8 @@ class Settings:
     allreduce_roots: int = 0
     max_segments: int = 4
     trace: str = ""  # a directory: record per-segment events there (adaptcoll.trace); "" is off
+    watchdog: float = 300.0
+    watchdog_abort: bool = False
 
     @property
     def thresholds(self) -> dict[str, int]:
@@ -184,6 +186,17 @@ def block_algorithm(value: str, name: str = "allreduce_algorithm") -> tuple[str,
     return kind, params
 
 
+def _parse_seconds(text: Any, name: str) -> float:
+    """A duration in seconds >= 0 (0: off)."""
+    try:
+        value = float(str(text).strip()) if not isinstance(text, bool) else -1.0
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise ValueError(f"{name}: expected a number of seconds >= 0 (0: off), got {text!r}")
+    return value
+
+
 def _parse_window(text: Any, name: str) -> int:
     try:
         value = int(str(text).strip()) if not isinstance(text, int) or isinstance(text, bool) else text
@@ -244,8 +257,10 @@ def _parse_field(field: str, value: Any, name: str) -> Any:
         if mode not in SYNC_MODES:
             raise ValueError(f"{name}: expected one of {', '.join(SYNC_MODES)}, got {value!r}")
         return mode
-    if field == "reproducible":
+    if field in ("reproducible", "watchdog_abort"):
         return _parse_bool(value, name)
+    if field == "watchdog":
+        return _parse_seconds(value, name)
     if field == "topology":
         return _parse_topology(value, name)
     if field == "tag_space":

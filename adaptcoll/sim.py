@@ -8,10 +8,10 @@ when matched. A world that stops making progress with work outstanding raises `D
 
 from __future__ import annotations
 
+import functools
 import random
-from collections import defaultdict, deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -35,12 +35,9 @@ class LoopbackTransport:
         self.world = world
         self.rank = rank
         self.size = world.size
-
-    def isend(self, buf: Any, dest: int, tag: int, on_done: Callback, synchronous: bool = False) -> None:
-        self.world._send(self.rank, dest, tag, buf, on_done, synchronous)
-
-    def irecv(self, buf: Any, source: int, tag: int, on_done: Callback) -> None:
-        self.world._recv(source, self.rank, tag, buf, on_done)
+        # the world's own functions with this rank bound: no extra frame per message
+        self.isend: Callable[..., None] = functools.partial(world._send, rank)
+        self.irecv: Callable[..., None] = functools.partial(world._recv, rank)
 
     def watch(self, poll: Poll, on_done: Callback) -> None:
         self.world._watches.append((poll, on_done))
@@ -52,9 +49,10 @@ class LoopbackWorld:
     def __init__(self, size: int, seed: int = 0) -> None:
         self.size = size
         self.rng = random.Random(seed)
+        self._below = self.rng._randbelow  # type: ignore[attr-defined]  # randrange(n) without its checks
         self.transports = [LoopbackTransport(self, r) for r in range(size)]
-        self._sends: dict[tuple[int, int, int], deque] = defaultdict(deque)
-        self._recvs: dict[tuple[int, int, int], deque] = defaultdict(deque)
+        self._sends: dict[tuple[int, int, int], list] = {}  # unmatched, by (source, dest, tag)
+        self._recvs: dict[tuple[int, int, int], list] = {}
         self._ready: list[Callback] = []
         self._watches: list[tuple[Poll, Callback]] = []
         self.messages = 0
@@ -62,59 +60,103 @@ class LoopbackWorld:
         self.sync_sends = 0
 
     def _deliver(self, src_buf: Any, dst_buf: Any, key: tuple[int, int, int]) -> None:
-        src = np.asarray(src_buf).view(np.uint8).reshape(-1)
-        dst = np.asarray(dst_buf).view(np.uint8).reshape(-1)
-        if src.nbytes != dst.nbytes:
-            raise SizeMismatch(f"message {key} has {src.nbytes} bytes, receive expects {dst.nbytes}")
-        dst[...] = src
+        if type(src_buf) is np.ndarray and type(dst_buf) is np.ndarray and src_buf.dtype is dst_buf.dtype:
+            nbytes = src_buf.nbytes
+            if nbytes != dst_buf.nbytes:
+                raise SizeMismatch(f"message {key} has {nbytes} bytes, receive expects {dst_buf.nbytes}")
+            dst_buf[...] = src_buf if src_buf.shape == dst_buf.shape else src_buf.reshape(dst_buf.shape)
+        else:
+            src = np.asarray(src_buf).view(np.uint8).reshape(-1)
+            dst = np.asarray(dst_buf).view(np.uint8).reshape(-1)
+            nbytes = src.nbytes
+            if nbytes != dst.nbytes:
+                raise SizeMismatch(f"message {key} has {nbytes} bytes, receive expects {dst.nbytes}")
+            dst[...] = src
         self.messages += 1
-        self.bytes += src.nbytes
+        self.bytes += nbytes
 
-    def _send(self, src: int, dst: int, tag: int, buf: Any, on_done: Callback, sync: bool) -> None:
+    def _send(self, src: int, buf: Any, dst: int, tag: int, on_done: Callback, sync: bool = False) -> None:
+        """Rank `src`'s isend (LoopbackTransport binds `src`)."""
         key = (src, dst, tag)
         self.sync_sends += sync
-        recvs = self._recvs[key]
+        recvs = self._recvs.get(key)
         if recvs:
-            rbuf, rcb = recvs.popleft()
+            rbuf, rcb = recvs.pop(0)
+            if not recvs:
+                del self._recvs[key]
             self._deliver(buf, rbuf, key)
-            self._ready += [on_done, rcb]
-        elif sync:
-            self._sends[key].append((buf, on_done, True))
+            self._ready += (on_done, rcb)
+            return
+        item: tuple[Any, Optional[Callback], bool]
+        if sync:
+            item = (buf, on_done, True)
+        else:  # buffered, like MPI's eager protocol: the sender may reuse `buf` at once
+            item = (buf.copy() if type(buf) is np.ndarray else np.array(np.asarray(buf), copy=True), None, False)
+        sends = self._sends.get(key)
+        if sends is None:
+            self._sends[key] = [item]
         else:
-            self._sends[key].append((np.array(np.asarray(buf), copy=True), None, False))
+            sends.append(item)
+        if not sync:
             self._ready.append(on_done)
 
-    def _recv(self, src: int, dst: int, tag: int, buf: Any, on_done: Callback) -> None:
+    def _recv(self, dst: int, buf: Any, src: int, tag: int, on_done: Callback) -> None:
+        """Rank `dst`'s irecv (LoopbackTransport binds `dst`)."""
         key = (src, dst, tag)
-        sends = self._sends[key]
+        sends = self._sends.get(key)
         if sends:
-            sbuf, scb, _ = sends.popleft()
+            sbuf, scb, _ = sends.pop(0)
+            if not sends:
+                del self._sends[key]
             self._deliver(sbuf, buf, key)
             self._ready.append(on_done)
             if scb is not None:
                 self._ready.append(scb)
+            return
+        recvs = self._recvs.get(key)
+        if recvs is None:
+            self._recvs[key] = [(buf, on_done)]
         else:
-            recvs = self._recvs[key]
             recvs.append((buf, on_done))
 
     def step(self) -> bool:
         """Fire one completion (chosen at random) or finished watch; False if none could fire."""
-        done_watches = [i for i, (poll, _) in enumerate(self._watches) if poll()]
-        for i in reversed(done_watches):
-            self._ready.append(self._watches.pop(i)[1])
-        if not self._ready:
+        ready = self._ready
+        if self._watches:
+            done_watches = [i for i, (poll, _) in enumerate(self._watches) if poll()]
+            for i in reversed(done_watches):
+                ready.append(self._watches.pop(i)[1])
+        n = len(ready)
+        if not n:
             return False
-        i = self.rng.randrange(len(self._ready))
-        self._ready[i], self._ready[-1] = self._ready[-1], self._ready[i]
-        self._ready.pop()()
+        i = self._below(n)
+        last = ready.pop()
+        if i == n - 1:
+            last()
+        else:
+            chosen = ready[i]
+            ready[i] = last
+            chosen()
         return True
 
     def run(self, done: Callable[[], bool], max_steps: int = 10_000_000) -> int:
         """Deliver completions until `done()`; returns the number of steps. Raises Deadlock if stuck."""
         steps = 0
         idle_polls = 0
+        ready, below = self._ready, self._below
         while not done():
-            if self.step():
+            n = len(ready)
+            if n and not self._watches:  # `step()` inlined: the common case, one completion fired
+                i = below(n)
+                last = ready.pop()
+                if i == n - 1:
+                    last()
+                else:
+                    chosen = ready[i]
+                    ready[i] = last
+                    chosen()
+                idle_polls = 0
+            elif self.step():
                 idle_polls = 0
             elif self._watches and idle_polls < 1000:
                 idle_polls += 1  # deferred work may need more polls to finish

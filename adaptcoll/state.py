@@ -11,6 +11,7 @@ so every rank still agrees. So a nonblocking collective never blocks on first us
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Optional, Protocol
@@ -22,14 +23,14 @@ from . import discovery, settings, topology
 from .backends.base import ArrayBackend
 from .backends.numpy_backend import NumpyBackend
 from .device import DeviceContext
-from .engine import MPITransport, engine
+from .engine import MessageSizeError, MPITransport, engine
 from .plan import SegmentPlan, plan_blocks, plan_segments
 from .pool import SegmentPool
 from .protocols.operation import Operation
-from .transport import Callback, Poll, Transport
+from .transport import Poll, Transport
 from .trees import Tree, build, build_all, parse_algorithm
 
-__all__ = ["CommState", "SetupStep", "comm_state", "HOST_BACKEND"]
+__all__ = ["CommState", "SetupStep", "SetupWait", "comm_state", "HOST_BACKEND"]
 
 HOST_BACKEND = NumpyBackend()
 """The one NumPy backend every communicator's host segments use."""
@@ -50,6 +51,31 @@ class SetupStep(Protocol):
         that added it, or the progress call that completed the step before it)."""
 
 
+class SetupWait:
+    """The engine's owner of a running set-up step: the watchdog names it (with the collectives queued
+    behind it) when the other ranks do not take part, e.g. because they called a native collective."""
+
+    __slots__ = ("state", "step", "error", "info", "reported")
+
+    def __init__(self, state: CommState, step: SetupStep) -> None:
+        self.state = state
+        self.step = step
+        self.error: Optional[BaseException] = None
+        self.info = None
+        self.reported = False
+
+    def describe(self) -> str:
+        return (
+            f"set-up of {self.state.transport.label}: {self.step.name}, "
+            f"with {len(self.state._queued)} collective(s) queued behind it"
+        )
+
+    pending = (
+        "    the other ranks' part of this set-up (a rank that called a native collective instead, e.g. with a "
+        "count below ADAPTCOLL_NATIVE_BELOW where others are above it, never joins)"
+    )
+
+
 class _DuplicateStep:
     """The private duplicate for adaptcoll's own traffic, made with MPI_Comm_idup (never blocks)."""
 
@@ -60,8 +86,18 @@ class _DuplicateStep:
         state._pending_dup = (newcomm, request)
 
         def done() -> bool:
-            if not request.Test():
-                return False
+            try:
+                if not request.Test():
+                    return False
+            except MPI.Exception as exc:
+                if exc.Get_error_class() != MPI.ERR_TRUNCATE:
+                    raise
+                raise MessageSizeError(
+                    "adaptcoll: setting up this communicator (MPI_Comm_idup) failed "
+                    f"({exc.Get_error_string().split(',')[0]}): the ranks did not all make their collectives "
+                    "alike; counts that differ across ranks, some below the native threshold (ADAPTCOLL_NATIVE_BELOW: "
+                    "native MPI) and some above it (adaptcoll), do that"
+                ) from exc
             state._bind(MPI.Intracomm(newcomm))  # a plain mpi4py Intracomm, never a subclass
             return True
 
@@ -87,27 +123,6 @@ class _TopologyStep:
         return done
 
 
-class _DupTransport:
-    """The MPI transport of the private duplicate, handed out before the Idup completes; operations only
-    start once it has (CommState.submit), so every call finds the real transport bound."""
-
-    def __init__(self, rank: int, size: int) -> None:
-        self.rank = rank
-        self.size = size
-        self.inner: Optional[MPITransport] = None
-
-    def isend(self, buf: Any, dest: int, tag: int, on_done: Callback, synchronous: bool = False) -> None:
-        assert self.inner is not None, "adaptcoll: an operation started before its communicator's set-up"
-        self.inner.isend(buf, dest, tag, on_done, synchronous)
-
-    def irecv(self, buf: Any, source: int, tag: int, on_done: Callback) -> None:
-        assert self.inner is not None, "adaptcoll: an operation started before its communicator's set-up"
-        self.inner.irecv(buf, source, tag, on_done)
-
-    def watch(self, poll: Poll, on_done: Callback) -> None:
-        engine().watch(poll, on_done)
-
-
 class CommState:
     """adaptcoll's state for one communicator (see the module docstring)."""
 
@@ -116,9 +131,9 @@ class CommState:
         self.dup: Optional[MPI.Intracomm] = None  # the private duplicate, once the set-up's Idup completed
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
-        self.transport = _DupTransport(self.rank, self.size)
-        tag_ub = comm.Get_attr(MPI.TAG_UB) or 32767
-        self.tag_space = tag_ub + 1
+        # bound to the private duplicate once its Idup completes (_bind); operations start only then
+        self.transport = MPITransport(None, engine(), comm.Get_name(), self.size, self.rank)
+        self.tag_space = self.transport.notice_tag  # tags 0..TAG_UB-1: TAG_UB carries error notices
         self.next_tag = 0
         self._pools: dict[np.dtype, SegmentPool] = {}
         self._trees: dict[tuple[str, int, bool], tuple[Tree, ...]] = {}
@@ -154,7 +169,12 @@ class CommState:
             poll = step.begin(self)
             if not poll():
                 self._step_running = True
-                engine().watch(poll, self._step_done)
+                eng = engine()
+                previous, eng.owner = eng.owner, SetupWait(self, step)  # what the watchdog names
+                try:
+                    eng.watch(poll, self._step_done)
+                finally:
+                    eng.owner = previous
                 return
         self._step_running = False
         self._start_queued()
@@ -166,7 +186,7 @@ class CommState:
     def _bind(self, dup: MPI.Intracomm) -> None:
         """The Idup completed: the private duplicate and its transport are usable."""
         self.dup = dup
-        self.transport.inner = MPITransport(dup, engine())
+        self.transport.bind(dup)
         self._pending_dup = None
 
     def submit(self, start: Starter) -> Operation:
@@ -184,13 +204,13 @@ class CommState:
             start, proxy = self._queued.popleft()
             try:
                 operation = start()
-            except BaseException:
-                proxy.complete()  # its waiter must not hang; the exception goes to the progress call
-                raise
+            except Exception as exc:  # e.g. the communicator is out of step: the waiter raises it
+                proxy.fail(exc)
+                continue
             if operation.done:
-                proxy.complete()
+                _finish_proxy(proxy, operation)
             else:
-                operation.on_done = proxy.complete
+                operation.on_done = functools.partial(_finish_proxy, proxy, operation)
 
     def wait_ready(self) -> None:
         """Progress until the set-up has completed (for blocking users of the private duplicate)."""
@@ -329,15 +349,25 @@ class CommState:
         return tuple(found)
 
     def free(self) -> None:
-        """Free the private duplicate (completing its Idup first if it is still pending)."""
+        """Free the private duplicate (completing its Idup first if it is still pending), after
+        cancelling the transport's standing notice receive."""
         if MPI.Is_finalized():
             return
         if self._pending_dup is not None:
             newcomm, request = self._pending_dup
             request.Wait()
             self._bind(MPI.Intracomm(newcomm))
+        self.transport.close()
         if self.dup is not None and self.dup != MPI.COMM_NULL:
             self.dup.Free()
+
+
+def _finish_proxy(proxy: Operation, operation: Operation) -> None:
+    """A queued operation's stand-in ends as the operation did (complete, or failed with its error)."""
+    if operation.error is not None:
+        proxy.fail(operation.error)
+    else:
+        proxy.complete()
 
 
 def _done_check(operation: Operation) -> Callable[[], bool]:

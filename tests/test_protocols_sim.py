@@ -225,3 +225,16 @@ def test_sync_modes_and_windows():
             assert world.sync_sends == world.messages
         else:
             assert 0 < world.sync_sends < world.messages
+
+
+def test_segment_views_made_on_use_for_huge_segment_counts(monkeypatch):
+    """Past EAGER_VIEWS segments an operation makes its views on use (bounded memory): same results."""
+    from adaptcoll.protocols import pieces
+
+    monkeypatch.setattr(pieces, "EAGER_VIEWS", 0)
+    be = NumpyBackend()
+    for size, kind in [(5, "binomial"), (7, "binary")]:
+        run_bcast(size, 1, kind, 100, 7, 1)
+        _, outs, original, _ = run_reduce(size, 0, kind, 37, 4, 1, be, allreduce=True)
+        for r in range(size):
+            np.testing.assert_array_equal(outs[r], np.sum(original, axis=0))

@@ -13,7 +13,7 @@ from typing import Any, Optional
 from ..backends.base import ReduceOp
 from ..transport import Callback
 from .context import OpContext
-from .pieces import ChildSendQueues, Join, WindowedReceiver
+from .pieces import ChildSendQueues, Join, WindowedReceiver, segment_views
 from .reduce import Reduce
 
 __all__ = ["Allreduce"]
@@ -36,14 +36,23 @@ class Allreduce:
         nseg = len(segs)
         parts = 1 + (1 if children and nseg else 0) + (1 if parent is not None and nseg else 0)
         self._join = Join(parts, on_complete)
-        self._down = ChildSendQueues(ctx, children, result, segs, self._join.part_done)
+        views = segment_views(result, ctx.plan, segs) if nseg and (children or parent is not None) else []
+        self._down = ChildSendQueues(ctx, children, result, segs, self._join.part_done, views)
         self._result_recv: Optional[WindowedReceiver] = None
         on_final = on_sent = None
         if parent is None:
             on_final = self._down.segment_ready
         elif nseg:
+            forward = self._down.segment_ready if children else None
             self._result_recv = WindowedReceiver(
-                ctx, parent, result, segs, self._down.segment_ready, self._join.part_done, gated=True
+                ctx,
+                parent,
+                result,
+                segs,
+                forward,
+                self._join.part_done,
+                gated=True,
+                views=views,
             )
             on_sent = self._result_recv.allow
         self._up = Reduce(

@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 from ..transport import Callback
 from .context import OpContext
-from .pieces import ChildSendQueues, Join, WindowedReceiver
+from .pieces import ChildSendQueues, Join, WindowedReceiver, segment_views
 
 __all__ = ["Bcast"]
 
@@ -33,10 +33,20 @@ class Bcast:
         self._parent = parent
         parts = (1 if children and segs else 0) + (1 if parent is not None and segs else 0)
         self._join = Join(parts, on_complete)
-        self._sendq = ChildSendQueues(ctx, children, buf, segs, self._join.part_done)
+        views = segment_views(buf, ctx.plan, segs) if segs and (children or parent is not None) else []
+        self._sendq = ChildSendQueues(ctx, children, buf, segs, self._join.part_done, views)
         self._recv = None
         if parent is not None and segs:
-            self._recv = WindowedReceiver(ctx, parent, buf, segs, self._sendq.segment_ready, self._join.part_done)
+            forward = self._sendq.segment_ready if children else None
+            self._recv = WindowedReceiver(
+                ctx,
+                parent,
+                buf,
+                segs,
+                forward,
+                self._join.part_done,
+                views=views,
+            )
 
     def start(self) -> None:
         """Post the first receives (or, at the root, the first sends)."""

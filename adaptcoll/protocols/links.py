@@ -33,22 +33,29 @@ StartOne = Callable[[Link, Callback], None]
 
 
 def start_on_links(
-    links: Sequence[Link], keep: object, start_one: StartOne, finish: Optional[Callback] = None
+    links: Sequence[Link],
+    keep: object,
+    start_one: StartOne,
+    finish: Optional[Callback] = None,
+    operation: Optional[Operation] = None,
 ) -> Operation:
     """Start one protocol per tree link and join them into one Operation (which keeps `keep` alive).
 
     `finish()`, if given, runs once every protocol is done and before the Operation completes (it
     writes scratch results back into the user's buffers); the Operation completes even if it raises.
+    `operation`: the one to complete (made here if not given).
     """
-    operation = Operation(keep=keep)
+    if operation is None:
+        operation = Operation(keep=keep)
     done: Callback = operation.complete
     if finish is not None:
+        complete = operation.complete
 
         def finished() -> None:
             try:
                 finish()
             finally:
-                operation.complete()
+                complete()
 
         done = finished
     join = Join(len(links), done)

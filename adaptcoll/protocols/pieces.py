@@ -8,17 +8,60 @@ operations from inside a callback without re-entering themselves.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, Optional
 
+from ..plan import SegmentPlan
 from ..transport import Callback
 from .context import OpContext
 
-__all__ = ["Join", "ChildSendQueues", "WindowedReceiver", "sync_flag"]
+__all__ = ["Join", "ChildSendQueues", "WindowedReceiver", "sync_flag", "sync_below", "segment_views", "Views"]
 
 
 def sync_flag(mode: str, k: int, window: int) -> bool:
     """Whether the k-th send to one peer is synchronous under sync mode 'first', 'all' or 'none'."""
     return mode == "all" or (mode == "first" and k < window)
+
+
+def sync_below(mode: str, window: int, n: int) -> int:
+    """The k-th of `n` sends to one peer is synchronous iff k < this (`sync_flag` as one comparison)."""
+    return n if mode == "all" else window if mode == "first" else 0
+
+
+EAGER_VIEWS = 1 << 16
+"""Up to this many segments, an operation's views are made up front; beyond it, on use."""
+
+Views = Sequence[tuple[Any, int]]
+
+
+def segment_views(buf: Any, plan: SegmentPlan, segs: Sequence[int]) -> Views:
+    """(view of `buf`, tag) for each segment of `segs`, computed once per operation so that the
+    per-event work is a list lookup (a slice, a bounds and a tag computation fewer per send). A huge
+    number of tiny segments gets a sequence that makes each on use instead (bounded memory)."""
+    if len(segs) > EAGER_VIEWS:
+        return _LazyViews(buf, plan, segs)
+    seg, count, base, space = plan.seg_count, plan.count, plan.tag_base, plan.tag_space
+    out = []
+    for s in segs:
+        lo = s * seg
+        hi = lo + seg
+        out.append((buf[lo : hi if hi < count else count], (base + s) % space))
+    return out
+
+
+class _LazyViews(Sequence[tuple[Any, int]]):
+    """segment_views' result, made per access."""
+
+    def __init__(self, buf: Any, plan: SegmentPlan, segs: Sequence[int]) -> None:
+        self._buf, self._plan, self._segs = buf, plan, segs
+
+    def __len__(self) -> int:
+        return len(self._segs)
+
+    def __getitem__(self, pos: Any) -> Any:
+        s = self._segs[pos]
+        lo, hi = self._plan.bounds(s)
+        return self._buf[lo:hi], self._plan.tag(s)
 
 
 class Join:
@@ -50,16 +93,16 @@ class ChildSendQueues:
     delays only its own subtree. Sending in position order (not ADAPT's arrival order) matches the
     receivers' in-order windows whatever order completions are reported in, so no reordering of
     completion callbacks can deadlock the tree. `on_done()` fires once every child has every segment.
+    `views`: `segment_views(buf, ctx.plan, segs)` if the caller already has them.
     """
 
     __slots__ = (
         "_t",
         "_children",
-        "_buf",
-        "_plan",
-        "_segs",
+        "_segments",
+        "_n",
         "_window",
-        "_sync",
+        "_sync_below",
         "_ready",
         "_next",
         "_inflight",
@@ -69,19 +112,25 @@ class ChildSendQueues:
     )
 
     def __init__(
-        self, ctx: OpContext, children: Sequence[int], buf: Any, segs: Sequence[int], on_done: Callback
+        self,
+        ctx: OpContext,
+        children: Sequence[int],
+        buf: Any,
+        segs: Sequence[int],
+        on_done: Callback,
+        views: Optional[Views] = None,
     ) -> None:
         self._t = ctx.transport
         self._children = tuple(children)
-        self._buf = buf
-        self._plan = ctx.plan
-        self._segs = segs
+        n = len(segs)
+        self._segments = (views if views is not None else segment_views(buf, ctx.plan, segs)) if children else []
+        self._n = n
         self._window = ctx.send_window
-        self._sync = ctx.sync_mode
-        self._ready = bytearray(len(segs))
+        self._sync_below = sync_below(ctx.sync_mode, ctx.send_window, n)
+        self._ready = bytearray(n)
         self._next = [0] * len(self._children)
         self._inflight = [0] * len(self._children)
-        self._left = len(segs) * len(self._children)
+        self._left = n * len(self._children)
         self._on_done = on_done
         self._send_cbs = [self._make_sent(i) for i in range(len(self._children))]
 
@@ -99,8 +148,10 @@ class ChildSendQueues:
     def segment_ready(self, pos: int) -> None:
         """Segment position `pos` is complete in the buffer: send it to each child whose turn it is."""
         self._ready[pos] = 1
+        nxt = self._next
         for i in range(len(self._children)):
-            self._pump(i)
+            if nxt[i] == pos:
+                self._pump(i)
 
     def all_ready(self) -> None:
         """Every segment is complete (the root of a broadcast)."""
@@ -109,21 +160,19 @@ class ChildSendQueues:
             self._pump(i)
 
     def _pump(self, i: int) -> None:
-        ready = self._ready
-        n = len(ready)
+        ready, n, window = self._ready, self._n, self._window
         k = self._next[i]
-        while self._inflight[i] < self._window and k < n and ready[k]:
-            s = self._segs[k]
-            lo, hi = self._plan.bounds(s)
-            self._inflight[i] += 1
-            self._t.isend(
-                self._buf[lo:hi],
-                self._children[i],
-                self._plan.tag(s),
-                self._send_cbs[i],
-                sync_flag(self._sync, k, self._window),
-            )
+        inflight = self._inflight[i]
+        if inflight >= window or k >= n or not ready[k]:
+            return
+        segments, child, sent = self._segments, self._children[i], self._send_cbs[i]
+        isend, sync = self._t.isend, self._sync_below
+        while inflight < window and k < n and ready[k]:
+            view, tag = segments[k]
+            inflight += 1
+            isend(view, child, tag, sent, k < sync)
             k += 1
+        self._inflight[i] = inflight
         self._next[i] = k
 
 
@@ -131,16 +180,16 @@ class WindowedReceiver:
     """Receives segments from one peer into `buf`, in segment order, with at most `ctx.recv_window` posted.
 
     A segment position may be held back until `allow(pos)` is called (Allreduce posts a result
-    receive only once its own contribution to that segment has left). `on_segment(pos)` fires per
-    arrival; `on_done()` after the last one.
+    receive only once its own contribution to that segment has left). `on_segment(pos)` (if given)
+    fires per arrival; `on_done()` after the last one. `views`: `segment_views(buf, ctx.plan, segs)` if the
+    caller already has them.
     """
 
     __slots__ = (
         "_t",
         "_peer",
-        "_buf",
-        "_plan",
-        "_segs",
+        "_segments",
+        "_n",
         "_window",
         "_allowed",
         "_next",
@@ -148,7 +197,6 @@ class WindowedReceiver:
         "_left",
         "_on_segment",
         "_on_done",
-        "_cbs",
     )
 
     def __init__(
@@ -157,17 +205,17 @@ class WindowedReceiver:
         peer: int,
         buf: Any,
         segs: Sequence[int],
-        on_segment: Callable[[int], None],
+        on_segment: Optional[Callable[[int], None]],
         on_done: Callback,
         gated: bool = False,
+        views: Optional[Views] = None,
     ) -> None:
         self._t = ctx.transport
         self._peer = peer
-        self._buf = buf
-        self._plan = ctx.plan
-        self._segs = segs
+        self._segments = views if views is not None else segment_views(buf, ctx.plan, segs)
+        self._n = len(segs)
         self._window = ctx.recv_window
-        self._allowed: Optional[list[bool]] = [False] * len(segs) if gated else None
+        self._allowed: Optional[bytearray] = bytearray(len(segs)) if gated else None
         self._next = 0
         self._inflight = 0
         self._left = len(segs)
@@ -180,30 +228,32 @@ class WindowedReceiver:
     def allow(self, pos: int) -> None:
         """Let the receive for segment position `pos` be posted (gated receivers only)."""
         assert self._allowed is not None
-        self._allowed[pos] = True
-        self._pump()
+        self._allowed[pos] = 1
+        if pos == self._next:
+            self._pump()
 
     def _pump(self) -> None:
-        segs = self._segs
-        allowed = self._allowed
-        while self._inflight < self._window and self._next < len(segs):
-            pos = self._next
+        n, window, allowed = self._n, self._window, self._allowed
+        pos, inflight = self._next, self._inflight
+        if inflight >= window or pos >= n:
+            return
+        segments, peer, irecv, arrived = self._segments, self._peer, self._t.irecv, self._arrived
+        while inflight < window and pos < n:
             if allowed is not None and not allowed[pos]:
-                return
-            s = segs[pos]
-            lo, hi = self._plan.bounds(s)
-            self._inflight += 1
-            self._next = pos + 1
-            self._t.irecv(self._buf[lo:hi], self._peer, self._plan.tag(s), self._make_arrived(pos))
+                break
+            view, tag = segments[pos]
+            inflight += 1
+            irecv(view, peer, tag, partial(arrived, pos))
+            pos += 1
+        self._next = pos
+        self._inflight = inflight
 
-    def _make_arrived(self, pos: int) -> Callback:
-        def arrived() -> None:
-            self._inflight -= 1
-            self._left -= 1
+    def _arrived(self, pos: int) -> None:
+        self._inflight -= 1
+        self._left -= 1
+        if self._on_segment is not None:
             self._on_segment(pos)
-            if self._left == 0:
-                self._on_done()
-            else:
-                self._pump()
-
-        return arrived
+        if self._left == 0:
+            self._on_done()
+        else:
+            self._pump()

@@ -15,12 +15,13 @@ below `lowest unreleased + lookahead`, where a position is released once its res
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, Optional
 
 from ..backends.base import ReduceOp
 from ..transport import Callback
 from .context import OpContext
-from .pieces import sync_flag
+from .pieces import sync_below
 
 __all__ = ["Reduce"]
 
@@ -95,6 +96,8 @@ class Reduce:
         self._send_inflight = 0
         self._next_recv = [0] * len(self._children)
         self._recv_inflight = [0] * len(self._children)
+        # child 0's contributions go straight into the root's result (it becomes the accumulator)
+        self._into_target0 = parent is None and not self._in_place and not self._ordered
 
     # -- start ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -128,72 +131,79 @@ class Reduce:
 
     # -- receives from children ----------------------------------------------------------------
     def _pump_recvs(self, i: int) -> None:
-        limit = min(self._n, self._low + self._lookahead)
+        window = self._recv_window
+        inflight = self._recv_inflight[i]
         pos = self._next_recv[i]
-        into_target = i == 0 and self._parent is None and not self._in_place and not self._ordered
-        while self._recv_inflight[i] < self._recv_window and pos < limit:
-            s = self._segs[pos]
-            lo, hi = self._plan.bounds(s)
-            buf = self._target[lo:hi] if into_target else self._pool.take(hi - lo)
-            self._recv_inflight[i] += 1
-            self._t.irecv(buf, self._children[i], self._plan.tag(s), self._make_arrival(i, pos, buf, into_target))
+        limit = self._low + self._lookahead
+        if limit > self._n:
+            limit = self._n
+        if inflight >= window or pos >= limit:
+            return
+        into_target = i == 0 and self._into_target0
+        plan, segs, child, target, pool = self._plan, self._segs, self._children[i], self._target, self._pool
+        seg, count, base, space = plan.seg_count, plan.count, plan.tag_base, plan.tag_space
+        irecv, arrived = self._t.irecv, self._arrived
+        while inflight < window and pos < limit:
+            s = segs[pos]
+            lo = s * seg
+            hi = lo + seg if lo + seg < count else count
+            buf = target[lo:hi] if into_target else pool.take(hi - lo)
+            inflight += 1
+            irecv(buf, child, (base + s) % space, partial(arrived, i, pos, buf, into_target))
             pos += 1
+        self._recv_inflight[i] = inflight
         self._next_recv[i] = pos
 
-    def _make_arrival(self, i: int, pos: int, buf: Any, is_target: bool) -> Callback:
-        def arrived() -> None:
-            self._recv_inflight[i] -= 1
-            if self._ordered:
-                st = self._state[pos]
-                st.inputs[i + 1] = buf  # type: ignore[index]
-                self._fold_ordered(pos)
+    def _arrived(self, i: int, pos: int, buf: Any, is_target: bool) -> None:
+        self._recv_inflight[i] -= 1
+        st = self._state[pos]
+        if self._ordered:
+            st.inputs[i + 1] = buf  # type: ignore[index]
+            self._fold_ordered(pos)
+        else:  # arrival order
+            if is_target:
+                st.target_in = buf
+            elif st.acc is None:
+                st.acc, st.acc_w, st.acc_pool = buf, 1, True
             else:
-                self._arrive(pos, buf, is_target)
-            self._pump_recvs(i)
-
-        return arrived
+                st.queue.append((buf, 1, True))
+            self._fold(pos)
+        self._pump_recvs(i)
 
     # -- arrival-order folding -----------------------------------------------------------------
-    def _arrive(self, pos: int, buf: Any, is_target: bool) -> None:
-        st = self._state[pos]
-        if is_target:
-            st.target_in = buf
-        elif st.acc is None:
-            st.acc, st.acc_w, st.acc_pool = buf, 1, True
-        else:
-            st.queue.append((buf, 1, True))
-        self._fold(pos)
 
     def _fold(self, pos: int) -> None:
         st = self._state[pos]
         if st.busy:
             return
-        if st.target_in is not None:  # the root's result buffer arrived: it becomes the accumulator
-            if st.acc is not None:
-                st.queue.append((st.acc, st.acc_w, True))
-            st.acc, st.acc_w, st.acc_pool, st.target_in = st.target_in, 1, False, None
-        if st.queue and st.acc is not None:
-            buf, w, release = st.queue.pop()
-            st.busy = True
-            poll = self._be.combine(self._op, buf, st.acc, st.acc)
-            done = self._make_folded(pos, buf, w, release)
-            if poll is None:
-                done()
-            else:
-                self._t.watch(poll, done)
-        elif st.acc_w == self._inputs:
-            self._segment_reduced(pos)
+        combine, op = self._be.combine, self._op
+        while True:
+            if st.target_in is not None:  # the root's result buffer arrived: it becomes the accumulator
+                if st.acc is not None:
+                    st.queue.append((st.acc, st.acc_w, True))
+                st.acc, st.acc_w, st.acc_pool, st.target_in = st.target_in, 1, False, None
+            if st.queue and st.acc is not None:
+                buf, w, release = st.queue.pop()
+                poll = combine(op, buf, st.acc, st.acc)
+                if poll is not None:  # asynchronous: go on once it has finished
+                    st.busy = True
+                    self._t.watch(poll, partial(self._folded, pos, buf, w, release))
+                    return
+                st.acc_w += w
+                if release:
+                    self._pool.give(buf)
+                continue
+            if st.acc_w == self._inputs:
+                self._segment_reduced(pos)
+            return
 
-    def _make_folded(self, pos: int, buf: Any, w: int, release: bool) -> Callback:
-        def folded() -> None:
-            st = self._state[pos]
-            st.busy = False
-            st.acc_w += w
-            if release:
-                self._pool.give(buf)
-            self._fold(pos)
-
-        return folded
+    def _folded(self, pos: int, buf: Any, w: int, release: bool) -> None:
+        st = self._state[pos]
+        st.busy = False
+        st.acc_w += w
+        if release:
+            self._pool.give(buf)
+        self._fold(pos)
 
     # -- ordered folding -----------------------------------------------------------------------
     def _fold_ordered(self, pos: int) -> None:
@@ -213,29 +223,25 @@ class Reduce:
             out = x
         st.busy = True
         poll = self._be.combine(self._op, st.acc, x, out)
-        done = self._make_folded_ordered(pos, x, out)
         if poll is None:
-            done()
+            self._folded_ordered(pos, x, out)
         else:
-            self._t.watch(poll, done)
+            self._t.watch(poll, partial(self._folded_ordered, pos, x, out))
 
-    def _make_folded_ordered(self, pos: int, x: Any, out: Any) -> Callback:
-        def folded() -> None:
-            st = self._state[pos]
-            st.busy = False
-            if st.acc_pool:
-                self._pool.give(st.acc)
-            if out is not x:
-                self._pool.give(x)
-            st.acc, st.acc_pool = out, out is x
-            st.inputs[st.next_k] = None  # type: ignore[index]
-            st.next_k += 1
-            if st.next_k == self._inputs:
-                self._segment_reduced(pos)
-            else:
-                self._fold_ordered(pos)
-
-        return folded
+    def _folded_ordered(self, pos: int, x: Any, out: Any) -> None:
+        st = self._state[pos]
+        st.busy = False
+        if st.acc_pool:
+            self._pool.give(st.acc)
+        if out is not x:
+            self._pool.give(x)
+        st.acc, st.acc_pool = out, out is x
+        st.inputs[st.next_k] = None  # type: ignore[index]
+        st.next_k += 1
+        if st.next_k == self._inputs:
+            self._segment_reduced(pos)
+        else:
+            self._fold_ordered(pos)
 
     # -- results -------------------------------------------------------------------------------
     def _segment_reduced(self, pos: int) -> None:
@@ -247,39 +253,37 @@ class Reduce:
 
     def _pump_sends(self) -> None:
         """Send reduced segments to the parent in position order (see ChildSendQueues for why)."""
-        ready = self._ready
-        while self._send_inflight < self._send_window and self._next_send < self._n and ready[self._next_send]:
-            pos = self._next_send
-            self._next_send = pos + 1
-            s = self._segs[pos]
-            if self._children:
-                buf = self._state[pos].acc
+        ready, n, window = self._ready, self._n, self._send_window
+        pos, inflight = self._next_send, self._send_inflight
+        if inflight >= window or pos >= n or not ready[pos]:
+            return
+        plan, segs, state, local, parent = self._plan, self._segs, self._state, self._local, self._parent_rank
+        seg, count, base, space = plan.seg_count, plan.count, plan.tag_base, plan.tag_space
+        sync, isend, sent = sync_below(self._sync, window, n), self._t.isend, self._sent
+        while inflight < window and pos < n and ready[pos]:
+            s = segs[pos]
+            if state:
+                buf = state[pos].acc
             else:
-                lo, hi = self._plan.bounds(s)
-                buf = self._local[lo:hi]
-            self._send_inflight += 1
-            self._t.isend(
-                buf,
-                self._parent_rank,
-                self._plan.tag(s),
-                self._make_sent(pos),
-                sync_flag(self._sync, pos, self._send_window),
-            )
+                lo = s * seg
+                buf = local[lo : lo + seg if lo + seg < count else count]
+            inflight += 1
+            isend(buf, parent, (base + s) % space, partial(sent, pos), pos < sync)
+            pos += 1
+        self._next_send = pos
+        self._send_inflight = inflight
 
-    def _make_sent(self, pos: int) -> Callback:
-        def sent() -> None:
-            self._send_inflight -= 1
-            if self._children:
-                st = self._state[pos]
-                if st.acc_pool:
-                    self._pool.give(st.acc)
-                st.acc = None
-            if self._on_sent is not None:
-                self._on_sent(pos)
-            self._release(pos)
-            self._pump_sends()
-
-        return sent
+    def _sent(self, pos: int) -> None:
+        self._send_inflight -= 1
+        if self._children:
+            st = self._state[pos]
+            if st.acc_pool:
+                self._pool.give(st.acc)
+            st.acc = None
+        if self._on_sent is not None:
+            self._on_sent(pos)
+        self._release(pos)
+        self._pump_sends()
 
     def _release(self, pos: int) -> None:
         if self._parent is None and self._on_final is not None:
