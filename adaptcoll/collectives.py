@@ -44,6 +44,8 @@ def start(name: str, decision: decide.Decision) -> Optional[Operation]:
     with eng.lock:
         operation = decision.start()
     _record(name)
+    if decision.note is not None:
+        counters.note(name, decision.note)
     if decision.error is not None:
         eng.wait_for(lambda: operation.done)
         raise decision.error
@@ -67,7 +69,7 @@ def bcast(comm: MPI.Intracomm, buf: Any, root: Any = 0, name: str = "Bcast") -> 
     if _small(buf, "bcast"):
         _record(name, _BELOW)
         return _MPI_BCAST(comm, buf, root)
-    operation = start(name, decide.bcast(comm, buf, root))
+    operation = start(name, decide.bcast(comm, buf, root, blocking=True))
     if operation is None:
         return _MPI_BCAST(comm, buf, root)
     return wait(operation)
@@ -87,7 +89,7 @@ def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM, r
     if _small(recvbuf if sendbuf is _IN_PLACE else sendbuf, "reduce"):
         _record("Reduce", _BELOW)
         return _MPI_REDUCE(comm, decide.in_place_send_at_root(comm, sendbuf, recvbuf, root), recvbuf, op, root)
-    operation = start("Reduce", decide.reduce(comm, sendbuf, recvbuf, op, root))
+    operation = start("Reduce", decide.reduce(comm, sendbuf, recvbuf, op, root, blocking=True))
     if operation is None:
         return _MPI_REDUCE(comm, decide.in_place_send_at_root(comm, sendbuf, recvbuf, root), recvbuf, op, root)
     return wait(operation)
@@ -108,7 +110,7 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM
     if _small(recvbuf if sendbuf is _IN_PLACE else sendbuf, "allreduce"):
         _record("Allreduce", _BELOW)
         return _MPI_ALLREDUCE(comm, decide.in_place_send(sendbuf, recvbuf), recvbuf, op)
-    operation = start("Allreduce", decide.allreduce(comm, sendbuf, recvbuf, op))
+    operation = start("Allreduce", decide.allreduce(comm, sendbuf, recvbuf, op, blocking=True))
     if operation is None:
         return _MPI_ALLREDUCE(comm, decide.in_place_send(sendbuf, recvbuf), recvbuf, op)
     return wait(operation)

@@ -18,7 +18,7 @@ from typing import Any, Optional, Union
 import numpy as np
 from mpi4py import MPI
 
-from . import buffers, ops, settings
+from . import buffers, ops, settings, shm, shm_decide
 from .backends.base import ArrayBackend, ReduceOp
 from .device import parse_device
 from .native import (
@@ -57,10 +57,12 @@ _Callback = Callable[[], None]
 class Prepared:
     """A call adaptcoll serves, decided and set up on this rank: each `start()` takes fresh tags and
     starts it (once for a one-shot call, once per Start() of a persistent request).
-    `error`: the root's recvbuf was bad; the others' data is still drained, then this is raised."""
+    `error`: the root's recvbuf was bad; the others' data is still drained, then this is raised.
+    `note`: why the call runs on the point-to-point trees although the shm node level was asked for."""
 
     start: Callable[[], Operation]
     error: Optional[BaseException] = None
+    note: Optional[str] = None
 
 
 Decision = Union[Prepared, Native]
@@ -139,9 +141,29 @@ def _started(
     return start
 
 
+def _node_level(
+    st: CommState, algorithm: str, on_device: bool, blocking: bool, prepare: Callable[[shm.NodeLevel], Any]
+) -> tuple[Optional[Callable[[], Operation]], Optional[str], str]:
+    """For a `shm` / `topo:intra=shm` setting: (start, None, algorithm) when the node level serves the
+    call, else (None, why not, the point-to-point tree setting to use). Only a blocking call sets the
+    node level up (collectively), so nonblocking and persistent calls never block (adaptcoll.shm)."""
+    if not shm.uses_shm(algorithm):
+        return None, None, algorithm
+    if on_device:
+        return None, "shm: device memory (host memory only)", shm.tree_algorithm(algorithm)
+    level, note = shm.node_level(st, blocking)
+    if level is not None:
+        started = prepare(level)
+        if not isinstance(started, str):
+            return started, None, algorithm
+        note = started
+    return None, note, shm.tree_algorithm(algorithm)
+
+
 # -- broadcast ------------------------------------------------------------------------------------
-def bcast(comm: MPI.Intracomm, buf: Any, root: Any) -> Decision:
-    """Decide (locally, from arguments every rank shares), then set up a broadcast."""
+def bcast(comm: MPI.Intracomm, buf: Any, root: Any, blocking: bool = False) -> Decision:
+    """Decide (locally, from arguments every rank shares), then set up a broadcast (`blocking`: may
+    set up the shared-memory node level)."""
     cfg = settings.current()
     if not root_ok(root, comm.Get_size()):
         return INVALID_ARGUMENTS
@@ -159,21 +181,31 @@ def bcast(comm: MPI.Intracomm, buf: Any, root: Any) -> Decision:
     transport, backend, _ = st.kit(on_device)
     itemsize = msg.array.itemsize
     data = msg.array.view(np.uint8)
+    started, note, algorithm = _node_level(
+        st,
+        cfg.bcast_algorithm,
+        on_device,
+        blocking,
+        lambda lv: shm_decide.bcast(st, lv, cfg.bcast_algorithm, data, root, buf),
+    )
+    if started is not None:
+        return Prepared(started)
     segment = max(itemsize, cfg.segment_size("bcast") // itemsize * itemsize)
     shape = st.plan_shape(nbytes, 1, segment)
-    links = tree_links(st.trees(cfg.bcast_algorithm, root), rank, shape.nseg)
+    links = tree_links(st.trees(algorithm, root), rank, shape.nseg)
     send_window, recv_window = cfg.windows("bcast")
     base = OpContext(transport, backend, shape, send_window, recv_window, cfg.sync_sends)
 
     def start_one(ctx: OpContext, link: Link, done: _Callback) -> None:
         Bcast(ctx, link.parent, link.children, data, link.segs, done).start()
 
-    return Prepared(_started(st, links, buf, base, start_one))
+    return Prepared(_started(st, links, buf, base, start_one), note=note)
 
 
 # -- reduce ---------------------------------------------------------------------------------------
-def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, root: Any) -> Decision:
-    """Decide (locally, from arguments every rank shares), then set up a reduce."""
+def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, root: Any, blocking: bool = False) -> Decision:
+    """Decide (locally, from arguments every rank shares), then set up a reduce (`blocking`: may set
+    up the shared-memory node level)."""
     cfg = settings.current()
     size = comm.Get_size()
     if not isinstance(op, MPI.Op) or not root_ok(root, size):
@@ -208,9 +240,18 @@ def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, root: Any) 
         local = msg.array
     else:
         target, local = None, msg.array
+    started, note, algorithm = _node_level(
+        st,
+        cfg.reduce_algorithm,
+        on_device,
+        blocking,
+        lambda lv: shm_decide.reduce(st, lv, cfg.reduce_algorithm, local, target, rop, root, (sendbuf, recvbuf)),
+    )
+    if started is not None:
+        return Prepared(started, error)
     dtype = msg.array.dtype
     shape = st.plan_shape(msg.count, dtype.itemsize, cfg.segment_size("reduce"))
-    links = tree_links(st.trees(cfg.reduce_algorithm, root, rank_ordered=ordered_needed), rank, shape.nseg)
+    links = tree_links(st.trees(algorithm, root, rank_ordered=ordered_needed), rank, shape.nseg)
     send_window, recv_window = cfg.windows("reduce")
     base = OpContext(
         transport,
@@ -226,7 +267,7 @@ def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, root: Any) 
     def start_one(ctx: OpContext, link: Link, done: _Callback) -> None:
         Reduce(ctx, link.parent, link.children, local, target, rop, link.segs, done).start()
 
-    return Prepared(_started(st, links, (sendbuf, recvbuf), base, start_one), error)
+    return Prepared(_started(st, links, (sendbuf, recvbuf), base, start_one), error, note)
 
 
 def _root_target(
@@ -262,8 +303,9 @@ def _recvbuf_error(recvbuf: Any, msg: buffers.Message, on_device: bool) -> Union
 
 
 # -- allreduce ------------------------------------------------------------------------------------
-def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any) -> Decision:
-    """Decide (locally, from arguments every rank shares), then set up an allreduce."""
+def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, blocking: bool = False) -> Decision:
+    """Decide (locally, from arguments every rank shares), then set up an allreduce (`blocking`: may
+    set up the shared-memory node level)."""
     cfg = settings.current()
     if not isinstance(op, MPI.Op):
         return INVALID_ARGUMENTS
@@ -292,10 +334,21 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any) -> Decis
     ordered_needed = not rop.commutative
     st = _state_for(comm, "allreduce")
     transport, backend, pools = st.kit(on_device)
+    started, note, algorithm = _node_level(
+        st,
+        cfg.allreduce_algorithm,
+        on_device,
+        blocking,
+        lambda lv: shm_decide.allreduce(
+            st, lv, cfg.allreduce_algorithm, cfg.allreduce_roots, local, rmsg.array, rop, (sendbuf, recvbuf)
+        ),
+    )
+    if started is not None:
+        return Prepared(started)
     rank = comm.Get_rank()
     dtype = rmsg.array.dtype
     shape = st.plan_shape(rmsg.count, dtype.itemsize, cfg.segment_size("allreduce"))
-    tree_set = st.allreduce_trees(cfg.allreduce_algorithm, cfg.allreduce_roots, rank_ordered=ordered_needed)
+    tree_set = st.allreduce_trees(algorithm, cfg.allreduce_roots, rank_ordered=ordered_needed)
     links = tree_links(tree_set, rank, shape.nseg)
     send_window, recv_window = cfg.windows("allreduce")
     base = OpContext(
@@ -313,4 +366,4 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any) -> Decis
     def start_one(ctx: OpContext, link: Link, done: _Callback) -> None:
         Allreduce(ctx, link.parent, link.children, local, result, rop, link.segs, done).start()
 
-    return Prepared(_started(st, links, (sendbuf, recvbuf), base, start_one))
+    return Prepared(_started(st, links, (sendbuf, recvbuf), base, start_one), note=note)

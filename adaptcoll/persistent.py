@@ -112,6 +112,8 @@ def _prequest(name: str, decision: decide.Decision, keep: Any, native: Callable[
             raise decision.error
         return NativePrequest(native(), keep=keep)
     counters.record(name)
+    if decision.note is not None:
+        counters.note(name, decision.note)
     return Prequest(decision.start, keep=keep, error=decision.error)
 
 

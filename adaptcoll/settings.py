@@ -38,7 +38,7 @@ TREE_KINDS = (
     "topo",
     "two_tree",
 )
-ALGORITHMS = TREE_KINDS + ("native",)
+ALGORITHMS = TREE_KINDS + ("shm", "native")
 SYNC_MODES = ("first", "all", "none")
 
 
@@ -66,6 +66,9 @@ class Settings:
     tag_space: int = 0
     allreduce_roots: int = 0
     max_segments: int = 4
+    shm_bytes: int = 64 << 20
+    shm_segment_size: int = 512 * 1024
+    shm_slots: int = 4
 
     @property
     def thresholds(self) -> dict[str, int]:
@@ -130,6 +133,8 @@ def _parse_algorithm(text: Any, name: str) -> str:
     kind, _, params = value.partition(":")
     if kind not in ALGORITHMS:
         raise ValueError(f"{name}: unknown algorithm {kind!r}; valid choices: {', '.join(ALGORITHMS)}")
+    if kind == "shm" and params:
+        raise ValueError(f"{name}: shm takes no parameters (between nodes use topo:intra=shm,inner=...), got {value!r}")
     if params:
         for item in params.split(","):
             key, eq, val = item.partition("=")
@@ -173,6 +178,15 @@ def _parse_field(field: str, value: Any, name: str) -> Any:
         return str(value).strip()
     if field == "tag_space":
         return parse_size(value, name)
+    if field == "shm_bytes":
+        return parse_size(value, name)
+    if field == "shm_segment_size":
+        size = parse_size(value, name)
+        if size < 64:
+            raise ValueError(f"{name}: a shared-memory slot holds at least 64 bytes, got {value!r}")
+        return size
+    if field == "shm_slots":
+        return _parse_window(value, name)
     if field in ("allreduce_roots", "max_segments"):
         if str(value).strip() in ("0", "auto", "none"):
             return 0

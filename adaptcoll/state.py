@@ -47,6 +47,7 @@ class CommState:
         self._device: Optional[DeviceContext] = None
         self._live: deque[tuple[int, Operation]] = deque()  # (tags held, operation), oldest first
         self._live_tags = 0
+        self.shm: Any = None  # the shared-memory node level or why there is none (adaptcoll.shm.node_level)
 
     # -- segment plans and tags ----------------------------------------------------------------
     def plan_shape(self, count: int, itemsize: int, segment_bytes: int) -> SegmentPlan:
@@ -151,7 +152,9 @@ class CommState:
         return tuple(found)
 
     def free(self) -> None:
-        """Free the private duplicate."""
+        """Free the shared-memory node level, if any, and the private duplicate."""
+        if self.shm is not None:
+            self.shm.free()
         if not MPI.Is_finalized() and self.dup != MPI.COMM_NULL:
             self.dup.Free()
 

@@ -1,0 +1,161 @@
+"""The node level's share of the decision layer: set up one call on shared slots (and trees between
+node leaders) once `adaptcoll.decide` has chosen to serve it and `adaptcoll.shm` has a node level.
+
+Each function returns the start function of the call (fresh sequence numbers, and tags when there
+are several nodes, at every start) or, when this call cannot use the node level, why (a note counted
+in stats(); the caller then uses the point-to-point trees). The reasons depend only on arguments
+every rank shares, so every rank decides alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Union
+
+from . import settings
+from .backends.base import ReduceOp
+from .nodemap import inner_shape
+from .plan import SegmentPlan, plan_segments
+from .protocols.context import OpContext
+from .protocols.hier import start_allreduce, start_bcast, start_reduce
+from .protocols.operation import Operation
+from .shm import NodeLevel
+from .state import HOST_BACKEND, CommState
+from .trees import Tree
+
+__all__ = ["bcast", "reduce", "allreduce"]
+
+Start = Callable[[], Operation]
+
+NONCOMMUTATIVE_ACROSS_NODES = "shm: non-commutative op across nodes (rank-ordered tree instead)"
+TOO_MANY_SEGMENTS = "shm: more slot-sized segments than tags"
+
+
+def _shape(st: CommState, level: NodeLevel, count: int, itemsize: int) -> Union[SegmentPlan, str]:
+    """Slot-sized segments (tags only matter between nodes); a reason if the tag space forces larger ones."""
+    cfg = settings.current()
+    if level.nodes.count == 1:
+        space = max(1, count)  # no messages, no tags: never let the tag space grow the segments
+    else:
+        space = min(st.tag_space, cfg.tag_space) if cfg.tag_space else st.tag_space
+    shape = plan_segments(count, itemsize, level.slot_bytes, 0, space)
+    if shape.seg_count * itemsize > level.slot_bytes:
+        return TOO_MANY_SEGMENTS
+    return shape
+
+
+def _trees(level: NodeLevel, algorithm: str, roots: tuple[int, ...]) -> tuple[Tree, ...]:
+    shape, params = inner_shape(algorithm)
+    return level.nodes.inter_trees(shape, params, roots)
+
+
+def _context(st: CommState, collective: str, shape: SegmentPlan, pool: Any = None) -> OpContext:
+    cfg = settings.current()
+    send_window, recv_window = cfg.windows(collective)
+    return OpContext(
+        st.transport, HOST_BACKEND, shape, send_window, recv_window, cfg.sync_sends, cfg.reproducible, pool
+    )
+
+
+def _starter(
+    st: CommState, multi: bool, base: OpContext, keep: Any, run: Callable[[OpContext, Operation], None]
+) -> Start:
+    shape = base.plan
+
+    def start() -> Operation:
+        plan = st.take_tags(shape) if multi else shape
+        operation = Operation(keep=keep)
+        run(base.with_plan(plan), operation)
+        return st.track(plan, operation) if multi else operation
+
+    return start
+
+
+def bcast(st: CommState, level: NodeLevel, algorithm: str, data: Any, root: int, keep: Any) -> Union[Start, str]:
+    """A broadcast of `data` (1-D uint8) from `root`."""
+    shape = _shape(st, level, data.size, 1)
+    if isinstance(shape, str):
+        return shape
+    nodes, rank = level.nodes, level.rank
+    multi = nodes.count > 1
+    links = nodes.inter_links(_trees(level, algorithm, (nodes.ids[root],)), rank, shape.nseg, root) if multi else []
+    link = links[0] if links else None
+    entry = nodes.local_rank(nodes.leader(nodes.ids[rank], root))
+    ring = level.ring
+
+    def run(ctx: OpContext, operation: Operation) -> None:
+        start_bcast(ctx, ring, link, data, entry, operation.complete)
+
+    return _starter(st, multi, _context(st, "bcast", shape), keep, run)
+
+
+def reduce(
+    st: CommState,
+    level: NodeLevel,
+    algorithm: str,
+    local: Any,
+    target: Any,
+    op: ReduceOp,
+    root: int,
+    keep: Any,
+) -> Union[Start, str]:
+    """A reduce of `local` into the root's `target` (None on other ranks; `local` itself in place)."""
+    nodes, rank = level.nodes, level.rank
+    multi = nodes.count > 1
+    if multi and not op.commutative:
+        return NONCOMMUTATIVE_ACROSS_NODES
+    dtype = local.dtype
+    shape = _shape(st, level, local.size, dtype.itemsize)
+    if isinstance(shape, str):
+        return shape
+    leader_rank = nodes.leader(nodes.ids[rank], root)
+    leader = nodes.local_rank(leader_rank)
+    links = nodes.inter_links(_trees(level, algorithm, (nodes.ids[root],)), rank, shape.nseg, root) if multi else []
+    link = links[0] if links else None
+    pool = st.pool(dtype)
+    scratch = multi and rank == leader_rank and rank != root
+    count = local.size
+    ring = level.ring
+
+    def run(ctx: OpContext, operation: Operation) -> None:
+        node_target = target
+        done = operation.complete
+        if scratch:
+            node_target = pool.take(count)
+
+            def done() -> None:
+                pool.give(node_target)
+                operation.complete()
+
+        start_reduce(ctx, ring, link, local, target, node_target, op, leader, done)
+
+    return _starter(st, multi, _context(st, "reduce", shape, pool), keep, run)
+
+
+def allreduce(
+    st: CommState, level: NodeLevel, algorithm: str, roots: int, local: Any, result: Any, op: ReduceOp, keep: Any
+) -> Union[Start, str]:
+    """An allreduce of `local` into `result` (may be `local` itself); between nodes, segments are
+    dealt over trees rooted at `roots` node leaders (0: every node's)."""
+    nodes, rank = level.nodes, level.rank
+    multi = nodes.count > 1
+    if multi and not op.commutative:
+        return NONCOMMUTATIVE_ACROSS_NODES
+    dtype = result.dtype
+    shape = _shape(st, level, result.size, dtype.itemsize)
+    if isinstance(shape, str):
+        return shape
+    links: list[Any] = []
+    leader = None
+    if multi:
+        count = min(nodes.count, roots or nodes.count)
+        tree_set = _trees(level, algorithm, tuple((k * nodes.count) // count for k in range(count)))
+        links = nodes.inter_links(tree_set, rank, shape.nseg)
+        leader = nodes.local_rank(nodes.leader(nodes.ids[rank]))
+    pool = st.pool(dtype)
+    ring = level.ring
+
+    def run(ctx: OpContext, operation: Operation) -> None:
+        start_allreduce(ctx, ring, links, local, result, op, leader, operation.complete)
+
+    return _starter(st, multi, _context(st, "allreduce", shape, pool), keep, run)
