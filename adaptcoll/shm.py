@@ -152,6 +152,7 @@ class NodeLevel:
         self.ring = ring
         self.slot_bytes = slots.slot_bytes
         self.nslots = slots.nslots
+        self.templates: dict[tuple[Any, ...], Any] = {}  # per call shape, see adaptcoll.shm_decide
 
     def free(self) -> None:
         """Finish this rank's node stages, end the epoch, free the window and the node communicator

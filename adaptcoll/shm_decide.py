@@ -10,7 +10,7 @@ every rank shares, so every rank decides alike.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Union
+from typing import Any, NamedTuple, Optional, Union
 
 from . import settings
 from .backends.base import ReduceOp
@@ -18,6 +18,7 @@ from .nodemap import inner_shape
 from .plan import SegmentPlan, plan_segments
 from .protocols.context import OpContext
 from .protocols.hier import start_allreduce, start_bcast, start_reduce
+from .protocols.links import Link
 from .protocols.operation import Operation
 from .shm import NodeLevel
 from .state import HOST_BACKEND, CommState
@@ -26,6 +27,7 @@ from .trees import Tree
 __all__ = ["bcast", "reduce", "allreduce"]
 
 Start = Callable[[], Operation]
+_CACHED = 64
 
 NONCOMMUTATIVE_ACROSS_NODES = "shm: non-commutative op across nodes (rank-ordered tree instead)"
 TOO_MANY_SEGMENTS = "shm: more slot-sized segments than tags"
@@ -49,6 +51,34 @@ def _trees(level: NodeLevel, algorithm: str, roots: tuple[int, ...]) -> tuple[Tr
     return level.nodes.inter_trees(shape, params, roots)
 
 
+class _Template(NamedTuple):
+    """What a call's shape fixes on this rank (cached per node level, call shape and settings):
+    the context with the slot-sized plan, this rank's links between leaders, its node's leader (or
+    entry) as a node rank, whether it reduces into a scratch array (a leader that is not the root), and
+    whether there are several nodes (then every rank takes tags, leader or not, so that the tag sequence
+    stays the same on all ranks)."""
+
+    base: OpContext
+    links: tuple[Link, ...]
+    leader: Optional[int]
+    scratch: bool
+    multi: bool
+
+
+def _template(
+    level: NodeLevel, key: tuple[Any, ...], build: Callable[[], Union[_Template, str]]
+) -> Union[_Template, str]:
+    cfg = settings.current()
+    cache = level.templates
+    found = cache.get(key)
+    if found is None or found[0] is not cfg:
+        if len(cache) >= _CACHED:
+            cache.clear()
+        found = cache[key] = (cfg, build())
+    result: Union[_Template, str] = found[1]
+    return result
+
+
 def _context(st: CommState, collective: str, shape: SegmentPlan, pool: Any = None) -> OpContext:
     cfg = settings.current()
     send_window, recv_window = cfg.windows(collective)
@@ -57,36 +87,47 @@ def _context(st: CommState, collective: str, shape: SegmentPlan, pool: Any = Non
     )
 
 
-def _starter(
-    st: CommState, multi: bool, base: OpContext, keep: Any, run: Callable[[OpContext, Operation], None]
-) -> Start:
+def _starter(st: CommState, tpl: _Template, keep: Any, run: Callable[[OpContext, Operation], None]) -> Start:
+    base, multi = tpl.base, tpl.multi
     shape = base.plan
 
     def start() -> Operation:
-        plan = st.take_tags(shape) if multi else shape
         operation = Operation(keep=keep)
+        if not multi:
+            run(base, operation)
+            return operation
+        plan = st.take_tags(shape)
         run(base.with_plan(plan), operation)
-        return st.track(plan, operation) if multi else operation
+        return st.track(plan, operation)
 
     return start
 
 
 def bcast(st: CommState, level: NodeLevel, algorithm: str, data: Any, root: int, keep: Any) -> Union[Start, str]:
     """A broadcast of `data` (1-D uint8) from `root`."""
-    shape = _shape(st, level, data.size, 1)
-    if isinstance(shape, str):
-        return shape
-    nodes, rank = level.nodes, level.rank
-    multi = nodes.count > 1
-    links = nodes.inter_links(_trees(level, algorithm, (nodes.ids[root],)), rank, shape.nseg, root) if multi else []
-    link = links[0] if links else None
-    entry = nodes.local_rank(nodes.leader(nodes.ids[rank], root))
-    ring = level.ring
+
+    def build() -> Union[_Template, str]:
+        shape = _shape(st, level, data.size, 1)
+        if isinstance(shape, str):
+            return shape
+        nodes, rank = level.nodes, level.rank
+        links: list[Link] = []
+        if nodes.count > 1:
+            links = nodes.inter_links(_trees(level, algorithm, (nodes.ids[root],)), rank, shape.nseg, root)
+        entry = nodes.local_rank(nodes.leader(nodes.ids[rank], root))
+        return _Template(_context(st, "bcast", shape), tuple(links), entry, False, nodes.count > 1)
+
+    tpl = _template(level, ("bcast", data.size, root, algorithm), build)
+    if isinstance(tpl, str):
+        return tpl
+    ring, entry = level.ring, tpl.leader
+    link = tpl.links[0] if tpl.links else None
+    assert entry is not None
 
     def run(ctx: OpContext, operation: Operation) -> None:
         start_bcast(ctx, ring, link, data, entry, operation.complete)
 
-    return _starter(st, multi, _context(st, "bcast", shape), keep, run)
+    return _starter(st, tpl, keep, run)
 
 
 def reduce(
@@ -100,22 +141,32 @@ def reduce(
     keep: Any,
 ) -> Union[Start, str]:
     """A reduce of `local` into the root's `target` (None on other ranks; `local` itself in place)."""
-    nodes, rank = level.nodes, level.rank
-    multi = nodes.count > 1
-    if multi and not op.commutative:
-        return NONCOMMUTATIVE_ACROSS_NODES
     dtype = local.dtype
-    shape = _shape(st, level, local.size, dtype.itemsize)
-    if isinstance(shape, str):
-        return shape
-    leader_rank = nodes.leader(nodes.ids[rank], root)
-    leader = nodes.local_rank(leader_rank)
-    links = nodes.inter_links(_trees(level, algorithm, (nodes.ids[root],)), rank, shape.nseg, root) if multi else []
-    link = links[0] if links else None
-    pool = st.pool(dtype)
-    scratch = multi and rank == leader_rank and rank != root
+
+    def build() -> Union[_Template, str]:
+        nodes, rank = level.nodes, level.rank
+        multi = nodes.count > 1
+        if multi and not op.commutative:
+            return NONCOMMUTATIVE_ACROSS_NODES
+        shape = _shape(st, level, local.size, dtype.itemsize)
+        if isinstance(shape, str):
+            return shape
+        leader_rank = nodes.leader(nodes.ids[rank], root)
+        links: list[Link] = []
+        if multi:
+            links = nodes.inter_links(_trees(level, algorithm, (nodes.ids[root],)), rank, shape.nseg, root)
+        scratch = multi and rank == leader_rank and rank != root
+        ctx = _context(st, "reduce", shape, st.pool(dtype))
+        return _Template(ctx, tuple(links), nodes.local_rank(leader_rank), scratch, multi)
+
+    tpl = _template(level, ("reduce", local.size, dtype, root, algorithm, op.commutative), build)
+    if isinstance(tpl, str):
+        return tpl
+    ring, leader, scratch = level.ring, tpl.leader, tpl.scratch
+    link = tpl.links[0] if tpl.links else None
+    pool = tpl.base.pool
     count = local.size
-    ring = level.ring
+    assert leader is not None and pool is not None
 
     def run(ctx: OpContext, operation: Operation) -> None:
         node_target = target
@@ -129,7 +180,7 @@ def reduce(
 
         start_reduce(ctx, ring, link, local, target, node_target, op, leader, done)
 
-    return _starter(st, multi, _context(st, "reduce", shape, pool), keep, run)
+    return _starter(st, tpl, keep, run)
 
 
 def allreduce(
@@ -137,25 +188,31 @@ def allreduce(
 ) -> Union[Start, str]:
     """An allreduce of `local` into `result` (may be `local` itself); between nodes, segments are
     dealt over trees rooted at `roots` node leaders (0: every node's)."""
-    nodes, rank = level.nodes, level.rank
-    multi = nodes.count > 1
-    if multi and not op.commutative:
-        return NONCOMMUTATIVE_ACROSS_NODES
     dtype = result.dtype
-    shape = _shape(st, level, result.size, dtype.itemsize)
-    if isinstance(shape, str):
-        return shape
-    links: list[Any] = []
-    leader = None
-    if multi:
-        count = min(nodes.count, roots or nodes.count)
-        tree_set = _trees(level, algorithm, tuple((k * nodes.count) // count for k in range(count)))
-        links = nodes.inter_links(tree_set, rank, shape.nseg)
-        leader = nodes.local_rank(nodes.leader(nodes.ids[rank]))
-    pool = st.pool(dtype)
-    ring = level.ring
+
+    def build() -> Union[_Template, str]:
+        nodes, rank = level.nodes, level.rank
+        multi = nodes.count > 1
+        if multi and not op.commutative:
+            return NONCOMMUTATIVE_ACROSS_NODES
+        shape = _shape(st, level, result.size, dtype.itemsize)
+        if isinstance(shape, str):
+            return shape
+        links: list[Link] = []
+        leader = None
+        if multi:
+            count = min(nodes.count, roots or nodes.count)
+            tree_set = _trees(level, algorithm, tuple((k * nodes.count) // count for k in range(count)))
+            links = nodes.inter_links(tree_set, rank, shape.nseg)
+            leader = nodes.local_rank(nodes.leader(nodes.ids[rank]))
+        return _Template(_context(st, "allreduce", shape, st.pool(dtype)), tuple(links), leader, False, multi)
+
+    tpl = _template(level, ("allreduce", result.size, dtype, algorithm, roots, op.commutative), build)
+    if isinstance(tpl, str):
+        return tpl
+    ring, links, leader = level.ring, tpl.links, tpl.leader
 
     def run(ctx: OpContext, operation: Operation) -> None:
         start_allreduce(ctx, ring, links, local, result, op, leader, operation.complete)
 
-    return _starter(st, multi, _context(st, "allreduce", shape, pool), keep, run)
+    return _starter(st, tpl, keep, run)

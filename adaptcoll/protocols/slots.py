@@ -106,7 +106,10 @@ class SlotRing:
         return len(self._active)
 
     def start(self, stage: NodeStage) -> None:
-        """Drive `stage` from now on (it has made no step yet; the next engine sweep polls it)."""
+        """Drive `stage` from now on: make its first steps at once if it can (no sweep's delay), then
+        let the engine poll it."""
+        if not stage.done and stage.ready():
+            stage.advance()
         if stage.done:
             return
         self._active.append(stage)
