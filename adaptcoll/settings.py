@@ -154,6 +154,15 @@ def _parse_window(text: Any, name: str) -> int:
 
 
 def _parse_field(field: str, value: Any, name: str) -> Any:
+    if field == "shm_bytes":
+        return parse_size(value, name)
+    if field == "shm_segment_size":
+        size = parse_size(value, name)
+        if size < 64:
+            raise ValueError(f"{name}: a shared-memory slot holds at least 64 bytes, got {value!r}")
+        return size
+    if field == "shm_slots":
+        return _parse_window(value, name)
     if field.endswith("_algorithm"):
         return _parse_algorithm(value, name)
     if field.endswith("_segment_size"):
@@ -178,15 +187,6 @@ def _parse_field(field: str, value: Any, name: str) -> Any:
         return str(value).strip()
     if field == "tag_space":
         return parse_size(value, name)
-    if field == "shm_bytes":
-        return parse_size(value, name)
-    if field == "shm_segment_size":
-        size = parse_size(value, name)
-        if size < 64:
-            raise ValueError(f"{name}: a shared-memory slot holds at least 64 bytes, got {value!r}")
-        return size
-    if field == "shm_slots":
-        return _parse_window(value, name)
     if field in ("allreduce_roots", "max_segments"):
         if str(value).strip() in ("0", "auto", "none"):
             return 0

@@ -36,6 +36,10 @@ def test_sizes_and_suffixes():
         ("ADAPTCOLL_REDUCE_RECV_WINDOW", "many"),
         ("ADAPTCOLL_SYNC_SENDS", "sometimes"),
         ("ADAPTCOLL_REPRODUCIBLE", "maybe"),
+        ("ADAPTCOLL_SHM_BYTES", "lots"),
+        ("ADAPTCOLL_SHM_SEGMENT_SIZE", "32"),
+        ("ADAPTCOLL_SHM_SLOTS", "0"),
+        ("ADAPTCOLL_ALLREDUCE_ALGORITHM", "shm:inner=chain"),
     ],
 )
 def test_invalid_environment_values_name_the_variable(var, value):
@@ -96,3 +100,19 @@ def test_windows_and_segment_size_per_collective():
         assert cfg.windows("bcast") == (5, 7)
         assert cfg.windows("reduce") == cfg.windows("allreduce") == (1, 2)
         assert cfg.segment_size("allreduce") == 8192 and cfg.segment_size("bcast") == 512 * 1024
+
+
+def test_shm_settings():
+    s = settings.from_environ(
+        {
+            "ADAPTCOLL_SHM_BYTES": "16M",
+            "ADAPTCOLL_SHM_SEGMENT_SIZE": "1M",
+            "ADAPTCOLL_SHM_SLOTS": "8",
+            "ADAPTCOLL_BCAST_ALGORITHM": "shm",
+            "ADAPTCOLL_REDUCE_ALGORITHM": "topo:inner=chain,intra=shm",
+        }
+    )
+    assert (s.shm_bytes, s.shm_segment_size, s.shm_slots) == (16 << 20, 1 << 20, 8)
+    assert (s.bcast_algorithm, s.reduce_algorithm) == ("shm", "topo:inner=chain,intra=shm")
+    defaults = settings.Settings()
+    assert (defaults.shm_bytes, defaults.shm_segment_size, defaults.shm_slots) == (64 << 20, 512 << 10, 4)
