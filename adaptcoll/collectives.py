@@ -67,6 +67,8 @@ def start(name: str, decision: decide.Decision, comm: MPI.Intracomm, blocking: b
     with eng.lock:
         operation = comm_state(comm).submit(decision.start)
     _record(name, decision.native_reason)
+    if decision.note is not None:
+        counters.note(name, decision.note)
     if decision.error is not None:
         eng.wait_for(lambda: operation.done)
         raise decision.error
@@ -89,7 +91,7 @@ def bcast(comm: MPI.Intracomm, buf: Any, root: Any = 0, name: str = "Bcast") -> 
         return _MPI_BCAST(comm, buf, root)
     key = enter(comm, name)
     try:
-        operation = start(name, decide.bcast(comm, buf, root), comm, blocking=True)
+        operation = start(name, decide.bcast(comm, buf, root, blocking=True), comm, blocking=True)
         if operation is None:
             return _MPI_BCAST(comm, buf, root)
         return wait(operation)
@@ -120,7 +122,7 @@ def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM, root
         return _MPI_REDUCE(comm, sendbuf, recvbuf, op, root)
     key = enter(comm, "Reduce")
     try:
-        operation = start("Reduce", decide.reduce(comm, sendbuf, recvbuf, op, root), comm, blocking=True)
+        operation = start("Reduce", decide.reduce(comm, sendbuf, recvbuf, op, root, blocking=True), comm, blocking=True)
         if operation is None:
             native_send = decide.in_place_send_at_root(comm, sendbuf, recvbuf, root)
             return _MPI_REDUCE(comm, native_send, recvbuf, op, root)
@@ -151,7 +153,7 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM) -
         return _MPI_ALLREDUCE(comm, _IN_PLACE if sendbuf is recvbuf else sendbuf, recvbuf, op)
     key = enter(comm, "Allreduce")
     try:
-        operation = start("Allreduce", decide.allreduce(comm, sendbuf, recvbuf, op), comm, blocking=True)
+        operation = start("Allreduce", decide.allreduce(comm, sendbuf, recvbuf, op, blocking=True), comm, blocking=True)
         if operation is None:
             return _MPI_ALLREDUCE(comm, decide.in_place_send(sendbuf, recvbuf), recvbuf, op)
         return wait(operation)

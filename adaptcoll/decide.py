@@ -27,7 +27,7 @@ from typing import Any, Optional, Union
 import numpy as np
 from mpi4py import MPI
 
-from . import buffers, device_route, ops, settings
+from . import buffers, device_route, ops, settings, shm, shm_decide
 from .backends.base import ArrayBackend, ReduceOp
 from .cuda import is_device_buffer
 from .device import parse_device
@@ -75,12 +75,14 @@ class Prepared:
     the rank still takes part with scratch memory, so the others complete, then this is raised.
     `native_reason`: set for a native call that adaptcoll runs itself (device memory staged through host
     memory); it is counted as native with this reason. `run`: the blocking form of such a call, which
-    blocking collectives use instead of start() + wait."""
+    blocking collectives use instead of start() + wait. `note`: why the call runs on the point-to-point
+    trees although the shm node level was asked for (counted in stats())."""
 
     start: Callable[[], Operation]
     error: Optional[BaseException] = None
     native_reason: Optional[str] = None
     run: Optional[Callable[[], None]] = None
+    note: Optional[str] = None
 
 
 Decision = Union[Prepared, Native]
@@ -92,8 +94,8 @@ def _device_routed(collective: str) -> Callable[[_Decide], _Decide]:
 
     def wrap(decide_call: _Decide) -> _Decide:
         @functools.wraps(decide_call)
-        def routed(comm: MPI.Intracomm, *args: Any) -> Decision:
-            decision = decide_call(comm, *args)
+        def routed(comm: MPI.Intracomm, *args: Any, **kwargs: Any) -> Decision:
+            decision = decide_call(comm, *args, **kwargs)
             if not isinstance(decision, Native):
                 return decision
             route = device_route.route_native(collective, decision, comm, args)
@@ -230,10 +232,30 @@ def _run_all(steps: list[_Callback]) -> Optional[_Callback]:
     return run
 
 
+def _node_level(
+    st: CommState, algorithm: str, on_device: bool, blocking: bool, prepare: Callable[[shm.NodeLevel], Any]
+) -> tuple[Optional[Callable[[], Operation]], Optional[str], str]:
+    """For a `shm` / `topo:intra=shm` setting: (start, None, algorithm) when the node level serves the
+    call, else (None, why not, the point-to-point tree setting to use). Only a blocking call sets the
+    node level up (collectively), so nonblocking and persistent calls never block (adaptcoll.shm)."""
+    if not shm.uses_shm(algorithm):
+        return None, None, algorithm
+    if on_device:
+        return None, "shm: device memory (host memory only)", shm.tree_algorithm(algorithm)
+    level, note = shm.node_level(st, blocking)
+    if level is not None:
+        started = prepare(level)
+        if not isinstance(started, str):
+            return started, None, algorithm
+        note = started
+    return None, note, shm.tree_algorithm(algorithm)
+
+
 # -- broadcast ------------------------------------------------------------------------------------
 @_device_routed("bcast")
-def bcast(comm: MPI.Intracomm, buf: Any, root: Any) -> Decision:
-    """Decide (locally, from arguments every rank shares), then set up a broadcast."""
+def bcast(comm: MPI.Intracomm, buf: Any, root: Any, blocking: bool = False) -> Decision:
+    """Decide (locally, from arguments every rank shares), then set up a broadcast (`blocking`: may
+    set up the shared-memory node level)."""
     cfg = settings.current()
     if not root_ok(root, comm.Get_size()):
         return INVALID_ARGUMENTS
@@ -251,11 +273,20 @@ def bcast(comm: MPI.Intracomm, buf: Any, root: Any) -> Decision:
     transport, backend, _ = st.kit(on_device)
     itemsize = msg.array.itemsize
     data = msg.array.view(np.uint8)
+    loads, stores = ([msg.load], []) if rank == root else ([], [msg.store])
+    started, note, algorithm = _node_level(
+        st,
+        cfg.bcast_algorithm,
+        on_device,
+        blocking,
+        lambda lv: shm_decide.bcast(st, lv, cfg.bcast_algorithm, data, root, buf, (loads, stores)),
+    )
+    if started is not None:
+        return Prepared(started, msg.error)
     segment = max(itemsize, cfg.segment_size("bcast") // itemsize * itemsize)
     shape = st.plan_shape(nbytes, 1, segment)
     send_window, recv_window = cfg.windows("bcast")
     base = OpContext(transport, backend, shape, send_window, recv_window, cfg.sync_sends)
-    algorithm = cfg.bcast_algorithm
 
     def make_links() -> list[Link]:
         return tree_links(st.trees(algorithm, root), rank, shape.nseg)
@@ -263,15 +294,14 @@ def bcast(comm: MPI.Intracomm, buf: Any, root: Any) -> Decision:
     def start_one(ctx: OpContext, link: Link, done: _Callback) -> None:
         Bcast(ctx, link.parent, link.children, data, link.segs, done).start()
 
-    is_root = rank == root
-    loads, stores = ([msg.load], []) if is_root else ([], [msg.store])
-    return Prepared(_started(st, make_links, buf, base, start_one, "Bcast", root, loads, stores), msg.error)
+    return Prepared(_started(st, make_links, buf, base, start_one, "Bcast", root, loads, stores), msg.error, note=note)
 
 
 # -- reduce ---------------------------------------------------------------------------------------
 @_device_routed("reduce")
-def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, root: Any) -> Decision:
-    """Decide (locally, from arguments every rank shares), then set up a reduce."""
+def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, root: Any, blocking: bool = False) -> Decision:
+    """Decide (locally, from arguments every rank shares), then set up a reduce (`blocking`: may set
+    up the shared-memory node level)."""
     cfg = settings.current()
     size = comm.Get_size()
     if not isinstance(op, MPI.Op) or not root_ok(root, size):
@@ -310,9 +340,19 @@ def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, root: Any) 
         local = msg.array
     else:
         target, local = None, msg.array
+    started, note, algorithm = _node_level(
+        st,
+        cfg.reduce_algorithm,
+        on_device,
+        blocking,
+        lambda lv: shm_decide.reduce(
+            st, lv, cfg.reduce_algorithm, local, target, rop, root, (sendbuf, recvbuf), (loads, stores)
+        ),
+    )
+    if started is not None:
+        return Prepared(started, error)
     dtype = msg.array.dtype
     shape = st.plan_shape(msg.count, dtype.itemsize, cfg.segment_size("reduce"))
-    algorithm = cfg.reduce_algorithm
 
     def make_links() -> list[Link]:
         return tree_links(st.trees(algorithm, root, rank_ordered=ordered_needed), rank, shape.nseg)
@@ -332,7 +372,8 @@ def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, root: Any) 
     def start_one(ctx: OpContext, link: Link, done: _Callback) -> None:
         Reduce(ctx, link.parent, link.children, local, target, rop, link.segs, done).start()
 
-    return Prepared(_started(st, make_links, (sendbuf, recvbuf), base, start_one, "Reduce", root, loads, stores), error)
+    started_trees = _started(st, make_links, (sendbuf, recvbuf), base, start_one, "Reduce", root, loads, stores)
+    return Prepared(started_trees, error, note=note)
 
 
 def _root_target(
@@ -371,8 +412,9 @@ def _recvbuf_error(recvbuf: Any, msg: buffers.Message, on_device: bool) -> Union
 
 # -- allreduce ------------------------------------------------------------------------------------
 @_device_routed("allreduce")
-def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any) -> Decision:
-    """Decide (locally, from arguments every rank shares), then set up an allreduce."""
+def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, blocking: bool = False) -> Decision:
+    """Decide (locally, from arguments every rank shares), then set up an allreduce (`blocking`: may
+    set up the shared-memory node level)."""
     cfg = settings.current()
     if not isinstance(op, MPI.Op):
         return INVALID_ARGUMENTS
@@ -408,6 +450,25 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any) -> Decis
         return Native(f"non-commutative op with {by_blocks.name} allreduce")
     st = _state_for(comm, "allreduce")
     transport, backend, pools = st.kit(on_device)
+    started, note, algorithm = _node_level(
+        st,
+        cfg.allreduce_algorithm,
+        on_device,
+        blocking,
+        lambda lv: shm_decide.allreduce(
+            st,
+            lv,
+            cfg.allreduce_algorithm,
+            cfg.allreduce_roots,
+            local,
+            rmsg.array,
+            rop,
+            (sendbuf, recvbuf),
+            ([load], [rmsg.store]),
+        ),
+    )
+    if started is not None:
+        return Prepared(started, error)
     rank = comm.Get_rank()
     dtype = rmsg.array.dtype
     if by_blocks is not None:
@@ -417,7 +478,7 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any) -> Decis
         shape = block_shape
     else:
         shape = st.plan_shape(rmsg.count, dtype.itemsize, cfg.segment_size("allreduce"))
-    algorithm, roots = cfg.allreduce_algorithm, cfg.allreduce_roots
+    roots = cfg.allreduce_roots
 
     def make_links() -> list[Link]:
         if by_blocks is not None:  # one protocol per rank, no trees: a single link carrying every segment
@@ -443,8 +504,10 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any) -> Decis
         else:
             Allreduce(ctx, link.parent, link.children, local, result, rop, link.segs, done).start()
 
-    started = _started(st, make_links, (sendbuf, recvbuf), base, start_one, "Allreduce", None, [load], [rmsg.store])
-    return Prepared(started, error)
+    started_trees = _started(
+        st, make_links, (sendbuf, recvbuf), base, start_one, "Allreduce", None, [load], [rmsg.store]
+    )
+    return Prepared(started_trees, error, note=note)
 
 
 def _block_shape(st: CommState, algorithm: AllreduceAlgorithm, count: int, itemsize: int) -> Optional[SegmentPlan]:

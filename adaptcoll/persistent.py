@@ -133,6 +133,8 @@ def _prequest(
     finally:
         leave(key)
     counters.record(name, decision.native_reason)
+    if decision.note is not None:
+        counters.note(name, decision.note)
     state, start = comm_state(comm), decision.start
     return Prequest(lambda: state.submit(start), keep=keep, error=decision.error, comm=comm)
 

@@ -41,7 +41,7 @@ TREE_KINDS = (
     "topo",
     "two_tree",
 )
-ALGORITHMS = TREE_KINDS + ("native",)
+ALGORITHMS = TREE_KINDS + ("shm", "native")
 ALLREDUCE_ONLY = ("ring", "rabenseifner")
 """Allreduce algorithms that are not trees (adaptcoll.protocols.algorithms): valid for allreduce only."""
 SYNC_MODES = ("first", "all", "none")
@@ -75,6 +75,9 @@ class Settings:
     trace: str = ""  # a directory: record per-segment events there (adaptcoll.trace); "" is off
     watchdog: float = 300.0
     watchdog_abort: bool = False
+    shm_bytes: int = 64 << 20
+    shm_segment_size: int = 512 * 1024
+    shm_slots: int = 4
 
     @property
     def thresholds(self) -> dict[str, int]:
@@ -150,6 +153,8 @@ def _parse_algorithm(text: Any, name: str, allreduce: bool = False) -> str:
     if kind not in ALGORITHMS:
         choices = ALGORITHMS + ALLREDUCE_ONLY if allreduce else ALGORITHMS
         raise ValueError(f"{name}: unknown algorithm {kind!r}; valid choices: {', '.join(choices)}")
+    if kind == "shm" and params:
+        raise ValueError(f"{name}: shm takes no parameters (between nodes use topo:intra=shm,inner=...), got {value!r}")
     if params:
         for item in params.split(","):
             key, eq, val = item.partition("=")
@@ -219,10 +224,13 @@ def _parse_trace(text: Any, name: str) -> str:
 def _check_tree(value: str, name: str) -> str:
     """A tree algorithm's kind and parameters checked now, not at the first served call (non-tree
     algorithms such as 'native' pass through)."""
-    if value.partition(":")[0].strip() not in trees.KINDS:
+    kind, _, params = value.partition(":")
+    if kind.strip() not in trees.KINDS:
         return value
+    # topo's `intra=shm` (the shared-memory node level) is checked as the tree used without it
+    tree = f"{kind}:{','.join('intra=binomial' if p.replace(' ', '') == 'intra=shm' else p for p in params.split(','))}"
     try:
-        trees.check_params(*trees.parse_algorithm(value))
+        trees.check_params(*trees.parse_algorithm(tree if params else value))
     except ValueError as exc:
         raise ValueError(f"{name}={value!r}: {exc}") from None
     return value
@@ -239,6 +247,15 @@ def _parse_topology(value: Any, name: str) -> str:
 
 
 def _parse_field(field: str, value: Any, name: str) -> Any:
+    if field == "shm_bytes":
+        return parse_size(value, name)
+    if field == "shm_segment_size":
+        size = parse_size(value, name)
+        if size < 64:
+            raise ValueError(f"{name}: a shared-memory slot holds at least 64 bytes, got {value!r}")
+        return size
+    if field == "shm_slots":
+        return _parse_window(value, name)
     if field.endswith("_algorithm"):
         return _check_tree(_parse_algorithm(value, name, allreduce=field == "allreduce_algorithm"), name)
     if field.endswith("_segment_size"):

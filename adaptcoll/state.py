@@ -141,6 +141,7 @@ class CommState:
         self._device: Optional[DeviceContext] = None
         self._live: deque[tuple[int, Operation]] = deque()  # (tags held, operation), oldest first
         self._live_tags = 0
+        self.shm: Any = None  # the shared-memory node level or why there is none (adaptcoll.shm.node_level)
         self._pending_dup: Optional[tuple[MPI.Intracomm, MPI.Request]] = None
         self._steps: deque[SetupStep] = deque()
         self._step_running = False
@@ -349,10 +350,12 @@ class CommState:
         return tuple(found)
 
     def free(self) -> None:
-        """Free the private duplicate (completing its Idup first if it is still pending), after
-        cancelling the transport's standing notice receive."""
+        """Free the shared-memory node level, if any, and the private duplicate (completing its Idup
+        first if it is still pending, after cancelling the transport's standing notice receive)."""
         if MPI.Is_finalized():
             return
+        if self.shm is not None:
+            self.shm.free()
         if self._pending_dup is not None:
             newcomm, request = self._pending_dup
             request.Wait()

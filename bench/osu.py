@@ -637,6 +637,16 @@ class SettingsSwitch:
         self.current = impl.settings
 
 
+def _first_blocking_calls(adaptcoll: Any, comm: Any, MPI: Any) -> None:
+    """One tiny served blocking call of each collective: what only a blocking call sets up (the shm node
+    level: nonblocking calls never block, so before it they use the point-to-point trees) is set up now."""
+    one = np.zeros(1)
+    with adaptcoll.configured(native_below=0):
+        comm.Bcast(one, 0)
+        comm.Reduce(MPI.IN_PLACE if comm.Get_rank() == 0 else one, one, MPI.SUM, 0)
+        comm.Allreduce(MPI.IN_PLACE, one, MPI.SUM)
+
+
 def _check_results(
     collective: str,
     size: int,
@@ -988,7 +998,10 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
             impls.append(Impl(s, world))
         else:
             with adaptcoll.configured(**s.overrides) as cfg:
-                impls.append(Impl(s, adaptcoll.Intracomm(world), cfg))
+                # a communicator per implementation: settings read once per communicator (the topology,
+                # the shm slots) then differ between implementations as their settings say
+                impls.append(Impl(s, adaptcoll.Intracomm(world.Dup()), cfg))
+                _first_blocking_calls(adaptcoll, impls[-1].comm, MPI)
     if adaptcoll is not None:
         adaptcoll.reset_stats()
     switch = SettingsSwitch(adaptcoll)

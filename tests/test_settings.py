@@ -36,6 +36,10 @@ def test_sizes_and_suffixes():
         ("ADAPTCOLL_REDUCE_RECV_WINDOW", "many"),
         ("ADAPTCOLL_SYNC_SENDS", "sometimes"),
         ("ADAPTCOLL_REPRODUCIBLE", "maybe"),
+        ("ADAPTCOLL_SHM_BYTES", "lots"),
+        ("ADAPTCOLL_SHM_SEGMENT_SIZE", "32"),
+        ("ADAPTCOLL_SHM_SLOTS", "0"),
+        ("ADAPTCOLL_ALLREDUCE_ALGORITHM", "shm:inner=chain"),
     ],
 )
 def test_invalid_environment_values_name_the_variable(var, value):
@@ -152,3 +156,19 @@ def test_bad_tree_parameter_fails_at_import_naming_variable_and_valid_parameters
             timeout=60,
         )
         assert proc.returncode != 0 and all(e in proc.stderr for e in expect), proc.stderr
+
+
+def test_shm_settings():
+    s = settings.from_environ(
+        {
+            "ADAPTCOLL_SHM_BYTES": "16M",
+            "ADAPTCOLL_SHM_SEGMENT_SIZE": "1M",
+            "ADAPTCOLL_SHM_SLOTS": "8",
+            "ADAPTCOLL_BCAST_ALGORITHM": "shm",
+            "ADAPTCOLL_REDUCE_ALGORITHM": "topo:inner=chain,intra=shm",
+        }
+    )
+    assert (s.shm_bytes, s.shm_segment_size, s.shm_slots) == (16 << 20, 1 << 20, 8)
+    assert (s.bcast_algorithm, s.reduce_algorithm) == ("shm", "topo:inner=chain,intra=shm")
+    defaults = settings.Settings()
+    assert (defaults.shm_bytes, defaults.shm_segment_size, defaults.shm_slots) == (64 << 20, 512 << 10, 4)

@@ -62,6 +62,7 @@ class Reduce:
         on_complete: Callback,
         on_final: Optional[Callable[[int], None]] = None,
         on_sent: Optional[Callable[[int], None]] = None,
+        gated: bool = False,
     ) -> None:
         if ctx.pool is None and children:
             raise ValueError("Reduce needs a segment pool in its context (ctx.pool)")
@@ -86,6 +87,7 @@ class Reduce:
         self._on_complete = on_complete
         self._on_final = on_final
         self._on_sent = on_sent
+        self._gated = gated
         self._inputs = len(self._children) + 1
         self._state = [_Seg() for _ in range(self._n)] if self._children else []
         self._released = [False] * self._n
@@ -105,6 +107,12 @@ class Reduce:
             self._on_complete()
             return
         plan, segs = self._plan, self._segs
+        if self._gated:  # contributions come later, through contribute(pos)
+            for pos in range(self._n if self._children and self._ordered else 0):
+                self._state[pos].inputs = [None] * self._inputs
+            for i in range(len(self._children)):
+                self._pump_recvs(i)
+            return
         if not self._children:
             if self._parent is None:  # a lone root: the result is the local contribution
                 for pos, s in enumerate(segs):
@@ -128,6 +136,31 @@ class Reduce:
                 st.queue.append((self._local[lo:hi], 1, False))
         for i in range(len(self._children)):
             self._pump_recvs(i)
+
+    def contribute(self, pos: int) -> None:
+        """Gated mode: this rank's contribution to segment position `pos` is now in `local` (the node
+        level of a hierarchical collective has just reduced it); fold or send it from now on."""
+        s = self._segs[pos]
+        lo, hi = self._plan.bounds(s)
+        if not self._children:
+            if self._parent is not None:
+                self._ready[pos] = 1
+                self._pump_sends()
+                return
+            if not self._in_place:
+                self._be.copy(self._target[lo:hi], self._local[lo:hi])
+            self._release(pos)
+            return
+        st = self._state[pos]
+        if self._ordered:
+            st.acc = self._local[lo:hi]
+            self._fold_ordered(pos)
+        elif self._in_place:  # the result buffer holds this contribution: it becomes the accumulator
+            st.target_in = self._target[lo:hi]
+            self._fold(pos)
+        else:
+            st.queue.append((self._local[lo:hi], 1, False))
+            self._fold(pos)
 
     # -- receives from children ----------------------------------------------------------------
     def _pump_recvs(self, i: int) -> None:
@@ -208,7 +241,7 @@ class Reduce:
     # -- ordered folding -----------------------------------------------------------------------
     def _fold_ordered(self, pos: int) -> None:
         st = self._state[pos]
-        if st.busy:
+        if st.busy or st.acc is None:  # acc None: a gated contribution still to come
             return
         x = st.inputs[st.next_k]  # type: ignore[index]
         if x is None:
