@@ -9,11 +9,12 @@ from typing import Any, Optional
 import numpy as np
 from mpi4py import MPI
 
-from . import counters, decide, settings
+from . import counters, decide
 from .engine import engine
 from .native import BELOW_THRESHOLD, Native
 from .protocols.operation import Operation
 from .requests import NativeRequest, Request
+from .tune.choose import BELOW_ATTR, UNKNOWN
 
 __all__ = ["start", "wait", "bcast", "ibcast", "reduce", "ireduce", "allreduce", "iallreduce"]
 
@@ -24,7 +25,6 @@ _MPI_REDUCE = MPI.Intracomm.Reduce
 _MPI_IREDUCE = MPI.Intracomm.Ireduce
 _MPI_ALLREDUCE = MPI.Intracomm.Allreduce
 _MPI_IALLREDUCE = MPI.Intracomm.Iallreduce
-_THRESHOLDS = settings.THRESHOLDS
 _BELOW = BELOW_THRESHOLD.reason
 _record = counters.record
 
@@ -43,7 +43,7 @@ def start(name: str, decision: decide.Decision) -> Optional[Operation]:
     eng = engine()
     with eng.lock:
         operation = decision.start()
-    _record(name)
+    _record(name, None, decision.config.label if decision.config is not None else None)
     if decision.error is not None:
         eng.wait_for(lambda: operation.done)
         raise decision.error
@@ -56,15 +56,17 @@ def wait(operation: Operation) -> None:
         engine().wait_for(lambda: operation.done)
 
 
-def _small(buf: Any, collective: str) -> bool:
-    """Fast path: a plain NumPy array below the collective's native threshold (well under a microsecond)."""
-    return type(buf) is np.ndarray and buf.nbytes < _THRESHOLDS[collective]
+def _small(comm: MPI.Intracomm, buf: Any, collective: str) -> bool:
+    """Fast path: a plain NumPy array below the communicator's native threshold for the collective (well
+    under a microsecond). The thresholds are the communicator's (tune.choose sets them once its tuning is
+    known, all 0 before, so a communicator's first call goes the full way and sets it up on every rank)."""
+    return type(buf) is np.ndarray and buf.nbytes < getattr(comm, BELOW_ATTR, UNKNOWN)[collective]
 
 
 # -- broadcast ------------------------------------------------------------------------------------
 def bcast(comm: MPI.Intracomm, buf: Any, root: Any = 0, name: str = "Bcast") -> None:
     """comm.Bcast(buf, root) (`name`: the counter it is recorded under)."""
-    if _small(buf, "bcast"):
+    if _small(comm, buf, "bcast"):
         _record(name, _BELOW)
         return _MPI_BCAST(comm, buf, root)
     operation = start(name, decide.bcast(comm, buf, root))
@@ -84,7 +86,7 @@ def ibcast(comm: MPI.Intracomm, buf: Any, root: Any = 0) -> Request:
 # -- reduce ---------------------------------------------------------------------------------------
 def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM, root: Any = 0) -> None:
     """comm.Reduce(sendbuf, recvbuf, op, root)."""
-    if _small(recvbuf if sendbuf is _IN_PLACE else sendbuf, "reduce"):
+    if _small(comm, recvbuf if sendbuf is _IN_PLACE else sendbuf, "reduce"):
         _record("Reduce", _BELOW)
         return _MPI_REDUCE(comm, decide.in_place_send_at_root(comm, sendbuf, recvbuf, root), recvbuf, op, root)
     operation = start("Reduce", decide.reduce(comm, sendbuf, recvbuf, op, root))
@@ -105,7 +107,7 @@ def ireduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM, 
 # -- allreduce ------------------------------------------------------------------------------------
 def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM) -> None:
     """comm.Allreduce(sendbuf, recvbuf, op); `sendbuf is recvbuf` is treated as IN_PLACE."""
-    if _small(recvbuf if sendbuf is _IN_PLACE else sendbuf, "allreduce"):
+    if _small(comm, recvbuf if sendbuf is _IN_PLACE else sendbuf, "allreduce"):
         _record("Allreduce", _BELOW)
         return _MPI_ALLREDUCE(comm, decide.in_place_send(sendbuf, recvbuf), recvbuf, op)
     operation = start("Allreduce", decide.allreduce(comm, sendbuf, recvbuf, op))

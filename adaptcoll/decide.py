@@ -5,8 +5,10 @@ segment plan sized, protocols ready to start) or a typed `Native` value. Every f
 (blocking, nonblocking, persistent, pickled) asks here, so all of them decide alike.
 
 A decision depends only on arguments MPI requires to match across ranks (and on the settings, which
-must match too), and it is made before any collective set-up (the private Dup, topology discovery),
-so ranks never disagree about whether to communicate.
+must match too, and the communicator's tuning, which rank 0 sends to all). The per-call configuration
+(serve or native, algorithm, segments, roots, windows) comes from one place, `CommTuning.choose`;
+the communicator's tuning is set up (collectively) on its first call before any buffer is looked at,
+so every rank that calls the collective takes part.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any, Optional, Union
 import numpy as np
 from mpi4py import MPI
 
-from . import buffers, ops, settings
+from . import buffers, ops
 from .backends.base import ArrayBackend, ReduceOp
 from .device import parse_device
 from .native import (
@@ -37,6 +39,8 @@ from .protocols.links import Link, start_on_links, tree_links
 from .protocols.operation import Operation
 from .protocols.reduce import Reduce
 from .state import HOST_BACKEND, CommState, comm_state
+from .tune.choose import comm_tuning, explicitly_native
+from .tune.config import CallConfig
 
 __all__ = [
     "Prepared",
@@ -61,6 +65,7 @@ class Prepared:
 
     start: Callable[[], Operation]
     error: Optional[BaseException] = None
+    config: Optional[CallConfig] = None
 
 
 Decision = Union[Prepared, Native]
@@ -94,7 +99,7 @@ def _parse(spec: Any, writable: bool) -> tuple[Union[buffers.Message, Native], b
     return msg, False
 
 
-def _state_for(comm: MPI.Intracomm, collective: str) -> CommState:
+def _state_for(comm: MPI.Intracomm, algorithm: str) -> CommState:
     """The communicator's state, after the collective set-up steps (private Dup, topology discovery).
 
     Called only once every rank has decided to serve the call, so ranks that pass the same message in
@@ -102,17 +107,17 @@ def _state_for(comm: MPI.Intracomm, collective: str) -> CommState:
     thread may hold the lock while it waits for this rank in a collective of its own.
     """
     state = comm_state(comm)
-    if settings.current().algorithm(collective).startswith("topo"):
+    if algorithm.startswith("topo"):
         state.topology()
     return state
 
 
 def _fold_op(
-    msg: buffers.Message, op: MPI.Op, native_below: int, backend: ArrayBackend = HOST_BACKEND
+    msg: buffers.Message, op: MPI.Op, call: CallConfig, backend: ArrayBackend = HOST_BACKEND
 ) -> Union[ReduceOp, Native]:
     """The ReduceOp adaptcoll folds `op` with on msg's type, else why it goes native."""
-    if msg.nbytes < native_below:
-        return BELOW_THRESHOLD
+    if not call.serve:
+        return call.native or BELOW_THRESHOLD
     rop = ops.reduce_op(op, msg.datatype)
     if rop is None:
         return OP_NOT_SERVED
@@ -142,44 +147,44 @@ def _started(
 # -- broadcast ------------------------------------------------------------------------------------
 def bcast(comm: MPI.Intracomm, buf: Any, root: Any) -> Decision:
     """Decide (locally, from arguments every rank shares), then set up a broadcast."""
-    cfg = settings.current()
     if not root_ok(root, comm.Get_size()):
         return INVALID_ARGUMENTS
-    if cfg.bcast_algorithm == "native":
+    if explicitly_native("bcast"):
         return ALGORITHM_NATIVE
+    tuning = comm_tuning(comm)
     root = int(root)
     rank = comm.Get_rank()
     msg, on_device = _parse(buf, writable=rank != root)
     if isinstance(msg, Native):
         return msg
     nbytes = msg.nbytes
-    if nbytes < cfg.threshold("bcast"):
-        return BELOW_THRESHOLD
-    st = _state_for(comm, "bcast")
+    call = tuning.choose("bcast", nbytes, on_device)
+    if not call.serve:
+        return call.native or BELOW_THRESHOLD
+    st = _state_for(comm, call.algorithm)
     transport, backend, _ = st.kit(on_device)
     itemsize = msg.array.itemsize
     data = msg.array.view(np.uint8)
-    segment = max(itemsize, cfg.segment_size("bcast") // itemsize * itemsize)
-    shape = st.plan_shape(nbytes, 1, segment)
-    links = tree_links(st.trees(cfg.bcast_algorithm, root), rank, shape.nseg)
-    send_window, recv_window = cfg.windows("bcast")
-    base = OpContext(transport, backend, shape, send_window, recv_window, cfg.sync_sends)
+    segment = max(itemsize, call.segment_size // itemsize * itemsize)
+    shape = st.plan_shape(nbytes, 1, segment, call.max_segments)
+    links = tree_links(st.trees(call.algorithm, root), rank, shape.nseg)
+    base = OpContext(transport, backend, shape, call.send_window, call.recv_window, call.sync_sends)
 
     def start_one(ctx: OpContext, link: Link, done: _Callback) -> None:
         Bcast(ctx, link.parent, link.children, data, link.segs, done).start()
 
-    return Prepared(_started(st, links, buf, base, start_one))
+    return Prepared(_started(st, links, buf, base, start_one), config=call)
 
 
 # -- reduce ---------------------------------------------------------------------------------------
 def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, root: Any) -> Decision:
     """Decide (locally, from arguments every rank shares), then set up a reduce."""
-    cfg = settings.current()
     size = comm.Get_size()
     if not isinstance(op, MPI.Op) or not root_ok(root, size):
         return INVALID_ARGUMENTS
-    if cfg.reduce_algorithm == "native":
+    if explicitly_native("reduce"):
         return ALGORITHM_NATIVE
+    tuning = comm_tuning(comm)
     root = int(root)
     rank = comm.Get_rank()
     is_root = rank == root
@@ -192,13 +197,14 @@ def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, root: Any) 
         msg, on_device = _parse(sendbuf, writable=False)
     if isinstance(msg, Native):
         return msg
-    rop = _fold_op(msg, op, cfg.threshold("reduce"))
+    call = tuning.choose("reduce", msg.nbytes, on_device)
+    rop = _fold_op(msg, op, call)
     if isinstance(rop, Native):
         return rop
     ordered_needed = not rop.commutative
     if ordered_needed and root != 0:
         return Native("non-commutative op with root != 0")
-    st = _state_for(comm, "reduce")
+    st = _state_for(comm, call.algorithm)
     transport, backend, pools = st.kit(on_device)
     error: Optional[BaseException] = None
     if in_place:
@@ -209,24 +215,23 @@ def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, root: Any) 
     else:
         target, local = None, msg.array
     dtype = msg.array.dtype
-    shape = st.plan_shape(msg.count, dtype.itemsize, cfg.segment_size("reduce"))
-    links = tree_links(st.trees(cfg.reduce_algorithm, root, rank_ordered=ordered_needed), rank, shape.nseg)
-    send_window, recv_window = cfg.windows("reduce")
+    shape = st.plan_shape(msg.count, dtype.itemsize, call.segment_size, call.max_segments)
+    links = tree_links(st.trees(call.algorithm, root, rank_ordered=ordered_needed), rank, shape.nseg)
     base = OpContext(
         transport,
         backend,
         shape,
-        send_window,
-        recv_window,
-        cfg.sync_sends,
-        ordered_needed or cfg.reproducible,
+        call.send_window,
+        call.recv_window,
+        call.sync_sends,
+        ordered_needed or call.reproducible,
         pools(dtype),
     )
 
     def start_one(ctx: OpContext, link: Link, done: _Callback) -> None:
         Reduce(ctx, link.parent, link.children, local, target, rop, link.segs, done).start()
 
-    return Prepared(_started(st, links, (sendbuf, recvbuf), base, start_one), error)
+    return Prepared(_started(st, links, (sendbuf, recvbuf), base, start_one), error, call)
 
 
 def _root_target(
@@ -264,11 +269,11 @@ def _recvbuf_error(recvbuf: Any, msg: buffers.Message, on_device: bool) -> Union
 # -- allreduce ------------------------------------------------------------------------------------
 def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any) -> Decision:
     """Decide (locally, from arguments every rank shares), then set up an allreduce."""
-    cfg = settings.current()
     if not isinstance(op, MPI.Op):
         return INVALID_ARGUMENTS
-    if cfg.allreduce_algorithm == "native":
+    if explicitly_native("allreduce"):
         return ALGORITHM_NATIVE
+    tuning = comm_tuning(comm)
     in_place = sendbuf is _IN_PLACE or sendbuf is recvbuf
     rmsg, on_device = _parse(recvbuf, writable=True)
     if isinstance(rmsg, Native):
@@ -286,26 +291,26 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any) -> Decis
         if not on_device and np.may_share_memory(smsg.array, rmsg.array):
             return INVALID_ARGUMENTS
         local = smsg.array
-    rop = _fold_op(rmsg, op, cfg.threshold("allreduce"))
+    call = tuning.choose("allreduce", rmsg.nbytes, on_device)
+    rop = _fold_op(rmsg, op, call)
     if isinstance(rop, Native):
         return rop
     ordered_needed = not rop.commutative
-    st = _state_for(comm, "allreduce")
+    st = _state_for(comm, call.algorithm)
     transport, backend, pools = st.kit(on_device)
     rank = comm.Get_rank()
     dtype = rmsg.array.dtype
-    shape = st.plan_shape(rmsg.count, dtype.itemsize, cfg.segment_size("allreduce"))
-    tree_set = st.allreduce_trees(cfg.allreduce_algorithm, cfg.allreduce_roots, rank_ordered=ordered_needed)
+    shape = st.plan_shape(rmsg.count, dtype.itemsize, call.segment_size, call.max_segments)
+    tree_set = st.allreduce_trees(call.algorithm, call.roots, rank_ordered=ordered_needed)
     links = tree_links(tree_set, rank, shape.nseg)
-    send_window, recv_window = cfg.windows("allreduce")
     base = OpContext(
         transport,
         backend,
         shape,
-        send_window,
-        recv_window,
-        cfg.sync_sends,
-        ordered_needed or cfg.reproducible,
+        call.send_window,
+        call.recv_window,
+        call.sync_sends,
+        ordered_needed or call.reproducible,
         pools(dtype),
     )
     result = rmsg.array
@@ -313,4 +318,4 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any) -> Decis
     def start_one(ctx: OpContext, link: Link, done: _Callback) -> None:
         Allreduce(ctx, link.parent, link.children, local, result, rop, link.segs, done).start()
 
-    return Prepared(_started(st, links, (sendbuf, recvbuf), base, start_one))
+    return Prepared(_started(st, links, (sendbuf, recvbuf), base, start_one), config=call)

@@ -111,7 +111,7 @@ def _prequest(name: str, decision: decide.Decision, keep: Any, native: Callable[
         if decision.error is not None:
             raise decision.error
         return NativePrequest(native(), keep=keep)
-    counters.record(name)
+    counters.record(name, None, decision.config.label if decision.config is not None else None)
     return Prequest(decision.start, keep=keep, error=decision.error)
 
 

@@ -21,6 +21,8 @@ from .pool import SegmentPool
 from .protocols.operation import Operation
 from .transport import Transport
 from .trees import Tree, build, build_all, parse_algorithm
+from .tune.exchange import exchange as tuning_exchange
+from .tune.policy import CommTuning
 
 __all__ = ["CommState", "comm_state", "HOST_BACKEND"]
 
@@ -45,15 +47,19 @@ class CommState:
         self._trees: dict[tuple[str, int, bool], tuple[Tree, ...]] = {}
         self._topology: Optional[topology.Topology] = None
         self._device: Optional[DeviceContext] = None
+        self._tuning: Optional[CommTuning] = None
         self._live: deque[tuple[int, Operation]] = deque()  # (tags held, operation), oldest first
         self._live_tags = 0
 
     # -- segment plans and tags ----------------------------------------------------------------
-    def plan_shape(self, count: int, itemsize: int, segment_bytes: int) -> SegmentPlan:
-        """The segment plan for a message under the current settings, with tag base 0."""
+    def plan_shape(
+        self, count: int, itemsize: int, segment_bytes: int, max_segments: Optional[int] = None
+    ) -> SegmentPlan:
+        """The segment plan for a message (max_segments: the call's cap, else the setting), tag base 0."""
         cfg = settings.current()
         space = min(self.tag_space, cfg.tag_space) if cfg.tag_space else self.tag_space
-        return plan_segments(count, itemsize, segment_bytes, 0, space, cfg.max_segments)
+        cap = cfg.max_segments if max_segments is None else max_segments
+        return plan_segments(count, itemsize, segment_bytes, 0, space, cap)
 
     def take_tags(self, shape: SegmentPlan) -> SegmentPlan:
         """`shape` with the next tag base of this communicator's sequence (which it advances).
@@ -111,6 +117,14 @@ class CommState:
             ctx = self.device()
             return ctx.transport, ctx.backend, ctx.pool
         return self.transport, HOST_BACKEND, self.pool
+
+    # -- tuning --------------------------------------------------------------------------------
+    def tuning(self) -> CommTuning:
+        """The communicator's tuning (table read on rank 0 and exchanged over the private duplicate;
+        collective, once, blocking for now: a candidate step of an asynchronous set-up)."""
+        if self._tuning is None:
+            self._tuning = tuning_exchange(self.dup)
+        return self._tuning
 
     # -- trees ---------------------------------------------------------------------------------
     def topology(self) -> topology.Topology:
