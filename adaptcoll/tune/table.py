@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Optional
 
 from .. import settings
@@ -35,6 +37,7 @@ __all__ = [
     "parse",
     "dumps",
     "merge",
+    "write",
     "bands",
     "band_index",
     "nearest_group",
@@ -56,8 +59,9 @@ class Entry:
     """One measured (collective, memory, communicator, message size): the choice and its evidence.
 
     `config` is the best adaptcoll configuration measured (also when native won: explicit settings that
-    force adaptcoll at this size then use it); `ratio` = native time / chosen time (median of the
-    per-round ratios; 1.0 when native was chosen), `p25`/`p75` their spread, `samples` the rounds.
+    force adaptcoll at this size then use it); `ratio` = native time / that configuration's time, the
+    median of the per-iteration ratios (native and candidates alternate call by call), `p25`/`p75`
+    their spread, `ci_low`/`ci_high` the 95% confidence interval of the median, `samples` how many.
     """
 
     collective: str
@@ -71,6 +75,8 @@ class Entry:
     ratio: float = 1.0
     p25: float = 1.0
     p75: float = 1.0
+    ci_low: float = 1.0
+    ci_high: float = 1.0
     samples: int = 0
     candidates: tuple[dict[str, Any], ...] = ()
 
@@ -93,6 +99,8 @@ class Entry:
             "ratio": self.ratio,
             "p25": self.p25,
             "p75": self.p75,
+            "ci_low": self.ci_low,
+            "ci_high": self.ci_high,
             "samples": self.samples,
             "candidates": list(self.candidates),
         }
@@ -205,6 +213,8 @@ class _Checker:
             ratio=ratio,
             p25=self.number(obj.get("p25", ratio), f"{where}.p25"),
             p75=self.number(obj.get("p75", ratio), f"{where}.p75"),
+            ci_low=self.number(obj.get("ci_low", ratio), f"{where}.ci_low"),
+            ci_high=self.number(obj.get("ci_high", ratio), f"{where}.ci_high"),
             samples=self.integer(obj.get("samples", 0), f"{where}.samples", 0),
             candidates=tuple(candidates),
         )
@@ -260,6 +270,23 @@ def merge(old: Table, new: Table) -> Table:
     return Table(new.mpi_library, kept + new.entries, new.machine, new.created, new.tool)
 
 
+def write(path: Path, table: Table, merge_old: bool = True) -> str:
+    """Write `table` to `path` atomically, merged with the entries already there (if `merge_old` and the
+    file holds a table of the same MPI library); returns a note on what happened to the old content."""
+    note = ""
+    if merge_old and path.is_file():
+        try:
+            table = merge(parse(path.read_bytes(), str(path)), table)
+            note = " (merged with its earlier entries)"
+        except (OSError, TableError) as exc:
+            note = f" (its earlier content was replaced: {exc})"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    tmp.write_text(dumps(table))
+    tmp.replace(path)
+    return note
+
+
 # -- lookup ---------------------------------------------------------------------------------------
 def _distance(size: int, nodes: int, e: Entry) -> tuple[float, int]:
     return (abs(math.log2(e.comm_size / size)) + abs(math.log2(e.nodes / nodes)), -e.comm_size)
@@ -288,7 +315,7 @@ def bands(entries: Sequence[Entry]) -> tuple[Band, ...]:
     prev: Optional[int] = None
     for e in entries:
         start = 0 if prev is None else math.isqrt(prev * e.bytes - 1) + 1  # smallest n with n*n >= prev*bytes
-        out.append(Band(start, e.serve, e.config, e.ratio if e.serve else 1.0))
+        out.append(Band(start, e.serve, e.config, e.ratio))
         prev = e.bytes
     return tuple(out)
 
