@@ -44,7 +44,8 @@ def cache_dir() -> Path:
 
 def cache_file(mpi_library: str, host: Optional[str] = None) -> Path:
     """The cache file of this machine (host) and MPI library."""
-    return cache_dir() / f"tuning-{_slug(host or host_name())}-{_slug(mpi_library.split(',')[0])}.json"
+    short = (host or host_name()).split(".")[0]
+    return cache_dir() / f"tuning-{_slug(short)}-{_slug(mpi_library.split(',')[0])}.json"
 
 
 def locate(setting: str, mpi_library: str) -> Optional[Path]:
