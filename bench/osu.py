@@ -484,7 +484,7 @@ class SettingsSwitch:
     def apply(self, impl: Impl) -> None:
         if impl.settings is None or impl.settings is self.current:
             return
-        self.adaptcoll.configure(**dataclasses.asdict(impl.settings))
+        self.adaptcoll.settings.use(impl.settings)  # as captured: its explicit fields win, the rest is tuned
         self.current = impl.settings
 
 
@@ -765,8 +765,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         if s.kind == "native":
             impls.append(Impl(s, world))
         else:
-            with adaptcoll.configured(**s.overrides) as cfg:
-                impls.append(Impl(s, adaptcoll.Intracomm(world), cfg))
+            with adaptcoll.configured(**s.overrides) as cfg:  # own communicator: own tuning (e.g. tuning=off)
+                impls.append(Impl(s, adaptcoll.Intracomm(world.Dup()), cfg))
     if adaptcoll is not None:
         adaptcoll.reset_stats()
     switch = SettingsSwitch(adaptcoll)
