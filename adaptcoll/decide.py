@@ -100,11 +100,12 @@ def _parse(spec: Any, writable: bool) -> tuple[Union[buffers.Message, Native], b
 
 
 def _state_for(comm: MPI.Intracomm, algorithm: str) -> CommState:
-    """The communicator's state, after the collective set-up steps (private Dup, topology discovery).
+    """The communicator's state (its private Dup and tuning already set up by `comm_tuning`), after
+    topology discovery if `algorithm` needs it.
 
     Called only once every rank has decided to serve the call, so ranks that pass the same message in
-    different legal forms still agree on the Dup; and before the engine lock is taken, because another
-    thread may hold the lock while it waits for this rank in a collective of its own.
+    different legal forms still agree on the discovery; and, like `comm_tuning`, before the engine lock
+    is taken, because another thread may hold the lock while it waits for this rank in a collective.
     """
     state = comm_state(comm)
     if algorithm.startswith("topo"):
