@@ -11,10 +11,11 @@ from adaptcoll.tune.defaults import FINE, PIPELINE, SHIPPED, SIXTEEN, default_ba
 from adaptcoll.tune.table import band_index
 
 K, M = 1 << 10, 1 << 20
-SIZES = (4 * K, 64 * K, M, 4 * M, 16 * M, 64 * M)
+SIZES = (4 * K, 64 * K, 256 * K, M, 4 * M, 16 * M, 64 * M)
 
 # (ranks, ranks per core, collective, config, {size: ratio native/adaptcoll}) -- measured medians:
-# 2-core machine: bench/RESULTS.md (core_defaults, 5 launches: 4 ranks with native_below=0; 2 ranks);
+# 2-core machine: bench/RESULTS.md (core_defaults, 5 launches: 4 ranks with native_below=0; 2 ranks) and
+# the tuner's table (bench/results/tuning_dev.json: candidate binomial 512K x 4);
 # 16-core node: /work/shared/measurements/16core-2026-11-23 (osu_dataset_n4/n8/n16 with MPICH,
 # osu16_variants, peers16_ompi_tuned/adapt with Open MPI as the native collective).
 MEASURED = [
@@ -24,6 +25,13 @@ MEASURED = [
     (2, 1.0, "bcast", SHIPPED, {M: 0.72, 4 * M: 0.85, 16 * M: 1.16, 64 * M: 0.92}),
     (2, 1.0, "reduce", SHIPPED, {M: 1.62, 4 * M: 1.24, 16 * M: 2.01, 64 * M: 7.21}),
     (2, 1.0, "allreduce", SHIPPED, {4 * M: 1.34, 16 * M: 1.65, 64 * M: 3.53}),
+    # 2-core machine, python -m adaptcoll.tune (bench/results/tuning_dev.json): the shipped configuration
+    (4, 2.0, "bcast", SHIPPED, {M: 0.83, 4 * M: 1.04, 16 * M: 1.38, 64 * M: 1.43}),
+    (4, 2.0, "reduce", SHIPPED, {64 * K: 0.55, 256 * K: 0.89, M: 2.73, 4 * M: 2.53, 16 * M: 2.85, 64 * M: 3.01}),
+    (4, 2.0, "allreduce", SHIPPED, {256 * K: 0.74, M: 0.68, 4 * M: 1.21, 16 * M: 1.50, 64 * M: 2.15}),
+    (2, 1.0, "bcast", SHIPPED, {M: 0.53, 4 * M: 0.69, 16 * M: 0.92, 64 * M: 0.96}),
+    (2, 1.0, "reduce", SHIPPED, {64 * K: 0.47, 256 * K: 1.21, M: 3.84, 4 * M: 3.52, 16 * M: 5.40, 64 * M: 6.17}),
+    (2, 1.0, "allreduce", SHIPPED, {256 * K: 0.86, M: 0.79, 4 * M: 1.25, 16 * M: 1.94, 64 * M: 3.21}),
     (4, 1.0, "bcast", SHIPPED, {64 * K: 0.29, M: 0.81, 4 * M: 1.08, 16 * M: 1.37, 64 * M: 1.39}),
     (4, 1.0, "bcast", FINE, {64 * K: 0.30, M: 0.81, 4 * M: 1.04, 16 * M: 1.34, 64 * M: 1.43}),
     (4, 1.0, "reduce", SHIPPED, {64 * K: 0.50, M: 1.04, 4 * M: 0.99, 16 * M: 1.01, 64 * M: 2.43}),
@@ -85,10 +93,10 @@ def test_every_served_measured_size_has_a_measurement_of_the_chosen_configuratio
     "ranks, per_core, expected",
     [
         # native below (bcast, reduce, allreduce); None = always native
-        (4, 2.0, (2 * M, 256 * K, 2 * M)),  # ranks share cores (the 2-core machine at 4 ranks)
-        (3, 1.5, (2 * M, 256 * K, 2 * M)),
-        (2, 1.0, (None, M, 4 * M)),  # a core per rank, 2 ranks
-        (1, 1.0, (None, M, 4 * M)),
+        (4, 2.0, (4 * M, M, 4 * M)),  # ranks share cores (the 2-core machine at 4 ranks)
+        (3, 1.5, (4 * M, M, 4 * M)),
+        (2, 1.0, (None, 256 * K, 4 * M)),  # a core per rank, 2 ranks
+        (1, 1.0, (None, 256 * K, 4 * M)),
         (3, 1.0, (4 * M, 4 * M, 4 * M)),
         (4, 0.25, (4 * M, 4 * M, 4 * M)),
         (8, 1.0, (M, 4 * M, 4 * M)),

@@ -189,7 +189,7 @@ def test_bad_tables_are_ignored_with_one_warning_and_the_defaults_apply(data, pr
     tuning, caught = _resolve_warns(data, facts, problem=problem)
     assert len(caught) <= 1 and all(s == "defaults" for s in tuning.sources.values())
     assert any(expected in n for n in tuning.notes), tuning.notes
-    assert tuning.below == {"bcast": 2 * M, "reduce": 256 * K, "allreduce": 2 * M}  # shared cores rule
+    assert tuning.below == {"bcast": 4 * M, "reduce": M, "allreduce": 4 * M}  # shared cores rule
     _, caught_again = _resolve_warns(data, facts, problem=problem)
     assert not caught_again  # once per process
     _, quiet = _resolve_warns(data + b" ", facts, warn=False, problem=problem)  # ranks other than 0: no warning

@@ -28,11 +28,11 @@ SIXTEEN = ServeConfig("binomial", 512 * K, 16, 0)
 _Rule = dict[str, tuple[tuple[int, ServeConfig], ...]]
 
 _SHARED_CORES: _Rule = {
-    "bcast": ((2 * M, SHIPPED),),
-    "reduce": ((256 * K, SHIPPED),),
-    "allreduce": ((2 * M, SHIPPED),),
+    "bcast": ((4 * M, SHIPPED),),
+    "reduce": ((1 * M, SHIPPED),),
+    "allreduce": ((4 * M, SHIPPED),),
 }
-_TWO: _Rule = {"bcast": (), "reduce": ((1 * M, SHIPPED),), "allreduce": ((4 * M, SHIPPED),)}
+_TWO: _Rule = {"bcast": (), "reduce": ((256 * K, SHIPPED),), "allreduce": ((4 * M, SHIPPED),)}
 _FOUR: _Rule = {
     "bcast": ((4 * M, SHIPPED),),
     "reduce": ((4 * M, PIPELINE),),
