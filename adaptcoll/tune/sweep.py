@@ -10,6 +10,7 @@ import os
 import platform
 import sys
 import time
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -75,7 +76,19 @@ class _Progress:
 
 
 def run(args: argparse.Namespace, argv: Sequence[str], sizes: list[int], collectives: list[str]) -> int:
-    """The measurement (every rank); rank 0 writes the table (args: the CLI's). Returns the exit code."""
+    """The measurement (every rank); rank 0 writes the table (args: the CLI's). Returns the exit code.
+    An exception on any rank (a table that cannot be written, ...) aborts the whole job, never hangs it."""
+    try:
+        return _run(args, argv, sizes, collectives)
+    except BaseException:
+        traceback.print_exc()
+        sys.stderr.flush()
+        if MPI.COMM_WORLD.Get_size() > 1:
+            MPI.COMM_WORLD.Abort(1)
+        raise
+
+
+def _run(args: argparse.Namespace, argv: Sequence[str], sizes: list[int], collectives: list[str]) -> int:
     world = MPI.COMM_WORLD
     rank, size = world.Get_rank(), world.Get_size()
     options = Options(min_gain=args.min_gain, min_ci=args.min_ci, dtype=args.dtype)
