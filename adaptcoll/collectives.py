@@ -4,11 +4,13 @@ the decision (`adaptcoll.decide`), then either adaptcoll's protocols or the nati
 the same arguments, counted in `stats()` either way.
 
 The fast path comes first and costs a type check, a size check and one counter update: a plain NumPy
-array below the collective's native threshold goes straight to mpi4py (a program that reduces norms or
-flags makes such calls all the time). Everything else, other buffer forms below the threshold
-included, goes through the decision, which reaches the same native call for them. Past the fast
-path each call marks its communicator busy (adaptcoll.threads), so a second thread calling a collective
-on the same communicator at the same time gets a clear error instead of a hang.
+array below the communicator's threshold for the collective (its tuning's, set once the tuning is
+known by its first blocking call; 0 before, so the first calls take the full path) goes straight to
+mpi4py (a program that reduces norms or flags makes such calls all the time). Everything else, other
+buffer forms below the threshold included, goes through the decision, which reaches the same native
+call for them. Past the fast path each call marks its communicator busy (adaptcoll.threads), so a
+second thread calling a collective on the same communicator at the same time gets a clear error
+instead of a hang.
 """
 
 from __future__ import annotations
@@ -18,13 +20,14 @@ from typing import Any, Optional
 import numpy as np
 from mpi4py import MPI
 
-from . import counters, decide, settings
+from . import counters, decide
 from .engine import engine
 from .native import Native
 from .protocols.operation import Operation
 from .requests import NativeRequest, Request
 from .state import comm_state
 from .threads import enter, leave
+from .tune.choose import BELOW_ATTR, UNKNOWN
 
 __all__ = ["start", "wait", "bcast", "ibcast", "reduce", "ireduce", "allreduce", "iallreduce"]
 
@@ -37,8 +40,9 @@ _MPI_REDUCE = MPI.Intracomm.Reduce
 _MPI_IREDUCE = MPI.Intracomm.Ireduce
 _MPI_ALLREDUCE = MPI.Intracomm.Allreduce
 _MPI_IALLREDUCE = MPI.Intracomm.Iallreduce
-_THRESHOLDS = settings.THRESHOLDS
 _BELOW = counters.below
+_BELOW_ATTR = BELOW_ATTR
+_getattr = getattr
 _record = counters.record
 _FINISHED = Operation()
 _FINISHED.complete()
@@ -66,7 +70,7 @@ def start(name: str, decision: decide.Decision, comm: MPI.Intracomm, blocking: b
     eng = engine()
     with eng.lock:
         operation = comm_state(comm).submit(decision.start)
-    _record(name, decision.native_reason)
+    _record(name, decision.native_reason, decision.config.label if decision.config is not None else None)
     if decision.note is not None:
         counters.note(name, decision.note)
     if decision.error is not None:
@@ -86,7 +90,7 @@ def wait(operation: Operation) -> None:
 # -- broadcast ------------------------------------------------------------------------------------
 def bcast(comm: MPI.Intracomm, buf: Any, root: Any = 0, name: str = "Bcast") -> None:
     """Broadcast `buf` from `root` (mpi4py's Bcast: signature and semantics); `name`: the counter."""
-    if type(buf) is _NDARRAY and buf.nbytes < _THRESHOLDS["bcast"]:
+    if type(buf) is _NDARRAY and buf.nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["bcast"]:
         _BELOW[name] += 1
         return _MPI_BCAST(comm, buf, root)
     key = enter(comm, name)
@@ -115,7 +119,7 @@ def ibcast(comm: MPI.Intracomm, buf: Any, root: Any = 0) -> Request:
 def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM, root: Any = 0) -> None:
     """Reduce to `root` (mpi4py's Reduce: signature and semantics; a non-root's recvbuf is ignored)."""
     data = recvbuf if sendbuf is _IN_PLACE else sendbuf
-    if type(data) is _NDARRAY and data.nbytes < _THRESHOLDS["reduce"]:
+    if type(data) is _NDARRAY and data.nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["reduce"]:
         _BELOW["Reduce"] += 1
         if sendbuf is recvbuf:
             sendbuf = decide.in_place_send_at_root(comm, sendbuf, recvbuf, root)
@@ -148,7 +152,7 @@ def ireduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM, roo
 def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM) -> None:
     """Allreduce (mpi4py's signature; `sendbuf is recvbuf` is treated as IN_PLACE)."""
     data = recvbuf if sendbuf is _IN_PLACE else sendbuf
-    if type(data) is _NDARRAY and data.nbytes < _THRESHOLDS["allreduce"]:
+    if type(data) is _NDARRAY and data.nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["allreduce"]:
         _BELOW["Allreduce"] += 1
         return _MPI_ALLREDUCE(comm, _IN_PLACE if sendbuf is recvbuf else sendbuf, recvbuf, op)
     key = enter(comm, "Allreduce")

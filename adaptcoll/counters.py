@@ -5,7 +5,17 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-__all__ = ["record", "note", "stats", "reset_stats", "format_table", "below", "BELOW_THRESHOLD_REASON"]
+__all__ = [
+    "record",
+    "note",
+    "tuning_note",
+    "tuning_notes",
+    "stats",
+    "reset_stats",
+    "format_table",
+    "below",
+    "BELOW_THRESHOLD_REASON",
+]
 
 _counts: dict[tuple[str, str | None], int] = {}
 """(collective, native reason or None when adaptcoll served it) -> calls."""
@@ -16,12 +26,34 @@ BELOW_THRESHOLD_REASON = "below native_below"
 below: defaultdict[str, int] = defaultdict(int)
 """Calls the small-message fast path handed to native MPI, by collective: `below[name] += 1` is the whole
 cost of counting there (stats() reports them under BELOW_THRESHOLD_REASON)."""
+_configs: dict[tuple[str, str], int] = {}
+"""(collective, configuration label) -> calls adaptcoll served with that configuration."""
+_tuning_notes: dict[str, None] = {}
+"""How the communicators' tuning was resolved (table, nearest measured size, shipped rule), in order."""
 
 
-def record(name: str, native_reason: str | None = None) -> None:
-    """Count one call of collective `name`, served by adaptcoll unless `native_reason` is given."""
+def record(name: str, native_reason: str | None = None, config: str | None = None) -> None:
+    """Count one call of collective `name`, served by adaptcoll unless `native_reason` is given
+    (`config`: the label of the configuration it was served with)."""
     key = (name, native_reason)
     _counts[key] = _counts.get(key, 0) + 1
+    if config is not None:
+        ckey = (name, config)
+        _configs[ckey] = _configs.get(ckey, 0) + 1
+
+
+def tuning_note(text: str) -> None:
+    """Remember a line about how tuning was resolved (shown by format_table and stats())."""
+    _tuning_notes[text] = None
+
+
+def tuning_notes() -> list[str]:
+    """The tuning notes of this process, oldest first."""
+    return list(_tuning_notes)
+
+
+def _row() -> dict[str, Any]:
+    return {"adaptcoll": 0, "native": 0, "native_reasons": {}, "configs": {}, "tuning": list(_tuning_notes)}
 
 
 _notes: dict[tuple[str, str], int] = {}
@@ -35,8 +67,11 @@ def note(name: str, text: str) -> None:
 
 
 def stats() -> dict[str, dict[str, Any]]:
-    """{collective: {"adaptcoll": n, "native": m, "native_reasons": {reason: k}}} for this process,
-    plus "notes": {note: k} where served calls carried one (why the shm node level was not used)."""
+    """{collective: {"adaptcoll": n, "native": m, "native_reasons": {reason: k}, "configs": {label: k},
+    "tuning": [notes]}} for this process, plus "notes": {note: k} where served calls carried one (why the
+    shm node level was not used). `configs` counts the served calls per configuration (its label ends
+    with where it came from: [table], [table~4] = the nearest measured communicator size, 4 ranks,
+    [defaults], [settings]); `tuning` says how the communicators' tables were resolved."""
     out: dict[str, dict[str, Any]] = {}
     counts = dict(_counts)
     for name, n in list(below.items()):
@@ -44,23 +79,27 @@ def stats() -> dict[str, dict[str, Any]]:
             key = (name, BELOW_THRESHOLD_REASON)
             counts[key] = counts.get(key, 0) + n
     for (name, reason), n in sorted(counts.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
-        row = out.setdefault(name, {"adaptcoll": 0, "native": 0, "native_reasons": {}})
+        row = out.setdefault(name, _row())
         if reason is None:
             row["adaptcoll"] += n
         else:
             row["native"] += n
             row["native_reasons"][reason] = n
     for (name, text), n in sorted(_notes.items()):
-        row = out.setdefault(name, {"adaptcoll": 0, "native": 0, "native_reasons": {}})
+        row = out.setdefault(name, _row())
         row.setdefault("notes", {})[text] = n
+    for (name, label), n in sorted(_configs.items()):
+        if name in out:
+            out[name]["configs"][label] = n
     return out
 
 
 def reset_stats() -> None:
-    """Zero all counters."""
+    """Zero all counters (the tuning notes stay: they describe communicators still in use)."""
     _counts.clear()
     below.clear()
     _notes.clear()
+    _configs.clear()
 
 
 def format_table(data: dict[str, dict[str, Any]] | None = None) -> str:
@@ -70,4 +109,7 @@ def format_table(data: dict[str, dict[str, Any]] | None = None) -> str:
     for name, row in data.items():
         why = ", ".join(f"{k} x{v}" for k, v in {**row["native_reasons"], **row.get("notes", {})}.items())
         lines.append(f"{name:<16}{row['adaptcoll']:>10}{row['native']:>8}  {why}")
+        for label, n in row.get("configs", {}).items():
+            lines.append(f"{'':<16}{n:>10}{'':>8}  served with {label}")
+    lines.extend(f"tuning: {text}" for text in tuning_notes())
     return "\n".join(lines)

@@ -5,9 +5,11 @@ segment plan sized, protocols ready to start) or a typed `Native` value. Every f
 (blocking, nonblocking, persistent, pickled) asks here, so all of them decide alike.
 
 A decision depends only on arguments MPI requires to match across ranks (and on the settings, which
-must match too): buffers count by their type signature (element type and count, adaptcoll.buffers),
-never by the form a rank used. It is made before any collective set-up (the private Idup, topology
-discovery), so ranks never disagree about whether to communicate. A buffer mpi4py would reject on
+must match too, and the communicator's tuning, the same on every rank): buffers count by their type
+signature (element type and count, adaptcoll.buffers), never by the form a rank used. Apart from the
+tuning exchange of a communicator's first blocking call (made before any buffer is looked at), it is
+made before any collective set-up (the private Idup, topology discovery), so ranks never disagree
+about whether to communicate. A buffer mpi4py would reject on
 some rank (read-only or non-contiguous) does not change the decision: that rank takes part with
 scratch memory and raises mpi4py's error afterwards (`Prepared.error`).
 
@@ -15,10 +17,15 @@ Device memory: the three decisions pass every `Native` they return through `devi
 (the `_device_routed` decorator), so when MPI is not CUDA-aware a device buffer is never handed to MPI:
 the call is staged through pinned host memory instead (a `Prepared` whose `native_reason` says so).
 Device buffers use their own threshold (`device_native_below`), not the host ones.
+
+The per-call configuration (serve or native, algorithm, segments, roots, windows) comes from one place,
+`CommTuning.choose` (adaptcoll.tune): the communicator's tuning table, exchanged by its first blocking
+call, or before that the provisional shipped rule; explicit settings win field by field.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -51,6 +58,8 @@ from .protocols.operation import Operation
 from .protocols.reduce import Reduce
 from .state import HOST_BACKEND, CommState, comm_state
 from .trace.attach import traced
+from .tune.choose import comm_tuning, explicitly_native
+from .tune.config import CallConfig
 
 __all__ = [
     "Prepared",
@@ -83,6 +92,7 @@ class Prepared:
     native_reason: Optional[str] = None
     run: Optional[Callable[[], None]] = None
     note: Optional[str] = None
+    config: Optional[CallConfig] = None
 
 
 Decision = Union[Prepared, Native]
@@ -138,7 +148,7 @@ def _parse(spec: Any, writable: bool) -> tuple[Union[buffers.Message, Native], b
     return msg, False
 
 
-def _state_for(comm: MPI.Intracomm, collective: str) -> CommState:
+def _state_for(comm: MPI.Intracomm, algorithm: str) -> CommState:
     """The communicator's state, with the set-up steps this call needs added (the private Idup, and
     topology discovery for `topo` trees without ADAPTCOLL_TOPOLOGY). Nothing here blocks: the steps
     complete asynchronously and every start waits for them (CommState.submit).
@@ -147,22 +157,28 @@ def _state_for(comm: MPI.Intracomm, collective: str) -> CommState:
     different legal forms still add the same steps.
     """
     state = comm_state(comm)
-    if settings.current().algorithm(collective).startswith("topo"):
+    if algorithm.startswith("topo"):
         state.require_topology()
     return state
 
 
-def _threshold(cfg: settings.Settings, collective: str, on_device: bool) -> int:
-    """Messages below this many bytes go native: the device threshold for device memory."""
-    return cfg.device_threshold(collective) if on_device else cfg.threshold(collective)
+def _call(comm: MPI.Intracomm, blocking: bool, collective: str, nbytes: int, on_device: bool) -> CallConfig:
+    """The configuration of this call (tune.choose). Device memory keeps its own threshold
+    (`device_native_below`): whether to serve it is not a host band's question."""
+    call = comm_tuning(comm, blocking).choose(collective, nbytes, on_device)
+    if on_device:
+        serve = nbytes >= settings.current().device_threshold(collective)
+        if serve != call.serve:
+            call = dataclasses.replace(call, serve=serve, native=None if serve else BELOW_THRESHOLD)
+    return call
 
 
 def _fold_op(
-    msg: buffers.Message, op: MPI.Op, native_below: int, backend: ArrayBackend = HOST_BACKEND
+    msg: buffers.Message, op: MPI.Op, call: CallConfig, backend: ArrayBackend = HOST_BACKEND
 ) -> Union[ReduceOp, Native]:
     """The ReduceOp adaptcoll folds `op` with on msg's type, else why it goes native."""
-    if msg.nbytes < native_below:
-        return BELOW_THRESHOLD
+    if not call.serve:
+        return call.native or BELOW_THRESHOLD
     rop = ops.reduce_op(op, msg.datatype)
     if rop is None:
         return OP_NOT_SERVED
@@ -255,38 +271,38 @@ def _node_level(
 @_device_routed("bcast")
 def bcast(comm: MPI.Intracomm, buf: Any, root: Any, blocking: bool = False) -> Decision:
     """Decide (locally, from arguments every rank shares), then set up a broadcast (`blocking`: may
-    set up the shared-memory node level)."""
-    cfg = settings.current()
+    set up the communicator's tuning and the shared-memory node level)."""
     if not root_ok(root, comm.Get_size()):
         return INVALID_ARGUMENTS
-    if cfg.bcast_algorithm == "native":
+    if explicitly_native("bcast"):
         return ALGORITHM_NATIVE
+    comm_tuning(comm, blocking)  # before any buffer is looked at: a blocking first call sets it up on every rank
     root = int(root)
     rank = comm.Get_rank()
     msg, on_device = _parse(buf, writable=rank != root)
     if isinstance(msg, Native):
         return msg
     nbytes = msg.nbytes
-    if nbytes < _threshold(cfg, "bcast", on_device):
-        return BELOW_THRESHOLD
-    st = _state_for(comm, "bcast")
+    call = _call(comm, blocking, "bcast", nbytes, on_device)
+    if not call.serve:
+        return call.native or BELOW_THRESHOLD
+    st = _state_for(comm, call.algorithm)
     transport, backend, _ = st.kit(on_device)
     itemsize = msg.array.itemsize
     data = msg.array.view(np.uint8)
     loads, stores = ([msg.load], []) if rank == root else ([], [msg.store])
     started, note, algorithm = _node_level(
         st,
-        cfg.bcast_algorithm,
+        call.algorithm,
         on_device,
         blocking,
-        lambda lv: shm_decide.bcast(st, lv, cfg.bcast_algorithm, data, root, buf, (loads, stores)),
+        lambda lv: shm_decide.bcast(st, lv, call.algorithm, data, root, buf, (loads, stores)),
     )
     if started is not None:
-        return Prepared(started, msg.error)
-    segment = max(itemsize, cfg.segment_size("bcast") // itemsize * itemsize)
-    shape = st.plan_shape(nbytes, 1, segment)
-    send_window, recv_window = cfg.windows("bcast")
-    base = OpContext(transport, backend, shape, send_window, recv_window, cfg.sync_sends)
+        return Prepared(started, msg.error, config=call)
+    segment = max(itemsize, call.segment_size // itemsize * itemsize)
+    shape = st.plan_shape(nbytes, 1, segment, max_segments=call.max_segments)
+    base = OpContext(transport, backend, shape, call.send_window, call.recv_window, call.sync_sends)
 
     def make_links() -> list[Link]:
         return tree_links(st.trees(algorithm, root), rank, shape.nseg)
@@ -294,20 +310,21 @@ def bcast(comm: MPI.Intracomm, buf: Any, root: Any, blocking: bool = False) -> D
     def start_one(ctx: OpContext, link: Link, done: _Callback) -> None:
         Bcast(ctx, link.parent, link.children, data, link.segs, done).start()
 
-    return Prepared(_started(st, make_links, buf, base, start_one, "Bcast", root, loads, stores), msg.error, note=note)
+    started_trees = _started(st, make_links, buf, base, start_one, "Bcast", root, loads, stores)
+    return Prepared(started_trees, msg.error, note=note, config=call)
 
 
 # -- reduce ---------------------------------------------------------------------------------------
 @_device_routed("reduce")
 def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, root: Any, blocking: bool = False) -> Decision:
     """Decide (locally, from arguments every rank shares), then set up a reduce (`blocking`: may set
-    up the shared-memory node level)."""
-    cfg = settings.current()
+    up the communicator's tuning and the shared-memory node level)."""
     size = comm.Get_size()
     if not isinstance(op, MPI.Op) or not root_ok(root, size):
         return INVALID_ARGUMENTS
-    if cfg.reduce_algorithm == "native":
+    if explicitly_native("reduce"):
         return ALGORITHM_NATIVE
+    comm_tuning(comm, blocking)  # before any buffer is looked at: a blocking first call sets it up on every rank
     root = int(root)
     rank = comm.Get_rank()
     is_root = rank == root
@@ -320,13 +337,14 @@ def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, root: Any, 
         msg, on_device = _parse(sendbuf, writable=False)
     if isinstance(msg, Native):
         return msg
-    rop = _fold_op(msg, op, _threshold(cfg, "reduce", on_device))
+    call = _call(comm, blocking, "reduce", msg.nbytes, on_device)
+    rop = _fold_op(msg, op, call)
     if isinstance(rop, Native):
         return rop
     ordered_needed = not rop.commutative
     if ordered_needed and root != 0:
         return Native("non-commutative op with root != 0")
-    st = _state_for(comm, "reduce")
+    st = _state_for(comm, call.algorithm)
     transport, backend, pools = st.kit(on_device)
     error = msg.error
     loads, stores = [msg.load], []
@@ -342,30 +360,29 @@ def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, root: Any, 
         target, local = None, msg.array
     started, note, algorithm = _node_level(
         st,
-        cfg.reduce_algorithm,
+        call.algorithm,
         on_device,
         blocking,
         lambda lv: shm_decide.reduce(
-            st, lv, cfg.reduce_algorithm, local, target, rop, root, (sendbuf, recvbuf), (loads, stores)
+            st, lv, call.algorithm, local, target, rop, root, (sendbuf, recvbuf), (loads, stores)
         ),
     )
     if started is not None:
-        return Prepared(started, error)
+        return Prepared(started, error, config=call)
     dtype = msg.array.dtype
-    shape = st.plan_shape(msg.count, dtype.itemsize, cfg.segment_size("reduce"))
+    shape = st.plan_shape(msg.count, dtype.itemsize, call.segment_size, max_segments=call.max_segments)
 
     def make_links() -> list[Link]:
         return tree_links(st.trees(algorithm, root, rank_ordered=ordered_needed), rank, shape.nseg)
 
-    send_window, recv_window = cfg.windows("reduce")
     base = OpContext(
         transport,
         backend,
         shape,
-        send_window,
-        recv_window,
-        cfg.sync_sends,
-        ordered_needed or cfg.reproducible,
+        call.send_window,
+        call.recv_window,
+        call.sync_sends,
+        ordered_needed or call.reproducible,
         pools(dtype),
     )
 
@@ -373,7 +390,7 @@ def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, root: Any, 
         Reduce(ctx, link.parent, link.children, local, target, rop, link.segs, done).start()
 
     started_trees = _started(st, make_links, (sendbuf, recvbuf), base, start_one, "Reduce", root, loads, stores)
-    return Prepared(started_trees, error, note=note)
+    return Prepared(started_trees, error, note=note, config=call)
 
 
 def _root_target(
@@ -414,12 +431,12 @@ def _recvbuf_error(recvbuf: Any, msg: buffers.Message, on_device: bool) -> Union
 @_device_routed("allreduce")
 def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, blocking: bool = False) -> Decision:
     """Decide (locally, from arguments every rank shares), then set up an allreduce (`blocking`: may
-    set up the shared-memory node level)."""
-    cfg = settings.current()
+    set up the communicator's tuning and the shared-memory node level)."""
     if not isinstance(op, MPI.Op):
         return INVALID_ARGUMENTS
-    if cfg.allreduce_algorithm == "native":
+    if explicitly_native("allreduce"):
         return ALGORITHM_NATIVE
+    comm_tuning(comm, blocking)  # before any buffer is looked at: a blocking first call sets it up on every rank
     in_place = sendbuf is _IN_PLACE or sendbuf is recvbuf
     rmsg, on_device = _parse(recvbuf, writable=True)
     if isinstance(rmsg, Native):
@@ -441,25 +458,26 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, blocking
         local = smsg.array
         load = smsg.load
         error = error or smsg.error
-    rop = _fold_op(rmsg, op, _threshold(cfg, "allreduce", on_device))
+    call = _call(comm, blocking, "allreduce", rmsg.nbytes, on_device)
+    rop = _fold_op(rmsg, op, call)
     if isinstance(rop, Native):
         return rop
     ordered_needed = not rop.commutative
-    by_blocks = ALLREDUCE_ALGORITHMS.get(cfg.allreduce_algorithm.partition(":")[0])
+    by_blocks = ALLREDUCE_ALGORITHMS.get(call.algorithm.partition(":")[0])
     if by_blocks is not None and ordered_needed and not by_blocks.rank_ordered:
         return Native(f"non-commutative op with {by_blocks.name} allreduce")
-    st = _state_for(comm, "allreduce")
+    st = _state_for(comm, call.algorithm)
     transport, backend, pools = st.kit(on_device)
     started, note, algorithm = _node_level(
         st,
-        cfg.allreduce_algorithm,
+        call.algorithm,
         on_device,
         blocking,
         lambda lv: shm_decide.allreduce(
             st,
             lv,
-            cfg.allreduce_algorithm,
-            cfg.allreduce_roots,
+            call.algorithm,
+            call.roots,
             local,
             rmsg.array,
             rop,
@@ -468,32 +486,31 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, blocking
         ),
     )
     if started is not None:
-        return Prepared(started, error)
+        return Prepared(started, error, config=call)
     rank = comm.Get_rank()
     dtype = rmsg.array.dtype
     if by_blocks is not None:
-        block_shape = _block_shape(st, by_blocks, rmsg.count, dtype.itemsize)
+        block_shape = _block_shape(st, by_blocks, call, rmsg.count, dtype.itemsize)
         if block_shape is None:  # a tag space smaller than one segment's tags (settings and TAG_UB match on all ranks)
             return Native(f"tag space too small for {by_blocks.name} allreduce")
         shape = block_shape
     else:
-        shape = st.plan_shape(rmsg.count, dtype.itemsize, cfg.segment_size("allreduce"))
-    roots = cfg.allreduce_roots
+        shape = st.plan_shape(rmsg.count, dtype.itemsize, call.segment_size, max_segments=call.max_segments)
+    roots = call.roots
 
     def make_links() -> list[Link]:
         if by_blocks is not None:  # one protocol per rank, no trees: a single link carrying every segment
             return [Link(None, (), range(shape.nseg))]
         return tree_links(st.allreduce_trees(algorithm, roots, rank_ordered=ordered_needed), rank, shape.nseg)
 
-    send_window, recv_window = cfg.windows("allreduce")
     base = OpContext(
         transport,
         backend,
         shape,
-        send_window,
-        recv_window,
-        cfg.sync_sends,
-        ordered_needed or cfg.reproducible,
+        call.send_window,
+        call.recv_window,
+        call.sync_sends,
+        ordered_needed or call.reproducible,
         pools(dtype),
     )
     result = rmsg.array
@@ -507,21 +524,25 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, blocking
     started_trees = _started(
         st, make_links, (sendbuf, recvbuf), base, start_one, "Allreduce", None, [load], [rmsg.store]
     )
-    return Prepared(started_trees, error, note=note)
+    return Prepared(started_trees, error, note=note, config=call)
 
 
-def _block_shape(st: CommState, algorithm: AllreduceAlgorithm, count: int, itemsize: int) -> Optional[SegmentPlan]:
-    """The segment plan of a ring or recursive-halving allreduce (protocols.algorithms), with its
-    parameters from the setting (`ring:segment_size=1M,max_segments=2`); None if the tags do not fit."""
-    _, params = settings.block_algorithm(settings.current().allreduce_algorithm)
+def _block_shape(
+    st: CommState, algorithm: AllreduceAlgorithm, call: CallConfig, count: int, itemsize: int
+) -> Optional[SegmentPlan]:
+    """The segment plan of a ring or recursive-halving allreduce (protocols.algorithms); None if the
+    tags do not fit. Its segment size and per-block cap: the setting's parameters
+    (`ring:segment_size=1M,max_segments=2`), else a tuning table's entry, else the algorithm's defaults."""
+    _, params = settings.block_algorithm(call.algorithm)
+    tuned = call.source.startswith("table")
     try:
         return st.plan_shape(
             count,
             itemsize,
-            params.get("segment_size", algorithm.segment_size),
+            params.get("segment_size", call.segment_size if tuned else algorithm.segment_size),
             blocks=algorithm.blocks(st.size),
             tags_per_segment=algorithm.tags_per_segment,
-            max_segments=params.get("max_segments", algorithm.max_segments),
+            max_segments=params.get("max_segments", call.max_segments if tuned else algorithm.max_segments),
         )
     except ValueError:
         return None

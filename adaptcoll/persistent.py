@@ -132,7 +132,7 @@ def _prequest(
             return NativePrequest(native(), keep=keep)
     finally:
         leave(key)
-    counters.record(name, decision.native_reason)
+    counters.record(name, decision.native_reason, decision.config.label if decision.config is not None else None)
     if decision.note is not None:
         counters.note(name, decision.note)
     state, start = comm_state(comm), decision.start

@@ -11,7 +11,7 @@ import dataclasses
 import functools
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,9 +21,12 @@ __all__ = [
     "Settings",
     "COLLECTIVES",
     "ENV_VARS",
+    "TUNED_FIELDS",
     "current",
     "configure",
     "configured",
+    "use",
+    "on_change",
     "parse_size",
     "from_environ",
 ]
@@ -78,6 +81,10 @@ class Settings:
     shm_bytes: int = 64 << 20
     shm_segment_size: int = 512 * 1024
     shm_slots: int = 4
+    tuning: str = ""
+    explicit: tuple[str, ...] = ()
+    """The fields set explicitly (ADAPTCOLL_* variable, configure(), python -m adaptcoll option): they win
+    over the tuning table; the others are chosen per call by the table or the shipped rule (adaptcoll.tune)."""
 
     @property
     def thresholds(self) -> dict[str, int]:
@@ -102,14 +109,31 @@ class Settings:
         """The target segment size in bytes for a collective."""
         return getattr(self, f"{collective}_segment_size")
 
+    def is_explicit(self, field: str) -> bool:
+        """Whether `field` was set explicitly (then it wins over the tuning table)."""
+        return field in self.explicit
+
+    def threshold_explicit(self, collective: str) -> bool:
+        """Whether the collective's native threshold was set explicitly (its own setting or native_below)."""
+        if getattr(self, f"{collective}_native_below") >= 0:
+            return self.is_explicit(f"{collective}_native_below")
+        return self.is_explicit("native_below")
+
     def windows(self, collective: str) -> tuple[int, int]:
         """(send window, receive window) used by a collective (allreduce uses the reduce windows)."""
         key = "bcast" if collective == "bcast" else "reduce"
         return getattr(self, f"{key}_send_window"), getattr(self, f"{key}_recv_window")
 
 
-ENV_VARS: dict[str, str] = {f.name: "ADAPTCOLL_" + f.name.upper() for f in dataclasses.fields(Settings)}
+ENV_VARS: dict[str, str] = {
+    f.name: "ADAPTCOLL_" + f.name.upper() for f in dataclasses.fields(Settings) if f.name != "explicit"
+}
 """Setting name -> environment variable that sets it at import."""
+
+TUNED_FIELDS: tuple[str, ...] = tuple(
+    f"{c}_{k}" for c in COLLECTIVES for k in ("algorithm", "segment_size", "native_below")
+) + ("native_below", "max_segments", "allreduce_roots")
+"""The fields a tuning table (or the shipped rule) chooses per call unless they are set explicitly."""
 
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([kKmMgG]?)(i?[bB])?\s*$")
 _SUFFIX = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
@@ -280,6 +304,8 @@ def _parse_field(field: str, value: Any, name: str) -> Any:
         return _parse_seconds(value, name)
     if field == "topology":
         return _parse_topology(value, name)
+    if field == "tuning":
+        return str(value).strip()
     if field == "tag_space":
         return parse_size(value, name)
     if field == "trace":
@@ -298,7 +324,8 @@ def from_environ(environ: Mapping[str, str] | None = None) -> Settings:
     for field, var in ENV_VARS.items():
         if var in env:
             values[field] = _parse_field(field, env[var], var)
-    return Settings(**_follow_global_threshold(values))
+    values = _follow_global_threshold(values)
+    return Settings(**values, explicit=tuple(sorted(values)))
 
 
 def _follow_global_threshold(values: dict[str, Any]) -> dict[str, Any]:
@@ -314,14 +341,23 @@ def _follow_global_threshold(values: dict[str, Any]) -> dict[str, Any]:
 _current: Settings = Settings()
 
 THRESHOLDS: dict[str, int] = dict(_current.thresholds)
-"""The native thresholds of the settings in force, updated in place whenever they change: the
-small-message fast path reads this one dict instead of going through `current()`."""
+"""The native thresholds of the settings in force (explicit or not), updated in place whenever they
+change. The small-message fast path now reads per-communicator thresholds (adaptcoll.tune.choose)."""
+
+_listeners: list[Callable[[Settings], None]] = []
 
 
 def _install(settings: Settings) -> None:
     global _current
     _current = settings
     THRESHOLDS.update(settings.thresholds)
+    for listener in _listeners:
+        listener(settings)
+
+
+def on_change(listener: Callable[[Settings], None]) -> None:
+    """Call `listener(new settings)` whenever the settings in force change (configure, configured, use)."""
+    _listeners.append(listener)
 
 
 def current() -> Settings:
@@ -332,14 +368,26 @@ def current() -> Settings:
 def configure(**changes: Any) -> Settings:
     """Change settings at run time (same on all ranks!), e.g. configure(bcast_segment_size="64K").
 
+    The settings changed become explicit (they win over the tuning table); a value of None makes a
+    setting not explicit again (its default, chosen per call by the tuning table or the shipped rule).
     Returns the previous settings. Unknown names raise TypeError; bad values raise ValueError.
     """
     unknown = set(changes) - set(ENV_VARS)
     if unknown:
         raise TypeError(f"unknown adaptcoll setting(s): {', '.join(sorted(unknown))}; valid: {', '.join(ENV_VARS)}")
-    parsed = _follow_global_threshold({k: _parse_field(k, v, k) for k, v in changes.items()})
+    unset = {k for k, v in changes.items() if v is None}
+    parsed = _follow_global_threshold({k: _parse_field(k, v, k) for k, v in changes.items() if v is not None})
+    defaults: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(Settings) if f.name in unset}
+    explicit = (set(_current.explicit) - unset) | set(parsed)
     previous = _current
-    _install(dataclasses.replace(_current, **parsed))
+    _install(dataclasses.replace(_current, **defaults, **parsed, explicit=tuple(sorted(explicit))))
+    return previous
+
+
+def use(settings: Settings) -> Settings:
+    """Put a Settings object in force as it is (its explicit fields included); returns the previous one."""
+    previous = _current
+    _install(settings)
     return previous
 
 

@@ -29,6 +29,8 @@ from .pool import SegmentPool
 from .protocols.operation import Operation
 from .transport import Poll, Transport
 from .trees import Tree, build, build_all, parse_algorithm
+from .tune.exchange import exchange as tuning_exchange
+from .tune.policy import CommTuning
 
 __all__ = ["CommState", "SetupStep", "SetupWait", "comm_state", "HOST_BACKEND"]
 
@@ -139,6 +141,7 @@ class CommState:
         self._trees: dict[tuple[str, int, bool], tuple[Tree, ...]] = {}
         self._topology: Optional[topology.Topology] = None
         self._device: Optional[DeviceContext] = None
+        self._tuning: Optional[CommTuning] = None
         self._live: deque[tuple[int, Operation]] = deque()  # (tags held, operation), oldest first
         self._live_tags = 0
         self.shm: Any = None  # the shared-memory node level or why there is none (adaptcoll.shm.node_level)
@@ -247,10 +250,10 @@ class CommState:
         """
         cfg = settings.current()
         space = min(self.tag_space, cfg.tag_space) if cfg.tag_space else self.tag_space
+        cap = cfg.max_segments if max_segments is None else max_segments
         if blocks:
-            cap = cfg.max_segments if max_segments is None else max_segments
             return plan_blocks(count, itemsize, segment_bytes, blocks, 0, space, cap, tags_per_segment)
-        return plan_segments(count, itemsize, segment_bytes, 0, space, cfg.max_segments)
+        return plan_segments(count, itemsize, segment_bytes, 0, space, cap)
 
     def take_tags(self, shape: SegmentPlan) -> SegmentPlan:
         """`shape` with the next tag base of this communicator's sequence (which it advances).
@@ -308,6 +311,21 @@ class CommState:
             ctx = self.device()
             return ctx.transport, ctx.backend, ctx.pool
         return self.transport, HOST_BACKEND, self.pool
+
+    # -- tuning --------------------------------------------------------------------------------
+    def tuning(self, blocking: bool) -> Optional[CommTuning]:
+        """The communicator's tuning, or None while it is not known and this call does not block.
+
+        The first *blocking* adaptcoll collective on the communicator sets it up (collectively, once:
+        the table read on rank 0 and exchanged over the private duplicate, after its Idup). Calls
+        before that one (nonblocking, persistent) use the provisional tuning (`tune.choose`), so an
+        I-call never blocks. Every rank issues the same collectives in the same order, so every rank
+        switches at the same call (like the shm node level)."""
+        if self._tuning is None and blocking:
+            self.wait_ready()
+            assert self.dup is not None
+            self._tuning = tuning_exchange(self.dup)
+        return self._tuning
 
     # -- trees ---------------------------------------------------------------------------------
     def topology(self) -> topology.Topology:

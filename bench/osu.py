@@ -633,7 +633,7 @@ class SettingsSwitch:
     def apply(self, impl: Impl) -> None:
         if impl.settings is None or impl.settings is self.current:
             return
-        self.adaptcoll.configure(**dataclasses.asdict(impl.settings))
+        self.adaptcoll.settings.use(impl.settings)  # as captured: its explicit fields win, the rest is tuned
         self.current = impl.settings
 
 
@@ -999,7 +999,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         else:
             with adaptcoll.configured(**s.overrides) as cfg:
                 # a communicator per implementation: settings read once per communicator (the topology,
-                # the shm slots) then differ between implementations as their settings say
+                # the shm slots, the tuning) then differ between implementations as their settings say
                 impls.append(Impl(s, adaptcoll.Intracomm(world.Dup()), cfg))
                 _first_blocking_calls(adaptcoll, impls[-1].comm, MPI)
     if adaptcoll is not None:

@@ -86,10 +86,10 @@ def test_mixed_legal_forms_decide_alike(mpi_ranks):
     comm = adaptcoll.Intracomm(world)
     rank, size = world.Get_rank(), world.Get_size()
     checked = 0
-    for native_below, n in ((0, 1000), ("8K", 1023), ("8K", 1025), (None, 1 << 18)):  # 8K = 1024 doubles
-        overrides = dict(SMALL_SEGMENTS) if native_below is not None else {}
-        if native_below is not None:
-            overrides["native_below"] = native_below
+    # 8K = 1024 doubles; None: the default segments (a large message), served (native_below=0)
+    for native_below, n in ((0, 1000), ("8K", 1023), ("8K", 1025), (None, 1 << 18)):
+        overrides: dict = dict(SMALL_SEGMENTS) if native_below is not None else {}
+        overrides["native_below"] = native_below if native_below is not None else 0
         forms = _forms(n)
         with adaptcoll.configured(**overrides):
             for shift in range(len(forms)):

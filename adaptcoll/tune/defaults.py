@@ -1,0 +1,91 @@
+"""The shipped rule: what adaptcoll chooses without a tuning table, by communicator size and ranks per
+core (no MPI here). Each case is a list of size bands: below the first band's start, native MPI.
+
+The cases and the measurements behind each band are in docs/tuning.md ("The shipped rule"), and
+tests/test_tune_defaults.py checks that every configuration the rule serves at a measured size was
+measured faster than native there: the 2-core development machine at 4 ranks (ranks share cores)
+and 2 ranks, and a 16-core node at 4, 8 and 16 ranks (MPICH 5.0.2, and Open MPI 5.0.11 at 16 ranks).
+"""
+
+from __future__ import annotations
+
+from .config import ServeConfig
+from .table import Band
+
+__all__ = ["SHIPPED", "FINE", "PIPELINE", "SIXTEEN", "case", "default_bands", "describe"]
+
+K, M = 1 << 10, 1 << 20
+
+SHIPPED = ServeConfig("binomial", 512 * K, 4, 0)
+"""binomial trees, 512K segments, at most 4 per message, Allreduce rooted at every rank."""
+FINE = ServeConfig("binomial", 256 * K, 0, 0)
+"""binomial trees, 256K segments, no cap on their number."""
+PIPELINE = ServeConfig("pipeline", 512 * K, 0, 0)
+"""pipeline (chain) trees, 512K segments, no cap."""
+SIXTEEN = ServeConfig("binomial", 512 * K, 16, 0)
+"""binomial trees, 512K segments, at most 16 per message."""
+
+_Rule = dict[str, tuple[tuple[int, ServeConfig], ...]]
+
+_SHARED_CORES: _Rule = {
+    "bcast": ((4 * M, SHIPPED),),
+    "reduce": ((1 * M, SHIPPED),),
+    "allreduce": ((4 * M, SHIPPED),),
+}
+_TWO: _Rule = {"bcast": (), "reduce": ((256 * K, SHIPPED),), "allreduce": ((4 * M, SHIPPED),)}
+_FOUR: _Rule = {
+    "bcast": ((4 * M, SHIPPED),),
+    "reduce": ((4 * M, PIPELINE),),
+    "allreduce": ((4 * M, SHIPPED),),
+}
+_EIGHT: _Rule = {
+    "bcast": ((1 * M, FINE),),
+    "reduce": ((4 * M, PIPELINE),),
+    "allreduce": ((4 * M, PIPELINE),),
+}
+_MANY: _Rule = {
+    "bcast": ((4 * M, FINE), (8 * M, SIXTEEN)),
+    "reduce": ((8 * M, PIPELINE),),
+    "allreduce": ((8 * M, SIXTEEN),),
+}
+
+
+def case(comm_size: int, ranks_per_core: float) -> str:
+    """Which case of the rule applies: 'shared cores', '2 ranks', '3-4 ranks', '5-8 ranks', '9+ ranks'."""
+    if ranks_per_core > 1.0:
+        return "shared cores"
+    if comm_size <= 2:
+        return "2 ranks"
+    if comm_size <= 4:
+        return "3-4 ranks"
+    if comm_size <= 8:
+        return "5-8 ranks"
+    return "9+ ranks"
+
+
+_CASES: dict[str, _Rule] = {
+    "shared cores": _SHARED_CORES,
+    "2 ranks": _TWO,
+    "3-4 ranks": _FOUR,
+    "5-8 ranks": _EIGHT,
+    "9+ ranks": _MANY,
+}
+
+
+def default_bands(collective: str, comm_size: int, ranks_per_core: float) -> tuple[Band, ...]:
+    """The shipped rule's size bands for a collective: native below the first start, then each config."""
+    served = _CASES[case(comm_size, ranks_per_core)][collective]
+    first = served[0][1] if served else SHIPPED
+    out = [Band(0, False, first)]
+    out.extend(Band(start, True, config) for start, config in served)
+    return tuple(out)
+
+
+def describe(comm_size: int, ranks_per_core: float) -> str:
+    """One line per collective: the rule's choice for this communicator (for `show` and docs)."""
+    name = case(comm_size, ranks_per_core)
+    lines = [f"shipped rule, case '{name}' ({comm_size} ranks, {ranks_per_core:g} ranks per core):"]
+    for coll, served in _CASES[name].items():
+        parts = [f"from {b >> 10}K {c.label(coll)}" if b < M else f"from {b >> 20}M {c.label(coll)}" for b, c in served]
+        lines.append(f"  {coll:<10} native below the first band; " + ("; ".join(parts) if parts else "always native"))
+    return "\n".join(lines)

@@ -1,0 +1,236 @@
+"""Per-communicator tuning (no MPI here): the size bands every collective uses on one communicator,
+resolved once from the table bytes and the communicator's facts, and `CommTuning.choose`, which turns
+(collective, message bytes, host/device) into the `CallConfig` a call uses. Explicit settings win over
+the table field by field; the per-communicator thresholds the small-message fast path reads (`below`)
+are kept in step with the settings in force.
+
+Every rank resolves the same bytes with the same facts, so every rank makes the same choices.
+"""
+
+from __future__ import annotations
+
+import warnings
+import weakref
+from dataclasses import dataclass
+from typing import Optional, Union
+
+from .. import counters, settings
+from ..native import BELOW_THRESHOLD, Native
+from .config import CallConfig, ServeConfig
+from .defaults import case, default_bands
+from .table import MEMORIES, Band, Table, TableError, band_index, bands, nearest_group, parse
+
+__all__ = [
+    "CommFacts",
+    "CommTuning",
+    "TuningWarning",
+    "TUNED_NATIVE",
+    "NEVER",
+    "resolve",
+    "parse_cached",
+]
+
+TUNED_NATIVE = Native("native at this size (tuning)")
+"""A size in a native band above a served one (the table measured native faster there)."""
+NEVER = 1 << 62
+"""A threshold above every message: the fast path takes every plain array of that collective."""
+
+
+class TuningWarning(UserWarning):
+    """A tuning table was ignored (it does not parse, does not match this MPI, or cannot be read)."""
+
+
+@dataclass(frozen=True)
+class CommFacts:
+    """What decides the winner, for one communicator (the same on every rank)."""
+
+    size: int
+    nodes: int
+    ranks_per_node: int
+    ranks_per_core: float
+    mpi_library: str
+
+
+_parsed: dict[tuple[str, bytes], Union[Table, TableError]] = {}
+_warned: set[str] = set()
+_LIVE: weakref.WeakSet[CommTuning] = weakref.WeakSet()
+
+
+def parse_cached(data: bytes, origin: str) -> Table:
+    """`table.parse`, once per process per (origin, bytes)."""
+    key = (origin, data)
+    found = _parsed.get(key)
+    if found is None:
+        try:
+            found = parse(data, origin)
+        except TableError as exc:
+            found = exc
+        _parsed[key] = found
+    if isinstance(found, TableError):
+        raise found
+    return found
+
+
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        warnings.warn(message, TuningWarning, stacklevel=3)
+
+
+class CommTuning:
+    """The choices of one communicator: size bands per (collective, memory), their sources, notes."""
+
+    def __init__(
+        self,
+        facts: CommFacts,
+        band_map: dict[tuple[str, str], tuple[Band, ...]],
+        sources: dict[tuple[str, str], str],
+        notes: tuple[str, ...] = (),
+        origin: str = "",
+    ) -> None:
+        self.facts = facts
+        self.bands = band_map
+        self.sources = sources
+        self.notes = notes
+        self.origin = origin
+        self._starts = {k: [b.start for b in v] for k, v in band_map.items()}
+        self._first_served = {k: next((i for i, b in enumerate(v) if b.serve), len(v)) for k, v in band_map.items()}
+        self.below: dict[str, int] = {}
+        """Host messages below below[collective] bytes go native (the fast path reads this dict)."""
+        self._calls: dict[tuple[str, str, int, bool], CallConfig] = {}
+        self._settings = settings.current()
+        self.refresh(self._settings)
+        _LIVE.add(self)
+
+    def refresh(self, current: settings.Settings) -> None:
+        """Follow new settings: recompute the fast-path thresholds, forget the chosen configs."""
+        self._settings = current
+        self._calls.clear()
+        for coll in settings.COLLECTIVES:
+            if current.threshold_explicit(coll):
+                self.below[coll] = current.threshold(coll)
+            else:
+                key = (coll, "host")
+                i = self._first_served[key]
+                self.below[coll] = self._starts[key][i] if i < len(self._starts[key]) else NEVER
+
+    def choose(self, collective: str, nbytes: int, on_device: bool = False) -> CallConfig:
+        """The configuration a call of `collective` on `nbytes` bytes uses (cached per size band)."""
+        key = (collective, "device" if on_device else "host")
+        i = band_index(self._starts[key], nbytes)
+        s = self._settings
+        if s.threshold_explicit(collective):
+            serve = nbytes >= s.threshold(collective)
+        else:
+            serve = self.bands[key][i].serve
+        found = self._calls.get((key[0], key[1], i, serve))
+        if found is None:
+            found = self._calls[(key[0], key[1], i, serve)] = self._make(collective, key, i, serve)
+        return found
+
+    def _make(self, collective: str, key: tuple[str, str], i: int, serve: bool) -> CallConfig:
+        s = self._settings
+        band = self.bands[key][i]
+        explicit = {
+            "algorithm": s.is_explicit(f"{collective}_algorithm"),
+            "segment_size": s.is_explicit(f"{collective}_segment_size"),
+            "max_segments": s.is_explicit("max_segments"),
+            "threshold": s.threshold_explicit(collective),
+        }
+        if collective == "allreduce":
+            explicit["roots"] = s.is_explicit("allreduce_roots")
+        config = ServeConfig(
+            s.algorithm(collective) if explicit["algorithm"] else band.config.algorithm,
+            s.segment_size(collective) if explicit["segment_size"] else band.config.segment_size,
+            s.max_segments if explicit["max_segments"] else band.config.max_segments,
+            (s.allreduce_roots if explicit.get("roots") else band.config.roots) if collective == "allreduce" else 0,
+        )
+        if all(explicit.values()):
+            source = "settings"
+        else:
+            source = self.sources[key] + ("+settings" if any(explicit.values()) else "")
+        native: Optional[Native] = None
+        if not serve:
+            below = explicit["threshold"] or i < self._first_served[key]
+            native = BELOW_THRESHOLD if below else TUNED_NATIVE
+        send_window, recv_window = s.windows(collective)
+        return CallConfig(
+            serve,
+            config.algorithm,
+            config.segment_size,
+            config.max_segments,
+            config.roots,
+            send_window,
+            recv_window,
+            s.sync_sends,
+            s.reproducible,
+            source,
+            native,
+            f"{config.label(collective)} [{source}]",
+        )
+
+
+def _refresh_all(current: settings.Settings) -> None:
+    for tuning in list(_LIVE):
+        tuning.refresh(current)
+
+
+settings.on_change(_refresh_all)
+
+
+def resolve(data: bytes, origin: str, facts: CommFacts, warn: bool, problem: Optional[str] = None) -> CommTuning:
+    """The CommTuning for a communicator from the table bytes rank 0 sent (b'' for none).
+
+    A table that does not parse, or was measured with another MPI library, is ignored with one
+    TuningWarning (when `warn`: rank 0) and the shipped rule applies; so does `problem` (rank 0 could
+    not read the file). Collectives or memory kinds the table does not cover use the shipped rule too.
+    """
+    table: Optional[Table] = None
+    if data:
+        try:
+            table = parse_cached(data, origin)
+        except TableError as exc:
+            problem = str(exc)
+    if table is not None and table.mpi_library != facts.mpi_library:
+        problem = (
+            f"{origin}: machine.mpi_library: the table was measured with {table.mpi_library!r}, "
+            f"this job runs {facts.mpi_library!r}"
+        )
+        table = None
+    notes: list[str] = []
+    if problem:
+        text = f"adaptcoll: tuning table ignored, the shipped rule applies: {problem}"
+        notes.append(text)
+        if warn:
+            _warn_once(text)
+    band_map: dict[tuple[str, str], tuple[Band, ...]] = {}
+    sources: dict[tuple[str, str], str] = {}
+    rule = case(facts.size, facts.ranks_per_core)
+    for coll in settings.COLLECTIVES:
+        for memory in MEMORIES:
+            key = (coll, memory)
+            found, group = (
+                (None, []) if table is None else nearest_group(table.entries, coll, memory, facts.size, facts.nodes)
+            )
+            if found is None:
+                band_map[key] = default_bands(coll, facts.size, facts.ranks_per_core)
+                sources[key] = "defaults"
+                continue
+            band_map[key] = bands(group)
+            size, nodes, _ = found
+            if (size, nodes) == (facts.size, facts.nodes):
+                sources[key] = "table"
+            else:
+                sources[key] = f"table~{size}"
+                notes.append(
+                    f"tuning table {origin}: {coll} ({memory}) on {facts.size} ranks / {facts.nodes} node(s) uses "
+                    f"the entries measured on {size} ranks / {nodes} node(s) (nearest measured)"
+                )
+    if table is None:
+        notes.append(
+            f"no tuning table: shipped rule, case '{rule}' ({facts.size} ranks, "
+            f"{facts.ranks_per_core:g} ranks per core, {facts.nodes} node(s))"
+        )
+    for note in notes:
+        counters.tuning_note(note)
+    return CommTuning(facts, band_map, sources, tuple(notes), origin if table is not None else "")
