@@ -9,6 +9,7 @@ import itertools
 
 import numpy as np
 import pytest
+from exact_values import exact_data
 from mpi4py import MPI
 
 import adaptcoll
@@ -18,17 +19,7 @@ ALGORITHMS = ("ring", "rabenseifner")
 SEG_BYTES = 32  # a few elements per segment: many segments per block
 
 
-def _data(rank: int, count: int, dtype: str, salt: int) -> np.ndarray:
-    """Small integers so that sums and products are exact in every dtype."""
-    rng = np.random.default_rng(1000 * salt + rank)
-    dt = np.dtype(dtype)
-    if dt.kind == "b":
-        return rng.integers(0, 2, count).astype(dt)
-    if dt.kind == "u":
-        return rng.integers(0, 3, count).astype(dt)
-    if dt.kind == "c":
-        return (rng.integers(-2, 3, count) + 1j * rng.integers(-2, 3, count)).astype(dt)
-    return rng.integers(-2, 3, count).astype(dt)
+_data = exact_data
 
 
 def _serving(algorithm: str, **more):

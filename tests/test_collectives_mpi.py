@@ -10,6 +10,7 @@ import itertools
 
 import numpy as np
 import pytest
+from exact_values import exact_data
 from mpi4py import MPI
 
 import adaptcoll
@@ -28,17 +29,7 @@ def _counts(itemsize: int) -> list[int]:
     return [0, 1, seg - 1, seg, seg + 1, 7 * seg + 3]
 
 
-def _data(rank: int, count: int, dtype: str, salt: int) -> np.ndarray:
-    """Small values so that sums/products are exact in every dtype on up to 8 ranks."""
-    rng = np.random.default_rng(1000 * salt + rank)
-    dt = np.dtype(dtype)
-    if dt.kind == "b":
-        return rng.integers(0, 2, count).astype(dt)
-    if dt.kind == "u":
-        return rng.integers(0, 3, count).astype(dt)
-    if dt.kind == "c":
-        return (rng.integers(-2, 3, count) + 1j * rng.integers(-2, 3, count)).astype(dt)
-    return rng.integers(-2, 3, count).astype(dt)
+_data = exact_data
 
 
 def _serving(comm: MPI.Intracomm, tree: str):

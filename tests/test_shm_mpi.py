@@ -15,6 +15,7 @@ import warnings
 
 import numpy as np
 import pytest
+from exact_values import exact_data
 from mpi4py import MPI
 
 import adaptcoll
@@ -49,17 +50,7 @@ def _topologies(size: int) -> list[tuple[str, str]]:
     return found
 
 
-def _data(rank: int, count: int, dtype: str, salt: int) -> np.ndarray:
-    """Small values so that sums and products are exact in every type on up to 8 ranks."""
-    rng = np.random.default_rng(1000 * salt + rank)
-    dt = np.dtype(dtype)
-    if dt.kind == "b":
-        return rng.integers(0, 2, count).astype(dt)
-    if dt.kind == "u":
-        return rng.integers(0, 3, count).astype(dt)
-    if dt.kind == "c":
-        return (rng.integers(-2, 3, count) + 1j * rng.integers(-2, 3, count)).astype(dt)
-    return rng.integers(-2, 3, count).astype(dt)
+_data = exact_data
 
 
 def _counts(itemsize: int) -> list[int]:
