@@ -7,6 +7,7 @@ under the machine lock and ~10 minutes); `report` turns all parts into Markdown 
     python bench/simulate_figures.py validation            # (b) calibrate + validate against measurements
     python bench/simulate_figures.py amplification 8K      # (c) lock-step Bcast, 2.5 % noise, 2^4..2^20 ranks
     python bench/simulate_figures.py scale bcast adaptcoll 16,64,256,1K,4K,16K,64K,256K,1M
+    python bench/simulate_figures.py scale allreduce rabenseifner 64K --only 1kHz   # one condition: split
     python bench/simulate_figures.py grid bcast 4096 adaptcoll binomial scatter_allgather
     python bench/simulate_figures.py report
 
@@ -139,17 +140,29 @@ def step_amplification(size_text: str, ranks_text: str) -> None:
     _save(f"amplification_{size_text}_{ranks_text.replace(',', '_')}", rows, {"params": DEFAULT_PARAMS.to_dict()})
 
 
-def step_scale(collective: str, impl: str, ranks_text: str, params_file: str = "", changes: str = "") -> None:
+def step_scale(
+    collective: str,
+    impl: str,
+    ranks_text: str,
+    params_file: str = "",
+    changes: str = "",
+    only: str = "",
+    samples: int = 0,
+) -> None:
     """One implementation over rank counts under the (d) noise; `changes` ('k=v;k=v') alters adaptcoll's
-    settings (the rows then name them: 'adaptcoll:max_segments=0')."""
+    settings (the rows then name them: 'adaptcoll:max_segments=0'); `only` keeps one of the (d) conditions
+    (to split a long step: each part repeats the quiet run); `samples` > 0 replaces `samples_for`."""
+    conditions = [c for c in SCALE_NOISE if not only or c.startswith(only + " ")]
+    if not conditions:
+        raise SystemExit(f"--only {only!r}: no condition of {SCALE_NOISE}")
     params = load_params(params_file) if params_file else DEFAULT_PARAMS
     ranks = parse_rank_list(ranks_text)
     baselines = [] if impl == "adaptcoll" else [impl]
     if changes:
         configure(**dict(item.split("=", 1) for item in changes.split(";")))
     rows = sweep(
-        collective, ranks, SIZES[collective], 512 << 10, SCALE_NOISE, baselines, params,
-        seed=SEED, samples=samples_for, adaptcoll=impl == "adaptcoll", progress=_progress,
+        collective, ranks, SIZES[collective], 512 << 10, conditions, baselines, params,
+        seed=SEED, samples=samples or samples_for, adaptcoll=impl == "adaptcoll", progress=_progress,
     )  # fmt: skip
     if changes:
         for row in rows:
@@ -157,6 +170,7 @@ def step_scale(collective: str, impl: str, ranks_text: str, params_file: str = "
     prefix = "scale" if not params_file else f"alt-{Path(params_file).stem}"  # other parameters: not in the report
     tag = changes.replace("=", "").replace(";", "-")
     name = f"{prefix}_{collective}_{impl}{'-' + tag if tag else ''}_{ranks_text.replace(',', '_')}"
+    name += f"_{only}" if only else ""
     _save(name, rows, {"params": params.to_dict(), "settings": changes})
 
 
@@ -233,6 +247,38 @@ def _scale_md(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _adapt_vs_lockstep_md(rows: list[dict[str, Any]]) -> str:
+    """(d) in one table: per collective, 1K/16K/64K ranks x the three 2.5 % conditions, slowdown of adaptcoll
+    and of each lock-step baseline, with the quiet times (each slowdown is against its own quiet time), and the
+    noisy median time of adaptcoll over that of the fastest lock-step baseline (< 1: adaptcoll is faster)."""
+    lines = []
+    for c in ("bcast", "reduce", "allreduce"):
+        sel = [r for r in rows if r["collective"] == c and r["ranks"] in (1024, 16384, 65536)]
+        if not sel:
+            continue
+        impls = sorted({r["impl"] for r in sel}, key=lambda i: (i != "adaptcoll", i))
+        cells = {(r["ranks"], r["noise"], r["impl"]): r for r in sel}
+        lines += [f"**{c} {SIZES[c] >> 20} MiB**", ""]
+        head = " | ".join(impls)
+        lines.append(f"| ranks | quiet us: {', '.join(impls)} | noise | {head} | adaptcoll time / best lock-step |")
+        lines.append("|---:|---|---|" + "---:|" * (len(impls) + 1))
+        for n in sorted({r["ranks"] for r in sel}):
+            quiet = ", ".join(
+                f"{cells[(n, SCALE_NOISE[0], i)]['quiet_us']:,.0f}" if (n, SCALE_NOISE[0], i) in cells else "-"
+                for i in impls
+            )
+            for k, cond in enumerate(SCALE_NOISE):
+                vals = [f"x{cells[(n, cond, i)]['slowdown']:.3f}" if (n, cond, i) in cells else "-" for i in impls]
+                ours = cells.get((n, cond, "adaptcoll"))
+                theirs = [cells[(n, cond, i)]["median_us"] for i in impls if i != "adaptcoll" and (n, cond, i) in cells]
+                vals.append(f"{ours['median_us'] / min(theirs):.2f}" if ours and theirs else "-")
+                lines.append(
+                    f"| {_ranks(n) if k == 0 else ''} | {quiet if k == 0 else ''} | {cond} | " + " | ".join(vals) + " |"
+                )
+        lines.append("")
+    return "\n".join(lines)
+
+
 def step_report() -> None:
     PLOTS.mkdir(parents=True, exist_ok=True)
     out = []
@@ -283,6 +329,7 @@ def step_report() -> None:
     scale = _load("scale_")
     if scale:
         (OUT / "scale.md").write_text(_scale_md(scale))
+        (OUT / "adapt_vs_lockstep.md").write_text(_adapt_vs_lockstep_md(scale))
         for c in ("bcast", "reduce", "allreduce"):
             sel = [r for r in scale if r["collective"] == c]
             if sel:
@@ -306,6 +353,8 @@ def main() -> None:
     sc.add_argument("ranks")
     sc.add_argument("--params", default="")
     sc.add_argument("--settings", default="", help="adaptcoll settings for this step, e.g. max_segments=0")
+    sc.add_argument("--only", default="", help="one noise frequency of the step (100Hz, 1kHz or 10kHz)")
+    sc.add_argument("--samples", type=int, default=0, help="noise draws per point (default: by rank count)")
     gr = sub.add_parser("grid")
     gr.add_argument("collective", choices=sorted(SIZES))
     gr.add_argument("ranks", type=int)
@@ -317,7 +366,7 @@ def main() -> None:
     elif args.step == "amplification":
         step_amplification(args.size, args.ranks)
     elif args.step == "scale":
-        step_scale(args.collective, args.impl, args.ranks, args.params, args.settings)
+        step_scale(args.collective, args.impl, args.ranks, args.params, args.settings, args.only, args.samples)
     elif args.step == "grid":
         step_grid(args.collective, args.ranks, args.impls)
     else:

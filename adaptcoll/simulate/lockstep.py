@@ -195,13 +195,15 @@ def rabenseifner_allreduce(rank: int, size: int, root: int, count: int) -> Itera
     else:
         newrank = rank - rem
     base, extra = divmod(count, pof2)
-    pre = [i * base + min(i, extra) for i in range(pof2 + 1)]  # block i is [pre[i], pre[i + 1])
+
+    def start(i: int) -> int:  # block i is [start(i), start(i + 1)); computed, not listed: O(log) per rank
+        return i * base + min(i, extra)
 
     def real(newdst: int) -> int:
         return newdst * 2 + 1 if newdst < rem else newdst + rem
 
     def span(a: int, b: int) -> tuple[int, int]:
-        return pre[a], pre[b]
+        return start(a), start(b)
 
     mask, send_idx, recv_idx, last_idx = 1, 0, 0, pof2
     while mask < pof2:

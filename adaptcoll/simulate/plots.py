@@ -45,16 +45,30 @@ def _ranks_label(n: int) -> str:
     return str(n)
 
 
+def _noise_order(condition: str) -> tuple[float, str]:
+    """Conditions in order of detour frequency (rarest first), others after, by name."""
+    try:
+        spec = parse_spec(split_condition(condition)[0])
+    except ValueError:
+        spec = None
+    return (spec.frequency_hz if spec is not None else float("inf"), condition)
+
+
 def plot_vs_ranks(rows: Sequence[dict[str, Any]], path: Union[str, Path], title: str = "") -> None:
     """Slowdown (noisy median / quiet) against ranks, one line per (implementation, noise)."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
-    keys = sorted({(r["impl"], r["noise"]) for r in rows}, key=lambda k: (k[1], k[0]))
+    keys = sorted(
+        {(r["impl"], r["noise"]) for r in rows}, key=lambda k: (_noise_order(k[1]), k[0] != "adaptcoll", k[0])
+    )
     for impl, noise in keys:
         pts = sorted((r["ranks"], r["slowdown"]) for r in rows if r["impl"] == impl and r["noise"] == noise)
         style = "-" if impl == "adaptcoll" else "--"
         ax.plot([p[0] for p in pts], [p[1] for p in pts], style, marker="o", ms=3, label=f"{impl}, {noise}")
     ax.set_xscale("log", base=2)
+    slowdowns = [r["slowdown"] for r in rows if r["slowdown"] > 0]
+    if slowdowns and max(slowdowns) > 10 * min(slowdowns):
+        ax.set_yscale("log")  # rare long detours on small messages: x1 .. x100 on one axis
     ax.set_xlabel("ranks")
     ax.set_ylabel("slowdown (noisy median / quiet)")
     first = rows[0]
@@ -105,16 +119,19 @@ def plot_grid(rows: Sequence[dict[str, Any]], path: Union[str, Path], title: str
 def plot_bars(rows: Sequence[dict[str, Any]], path: Union[str, Path], title: str = "") -> None:
     """Grouped bars: slowdown per (ranks, noise) group, one bar per implementation."""
     plt = _pyplot()
-    groups = sorted({(r["ranks"], r["noise"]) for r in rows}, key=lambda g: (g[0], g[1]))
+    groups = sorted({(r["ranks"], r["noise"]) for r in rows}, key=lambda g: (g[0], _noise_order(g[1])))
     impls = sorted({r["impl"] for r in rows}, key=lambda i: (i != "adaptcoll", i))
     value = {(r["ranks"], r["noise"], r["impl"]): r["slowdown"] for r in rows}
     fig, ax = plt.subplots(figsize=(max(7.0, 0.9 * len(groups) + 2), 4.6))
     width = 0.8 / len(impls)
     for k, impl in enumerate(impls):
         xs = [i + (k - (len(impls) - 1) / 2) * width for i in range(len(groups))]
-        ax.bar(xs, [value.get((n, c, impl), float("nan")) for n, c in groups], width, label=impl)
+        heights = [value.get((n, c, impl), float("nan")) - 1.0 for n, c in groups]
+        bars = ax.bar(xs, heights, width, bottom=1.0, label=impl)  # bars start at x1.0: no slowdown
+        ax.bar_label(bars, [f"{h + 1:.3f}" for h in heights], fontsize=5, rotation=90, padding=2)
     ax.set_xticks(range(len(groups)), [f"{_ranks_label(n)}\n{c}" for n, c in groups], fontsize=7)
     ax.axhline(1.0, color="k", lw=0.6)
+    ax.margins(y=0.15)
     ax.set_ylabel("slowdown (noisy median / quiet)")
     first = rows[0]
     ax.set_title(title or f"{first['collective']} {_size_label(first['size'])}: adaptcoll vs lock-step under noise")
