@@ -479,9 +479,9 @@ class MPITransport:
         self, operation: Any, collective: str, root: Optional[int], plan: Any, post: Callable[[], Any]
     ) -> None:
         """Number `operation`, then call `post()` (which starts its protocols) with `operation` as the
-        engine's owner, so that every request it posts belongs to it. Raises instead if this
-        communicator is out of step, or if another rank already reported this operation failed.
-        Call with the engine lock held."""
+        engine's owner, so that every request it posts belongs to it. If this communicator is out of
+        step, or another rank already reported this operation failed, `operation` fails instead (its
+        waiter raises: a nonblocking call still returns its request). Call with the engine lock held."""
         seq = self._seq + 1
         if self._votes:
             self._await_votes(seq)
@@ -489,13 +489,15 @@ class MPITransport:
         info = OpInfo(collective, root, seq, plan, self)
         operation.info = info
         early = self._early.pop(seq, None)
-        if early is not None:
+        if early is not None:  # failed on another rank already: fails here too, raised by its waiter
             self._ops[seq] = (operation, plan.nseg)
             self._learned(seq)
-            raise early
+            operation.fail(early)
+            return
         broken = self._broken
         if broken is not None and seq >= broken[0]:
-            raise MessageSizeError(self._broken_text(collective, broken[1]))
+            operation.fail(MessageSizeError(self._broken_text(collective, broken[1])))
+            return
         ops = self._ops
         ops[seq] = (operation, plan.nseg)
         if len(ops) > self.RECENT:
