@@ -53,13 +53,14 @@ from .protocols.algorithms import ALLREDUCE_ALGORITHMS, AllreduceAlgorithm
 from .protocols.allreduce import Allreduce
 from .protocols.bcast import Bcast
 from .protocols.context import OpContext
-from .protocols.links import Link, start_on_links, tree_links
+from .protocols.links import Link, run_all, start_on_links, tree_links
 from .protocols.operation import Operation
 from .protocols.reduce import Reduce
 from .state import HOST_BACKEND, CommState, comm_state
 from .trace.attach import traced
 from .tune.choose import comm_tuning, explicitly_native
 from .tune.config import CallConfig
+from .tune.policy import CommTuning
 
 __all__ = [
     "Prepared",
@@ -162,10 +163,10 @@ def _state_for(comm: MPI.Intracomm, algorithm: str) -> CommState:
     return state
 
 
-def _call(comm: MPI.Intracomm, blocking: bool, collective: str, nbytes: int, on_device: bool) -> CallConfig:
-    """The configuration of this call (tune.choose). Device memory keeps its own threshold
+def _call(tuning: CommTuning, collective: str, nbytes: int, on_device: bool) -> CallConfig:
+    """The configuration of this call (CommTuning.choose). Device memory keeps its own threshold
     (`device_native_below`): whether to serve it is not a host band's question."""
-    call = comm_tuning(comm, blocking).choose(collective, nbytes, on_device)
+    call = tuning.choose(collective, nbytes, on_device)
     if on_device:
         serve = nbytes >= settings.current().device_threshold(collective)
         if serve != call.serve:
@@ -212,7 +213,7 @@ def _started(
     shape = base.plan
     links: list[list[Link]] = []
     fill = [f for f in loads if f is not None]
-    finish = _run_all([f for f in stores if f is not None])
+    finish = run_all([f for f in stores if f is not None])
 
     def start() -> Operation:
         if not links:
@@ -236,18 +237,6 @@ def _started(
     return start
 
 
-def _run_all(steps: list[_Callback]) -> Optional[_Callback]:
-    """One callback running `steps` in order (None if there are none)."""
-    if not steps:
-        return None
-
-    def run() -> None:
-        for step in steps:
-            step()
-
-    return run
-
-
 def _node_level(
     st: CommState, algorithm: str, on_device: bool, blocking: bool, prepare: Callable[[shm.NodeLevel], Any]
 ) -> tuple[Optional[Callable[[], Operation]], Optional[str], str]:
@@ -257,14 +246,14 @@ def _node_level(
     if not shm.uses_shm(algorithm):
         return None, None, algorithm
     if on_device:
-        return None, "shm: device memory (host memory only)", shm.tree_algorithm(algorithm)
+        return None, "shm: device memory (host memory only)", settings.point_to_point_tree(algorithm)
     level, note = shm.node_level(st, blocking)
     if level is not None:
         started = prepare(level)
         if not isinstance(started, str):
             return started, None, algorithm
         note = started
-    return None, note, shm.tree_algorithm(algorithm)
+    return None, note, settings.point_to_point_tree(algorithm)
 
 
 # -- broadcast ------------------------------------------------------------------------------------
@@ -276,14 +265,14 @@ def bcast(comm: MPI.Intracomm, buf: Any, root: Any, blocking: bool = False) -> D
         return INVALID_ARGUMENTS
     if explicitly_native("bcast"):
         return ALGORITHM_NATIVE
-    comm_tuning(comm, blocking)  # before any buffer is looked at: a blocking first call sets it up on every rank
+    tuning = comm_tuning(comm, blocking)  # before any buffer is looked at: a blocking first call sets it up
     root = int(root)
     rank = comm.Get_rank()
     msg, on_device = _parse(buf, writable=rank != root)
     if isinstance(msg, Native):
         return msg
     nbytes = msg.nbytes
-    call = _call(comm, blocking, "bcast", nbytes, on_device)
+    call = _call(tuning, "bcast", nbytes, on_device)
     if not call.serve:
         return call.native or BELOW_THRESHOLD
     st = _state_for(comm, call.algorithm)
@@ -324,7 +313,7 @@ def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, root: Any, 
         return INVALID_ARGUMENTS
     if explicitly_native("reduce"):
         return ALGORITHM_NATIVE
-    comm_tuning(comm, blocking)  # before any buffer is looked at: a blocking first call sets it up on every rank
+    tuning = comm_tuning(comm, blocking)  # before any buffer is looked at: a blocking first call sets it up
     root = int(root)
     rank = comm.Get_rank()
     is_root = rank == root
@@ -337,7 +326,7 @@ def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, root: Any, 
         msg, on_device = _parse(sendbuf, writable=False)
     if isinstance(msg, Native):
         return msg
-    call = _call(comm, blocking, "reduce", msg.nbytes, on_device)
+    call = _call(tuning, "reduce", msg.nbytes, on_device)
     rop = _fold_op(msg, op, call)
     if isinstance(rop, Native):
         return rop
@@ -436,7 +425,7 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, blocking
         return INVALID_ARGUMENTS
     if explicitly_native("allreduce"):
         return ALGORITHM_NATIVE
-    comm_tuning(comm, blocking)  # before any buffer is looked at: a blocking first call sets it up on every rank
+    tuning = comm_tuning(comm, blocking)  # before any buffer is looked at: a blocking first call sets it up
     in_place = sendbuf is _IN_PLACE or sendbuf is recvbuf
     rmsg, on_device = _parse(recvbuf, writable=True)
     if isinstance(rmsg, Native):
@@ -458,7 +447,7 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, blocking
         local = smsg.array
         load = smsg.load
         error = error or smsg.error
-    call = _call(comm, blocking, "allreduce", rmsg.nbytes, on_device)
+    call = _call(tuning, "allreduce", rmsg.nbytes, on_device)
     rop = _fold_op(rmsg, op, call)
     if isinstance(rop, Native):
         return rop

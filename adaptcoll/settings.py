@@ -18,6 +18,7 @@ from typing import Any
 from . import topology, trees
 
 __all__ = [
+    "point_to_point_tree",
     "Settings",
     "COLLECTIVES",
     "ENV_VARS",
@@ -245,16 +246,25 @@ def _parse_trace(text: Any, name: str) -> str:
     return value
 
 
+def point_to_point_tree(algorithm: str) -> str:
+    """The point-to-point tree setting used instead of a shm one (when the node level cannot serve a
+    call): `shm` -> binomial, topo's `intra=shm` -> `intra=binomial`; other settings unchanged."""
+    kind, _, params = algorithm.partition(":")
+    if kind.strip() == "shm":
+        return "binomial"
+    if not params:
+        return algorithm
+    items = ["intra=binomial" if p.replace(" ", "") == "intra=shm" else p for p in params.split(",")]
+    return f"{kind}:{','.join(items)}"
+
+
 def _check_tree(value: str, name: str) -> str:
     """A tree algorithm's kind and parameters checked now, not at the first served call (non-tree
-    algorithms such as 'native' pass through)."""
-    kind, _, params = value.partition(":")
-    if kind.strip() not in trees.KINDS:
+    algorithms such as 'native' pass through; `intra=shm` is checked as the tree used without it)."""
+    if value.partition(":")[0].strip() not in trees.KINDS:
         return value
-    # topo's `intra=shm` (the shared-memory node level) is checked as the tree used without it
-    tree = f"{kind}:{','.join('intra=binomial' if p.replace(' ', '') == 'intra=shm' else p for p in params.split(','))}"
     try:
-        trees.check_params(*trees.parse_algorithm(tree if params else value))
+        trees.check_params(*trees.parse_algorithm(point_to_point_tree(value)))
     except ValueError as exc:
         raise ValueError(f"{name}={value!r}: {exc}") from None
     return value

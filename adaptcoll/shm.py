@@ -39,7 +39,6 @@ __all__ = [
     "WindowSlots",
     "node_level",
     "uses_shm",
-    "tree_algorithm",
     "slot_geometry",
     "live_windows",
     "NOT_SET_UP",
@@ -61,16 +60,6 @@ def uses_shm(algorithm: str) -> bool:
     if kind == "shm":
         return True
     return kind == "topo" and any(p.replace(" ", "") == "intra=shm" for p in params.split(","))
-
-
-def tree_algorithm(algorithm: str) -> str:
-    """The point-to-point tree setting used instead of a shm one: `shm` -> binomial, topo's
-    `intra=shm` -> `intra=binomial`."""
-    kind, _, params = algorithm.partition(":")
-    if kind.strip() == "shm":
-        return "binomial"
-    items = ["intra=binomial" if p.replace(" ", "") == "intra=shm" else p for p in params.split(",")]
-    return f"{kind}:{','.join(items)}"
 
 
 def slot_geometry(largest: int, segment: int, nslots: int, cap: int) -> tuple[int, int]:

@@ -18,7 +18,7 @@ from .nodemap import inner_shape
 from .plan import SegmentPlan, plan_segments
 from .protocols.context import OpContext
 from .protocols.hier import start_allreduce, start_bcast, start_reduce
-from .protocols.links import Link
+from .protocols.links import Link, run_all, start_on_links
 from .protocols.operation import Operation
 from .shm import NodeLevel
 from .state import HOST_BACKEND, CommState
@@ -106,28 +106,24 @@ def _starter(
     base, multi = tpl.base, tpl.multi
     shape = base.plan
     fill = [f for f in scratch[0] if f is not None]
-    stores = [f for f in scratch[1] if f is not None]
+    finish = run_all([f for f in scratch[1] if f is not None])
+    whole = [Link(None, (), range(shape.nseg))]  # one protocol per rank on the node level
 
     def start() -> Operation:
         for load in fill:
             load()
         operation = Operation(keep=keep)
-        done: Callback = operation.complete
-        if stores:
-            complete = operation.complete
-
-            def done() -> None:
-                try:
-                    for store in stores:
-                        store()
-                finally:
-                    complete()
-
         ctx, plan = base, shape
         if multi:
             plan = st.take_tags(shape)
             ctx = base.with_plan(plan)
-        st.transport.start_operation(operation, collective, root, plan, lambda: run(ctx, done))
+        st.transport.start_operation(
+            operation,
+            collective,
+            root,
+            plan,
+            lambda: start_on_links(whole, keep, lambda _link, done: run(ctx, done), finish, operation),
+        )
         return st.track(plan, operation) if multi else operation
 
     return start

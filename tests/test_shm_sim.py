@@ -9,7 +9,7 @@ import itertools
 import numpy as np
 import pytest
 
-from adaptcoll import shm, slotsim
+from adaptcoll import settings, shm, slotsim
 from adaptcoll.backends.base import ReduceOp
 from adaptcoll.backends.numpy_backend import NumpyBackend
 from adaptcoll.nodemap import NodeMap, inner_shape
@@ -370,8 +370,8 @@ def test_slot_geometry_shrinks_to_the_cap():
 def test_algorithm_strings():
     assert shm.uses_shm("shm") and shm.uses_shm("topo:inner=chain,intra=shm") and not shm.uses_shm("topo")
     assert not shm.uses_shm("binomial") and not shm.uses_shm("topo:inner=shm")
-    assert shm.tree_algorithm("shm") == "binomial"
-    assert shm.tree_algorithm("topo:inner=chain,intra=shm") == "topo:inner=chain,intra=binomial"
+    assert settings.point_to_point_tree("shm") == "binomial"
+    assert settings.point_to_point_tree("topo:inner=chain,intra=shm") == "topo:inner=chain,intra=binomial"
     assert inner_shape("shm") == ("binomial", {})
     assert inner_shape("topo:inner=chain,intra=shm") == ("chain", {})
     with pytest.raises(ValueError):

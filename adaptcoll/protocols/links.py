@@ -11,7 +11,7 @@ from ..trees import Tree
 from .operation import Operation
 from .pieces import Join
 
-__all__ = ["Link", "tree_links", "start_on_links"]
+__all__ = ["Link", "tree_links", "start_on_links", "run_all"]
 
 
 class Link(NamedTuple):
@@ -63,3 +63,15 @@ def start_on_links(
         start_one(link, join.part_done)
     join.start()
     return operation
+
+
+def run_all(steps: Sequence[Callback]) -> Optional[Callback]:
+    """One callback running `steps` in order (None if there are none): e.g. `start_on_links`'s `finish`."""
+    if not steps:
+        return None
+
+    def run() -> None:
+        for step in steps:
+            step()
+
+    return run
