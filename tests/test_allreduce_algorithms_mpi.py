@@ -10,7 +10,9 @@ import itertools
 import numpy as np
 import pytest
 from exact_values import exact_data
+from gpu_available import gpu_reason
 from mpi4py import MPI
+from noncommutative import matmul_mpi
 
 import adaptcoll
 from adaptcoll.requests import Request
@@ -136,24 +138,13 @@ def test_reproducible_mode_and_float_agreement(mpi_ranks):
             np.testing.assert_allclose(out, ref, rtol=1e-9, atol=1e-6 * np.abs(ref).max())
 
 
-def _matmul_mpi(inbuf, inoutbuf, datatype):
-    """inout = in @ inout for 2x2 matrices mod 251 packed 4 x 8 bits in a uint32 (non-commutative)."""
-    lower = np.frombuffer(inbuf, dtype=np.uint32).astype(np.uint64)
-    higher = np.frombuffer(inoutbuf, dtype=np.uint32)
-    a, b, c, d = ((lower >> (8 * k)) & 0xFF for k in range(4))
-    h = higher.astype(np.uint64)
-    e, f, g, k = ((h >> (8 * j)) & 0xFF for j in range(4))
-    out = [(a * e + b * g) % 251, (a * f + b * k) % 251, (c * e + d * g) % 251, (c * f + d * k) % 251]
-    higher[...] = (out[0] | (out[1] << 8) | (out[2] << 16) | (out[3] << 24)).astype(np.uint32)
-
-
 @pytest.mark.mpi(ranks=[2, 3, 6], timeout=120)
 def test_noncommutative_user_op(mpi_ranks):
     """Recursive halving folds in rank order (served); the ring goes native with the reason counted."""
     world = MPI.COMM_WORLD
     comm = adaptcoll.Intracomm(world)
     rank = world.Get_rank()
-    op = MPI.Op.Create(_matmul_mpi, commute=False)
+    op = MPI.Op.Create(matmul_mpi, commute=False)
     try:
         rng = np.random.default_rng(rank)
         before = _served("Allreduce")
@@ -219,20 +210,7 @@ def test_algorithms_at_twelve_ranks(mpi_ranks):
                 np.testing.assert_array_equal(got, ref, err_msg=f"{algorithm} count={count}")
 
 
-def _gpu_reason() -> str | None:
-    try:
-        import cupy
-    except Exception as exc:
-        return f"CuPy is not installed ({type(exc).__name__}); install the 'gpu' extra on a GPU machine"
-    try:
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            return "CuPy found no CUDA device"
-    except Exception as exc:
-        return f"no usable CUDA device ({exc})"
-    return None
-
-
-@pytest.mark.skipif(_gpu_reason() is not None, reason=_gpu_reason() or "")
+@pytest.mark.skipif(gpu_reason() is not None, reason=gpu_reason() or "")
 @pytest.mark.mpi(ranks=[2, 3], timeout=300)
 def test_device_buffers(mpi_ranks):
     """CuPy arrays: folds are kernels polled by event, segments move device memory (or through staging)."""

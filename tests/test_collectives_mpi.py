@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from exact_values import exact_data
 from mpi4py import MPI
+from noncommutative import matmul_mpi
 
 import adaptcoll
 
@@ -145,30 +146,12 @@ def test_every_op_and_type(mpi_ranks):
     assert _served("Reduce") - before == calls
 
 
-def _matmul_fold(lower: np.ndarray, higher: np.ndarray) -> None:
-    """higher = lower @ higher for 2x2 matrices mod 251 packed 4 x 8 bits in a uint32 (non-commutative)."""
-
-    def unpack(x):
-        return [(x >> (8 * k)) & 0xFF for k in range(4)]
-
-    a, b, c, d = unpack(lower.astype(np.uint64))
-    e, f, g, h = unpack(higher.astype(np.uint64))
-    out = [(a * e + b * g) % 251, (a * f + b * h) % 251, (c * e + d * g) % 251, (c * f + d * h) % 251]
-    higher[...] = (out[0] | (out[1] << 8) | (out[2] << 16) | (out[3] << 24)).astype(np.uint32)
-
-
-def _matmul_mpi(inbuf, inoutbuf, datatype):
-    lower = np.frombuffer(inbuf, dtype=np.uint32)
-    higher = np.frombuffer(inoutbuf, dtype=np.uint32)
-    _matmul_fold(lower, higher)
-
-
 @pytest.mark.mpi(ranks=[2, 3, 5, 8], timeout=180)
 def test_noncommutative_user_op_rank_order(mpi_ranks):
     world = MPI.COMM_WORLD
     comm = adaptcoll.Intracomm(world)
     rank = world.Get_rank()
-    op = MPI.Op.Create(_matmul_mpi, commute=False)
+    op = MPI.Op.Create(matmul_mpi, commute=False)
     try:
         rng = np.random.default_rng(rank)
         before = _served("Reduce"), _served("Allreduce")

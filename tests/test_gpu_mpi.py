@@ -5,22 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from gpu_available import gpu_reason
 
-
-def _gpu_reason() -> str | None:
-    try:
-        import cupy
-    except Exception as exc:
-        return f"CuPy is not installed ({type(exc).__name__}); install the 'gpu' extra on a GPU machine"
-    try:
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            return "CuPy found no CUDA device"
-    except Exception as exc:
-        return f"no usable CUDA device ({exc})"
-    return None
-
-
-REASON = _gpu_reason()
+REASON = gpu_reason()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
 
 OPS = {

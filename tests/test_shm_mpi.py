@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from exact_values import exact_data
 from mpi4py import MPI
+from noncommutative import matmul_mpi
 
 import adaptcoll
 from adaptcoll import Request, shm
@@ -142,22 +143,6 @@ def test_every_collective_op_and_type_equals_native(mpi_ranks):
         assert not _notes(name), _notes(name)  # every call ran on the node level
 
 
-def _matmul_fold(lower: np.ndarray, higher: np.ndarray) -> None:
-    """2x2 matrices over Z/251 packed in uint32: higher = lower @ higher (not commutative)."""
-
-    def unpack(x):
-        return [(x >> (8 * k)) & 0xFF for k in range(4)]
-
-    a, b, c, d = unpack(lower.astype(np.uint64))
-    e, f, g, h = unpack(higher.astype(np.uint64))
-    out = [(a * e + b * g) % 251, (a * f + b * h) % 251, (c * e + d * g) % 251, (c * f + d * h) % 251]
-    higher[...] = (out[0] | (out[1] << 8) | (out[2] << 16) | (out[3] << 24)).astype(np.uint32)
-
-
-def _matmul_mpi(inbuf, inoutbuf, datatype):
-    _matmul_fold(np.frombuffer(inbuf, dtype=np.uint32), np.frombuffer(inoutbuf, dtype=np.uint32))
-
-
 @pytest.mark.mpi(ranks=[3], timeout=120)
 def test_strided_buffers_are_packed_around_the_node_level(mpi_ranks):
     """A vector datatype (elements not back to back) is packed into scratch before the node level reads
@@ -197,7 +182,7 @@ def test_strided_buffers_are_packed_around_the_node_level(mpi_ranks):
 def test_noncommutative_op_in_rank_order_on_one_node_and_trees_across_nodes(mpi_ranks):
     world = MPI.COMM_WORLD
     rank = world.Get_rank()
-    op = MPI.Op.Create(_matmul_mpi, commute=False)
+    op = MPI.Op.Create(matmul_mpi, commute=False)
     try:
         for topology, note_expected in (("", False), ("nodes=2", True)):
             comm = adaptcoll.Intracomm(world.Dup())
