@@ -335,6 +335,9 @@ class Engine:
             sys.stderr.write(report + tail)
             sys.stderr.flush()
             if abort:
+                # MPI_Abort makes the launcher kill every process at once, which can drop output still in
+                # the pipe to it: give it a moment to forward the report first (once, before the job ends)
+                time.sleep(1.0)
                 MPI.COMM_WORLD.Abort(3)
 
     def stall_report(self, stalled_for: float) -> str:
