@@ -13,6 +13,7 @@ cannot progress adaptcoll operations), hence the `override` type-checker exempti
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any, Optional
 
@@ -22,7 +23,22 @@ from . import collectives, persistent, pickled
 from .persistent import Prequest
 from .requests import Request
 
-__all__ = ["Intracomm", "Cartcomm", "Graphcomm", "Distgraphcomm", "adopt"]
+__all__ = [
+    "Intracomm",
+    "Cartcomm",
+    "Graphcomm",
+    "Distgraphcomm",
+    "adopt",
+    "predefined",
+    "plain_predefined",
+    "PREDEFINED_NAMES",
+]
+
+PREDEFINED_NAMES = ("COMM_WORLD", "COMM_SELF")
+# mpi4py's own constants, captured before anything (adaptcoll.install) can replace them in mpi4py.MPI.
+_PLAIN_PREDEFINED: dict[str, MPI.Intracomm] = {name: getattr(MPI, name) for name in PREDEFINED_NAMES}
+_predefined: dict[str, Intracomm] = {}
+_predefined_lock = threading.Lock()
 
 
 class Intracomm(MPI.Intracomm):
@@ -30,6 +46,31 @@ class Intracomm(MPI.Intracomm):
 
     def __new__(cls, comm: Optional[MPI.Intracomm] = None) -> Intracomm:
         return super().__new__(cls, MPI.COMM_NULL if comm is None else comm)
+
+    # -- adaptcoll's COMM_WORLD / COMM_SELF are constants, as mpi4py's are -----------------------
+    def free(self) -> None:
+        """mpi4py semantics: a no-op on the predefined COMM_WORLD / COMM_SELF objects (mpi4py 4's
+        `free()` leaves constants alone); any other communicator is freed and becomes null."""
+        if _predefined_name(self) is None:
+            super().free()
+
+    def __reduce__(self) -> Any:
+        """Pickle the predefined objects by name (unpickled, they are this process's objects again), as
+        mpi4py pickles its constants; other communicators pickle as mpi4py's do."""
+        name = _predefined_name(self)
+        if name is not None:
+            return (predefined, (name,))
+        return super().__reduce__()
+
+    @classmethod
+    def fromhandle(cls, handle: int) -> MPI.Intracomm:
+        """mpi4py's `fromhandle`, giving an adaptcoll communicator (mpi4py's returns its own class)."""
+        return adopt(MPI.Comm.fromhandle(handle))
+
+    @classmethod
+    def f2py(cls, arg: int) -> MPI.Intracomm:
+        """mpi4py's `f2py`, giving an adaptcoll communicator (mpi4py's returns its own class)."""
+        return adopt(MPI.Comm.f2py(arg))
 
     # -- buffer collectives ----------------------------------------------------------------------
     # Bcast, Reduce and Allreduce are the module functions themselves, not methods calling them: a
@@ -190,3 +231,30 @@ def adopt(comm: Any) -> Any:
         if isinstance(comm, plain):
             return wrapper(comm)
     return comm  # pragma: no cover - every Intracomm matches the last entry
+
+
+def predefined(name: str) -> Intracomm:
+    """The adaptcoll communicator for mpi4py's predefined `name` ("COMM_WORLD" or "COMM_SELF"): one
+    object per process, which behaves as a constant (`free()` is a no-op, pickled by name)."""
+    found = _predefined.get(name)
+    if found is None:
+        if name not in _PLAIN_PREDEFINED:
+            raise ValueError(f"no predefined communicator {name!r} (expected one of {PREDEFINED_NAMES})")
+        with _predefined_lock:
+            found = _predefined.get(name)
+            if found is None:
+                found = _predefined[name] = Intracomm(_PLAIN_PREDEFINED[name])
+    return found
+
+
+def plain_predefined(name: str) -> MPI.Intracomm:
+    """mpi4py's own predefined communicator `name` (even while adaptcoll.install() is in effect)."""
+    return _PLAIN_PREDEFINED[name]
+
+
+def _predefined_name(comm: Any) -> Optional[str]:
+    """ "COMM_WORLD"/"COMM_SELF" when `comm` is that adaptcoll object itself, else None."""
+    for name, obj in _predefined.items():
+        if obj is comm:
+            return name
+    return None

@@ -8,12 +8,13 @@ into mpi4py.MPI for unchanged programs.
 
 from __future__ import annotations
 
+import copyreg
 import threading
 from typing import Any, Optional
 
 from mpi4py import MPI
 
-from .comm import Intracomm
+from .comm import PREDEFINED_NAMES, Intracomm, plain_predefined, predefined
 
 __all__ = [
     "world",
@@ -25,36 +26,28 @@ __all__ = [
 
 
 _lock = threading.Lock()
-_shared_comms: dict[str, Intracomm] = {}
 _saved: Optional[tuple[Any, Any]] = None
-
-
-def _plain(name: str) -> MPI.Intracomm:
-    """mpi4py's own predefined communicator `name` (even while installed)."""
-    if _saved is not None:
-        return _saved[0] if name == "COMM_WORLD" else _saved[1]
-    return getattr(MPI, name)
-
-
-def _shared(name: str) -> Intracomm:
-    """One adaptcoll communicator per process for mpi4py's predefined `name`."""
-    found = _shared_comms.get(name)
-    if found is None:
-        with _lock:
-            found = _shared_comms.get(name)
-            if found is None:
-                found = _shared_comms[name] = Intracomm(_plain(name))
-    return found
 
 
 def world() -> Intracomm:
     """The adaptcoll COMM_WORLD (one object per process, shared by adaptcoll.MPI and install())."""
-    return _shared("COMM_WORLD")
+    return predefined("COMM_WORLD")
 
 
 def self_comm() -> Intracomm:
     """The adaptcoll COMM_SELF (one object per process)."""
-    return _shared("COMM_SELF")
+    return predefined("COMM_SELF")
+
+
+def _reduce_plain_intracomm(comm: MPI.Intracomm) -> Any:
+    """Pickle mpi4py's own COMM_WORLD / COMM_SELF while installed. mpi4py pickles a constant by name,
+    as `mpi4py.MPI.COMM_WORLD`, and pickle refuses when that attribute (now adaptcoll's object) is not
+    the constant itself; this reduces it to a lookup of mpi4py's object instead (used by, e.g., pickling
+    `MPI.Intracomm(MPI.COMM_WORLD)`). Every other communicator reduces as mpi4py reduces it."""
+    for name in PREDEFINED_NAMES:
+        if comm is plain_predefined(name):
+            return (plain_predefined, (name,))
+    return MPI.Intracomm.__reduce__(comm)
 
 
 def install() -> None:
@@ -70,6 +63,7 @@ def install() -> None:
         if _saved is None:
             _saved = plain
             MPI.COMM_WORLD, MPI.COMM_SELF = wrapped  # type: ignore[misc]  # the point of install()
+            copyreg.pickle(MPI.Intracomm, _reduce_plain_intracomm)
 
 
 def uninstall() -> None:
@@ -81,6 +75,8 @@ def uninstall() -> None:
             return
         MPI.COMM_WORLD, MPI.COMM_SELF = _saved  # type: ignore[misc]
         _saved = None
+        if copyreg.dispatch_table.get(MPI.Intracomm) is _reduce_plain_intracomm:
+            del copyreg.dispatch_table[MPI.Intracomm]
 
 
 def installed() -> bool:

@@ -245,3 +245,47 @@ def test_persistent_requests_restart_and_free(mpi_ranks):
         comm.Bcast(x, 0)
         assert (x == np.arange(10.0)).all()
     comm.Free()
+
+
+@pytest.mark.mpi(ranks=[2], timeout=120)
+def test_predefined_communicators_behave_as_constants(mpi_ranks):
+    """adaptcoll's COMM_WORLD / COMM_SELF act as mpi4py's constants: free() leaves them usable,
+    Free() raises MPI's error and leaves them usable, they pickle by name (to themselves, also while
+    installed, and so does a plain communicator sharing their handle), fromhandle/f2py give adaptcoll
+    communicators equal to them, and a copy frees as any communicator does."""
+    import pickle
+
+    from adaptcoll import MPI
+
+    for name in ("COMM_WORLD", "COMM_SELF"):
+        comm = getattr(MPI, name)
+        plain = getattr(mpi4py_MPI, name)
+        for _ in range(3):
+            comm.free()
+            assert comm and comm == plain and comm.Get_size() == plain.Get_size()
+        with pytest.raises(mpi4py_MPI.Exception):
+            comm.Free()
+        assert comm and comm.Get_rank() == plain.Get_rank()
+        assert pickle.loads(pickle.dumps(comm)) is comm
+        for other in (comm.py2f(),):
+            again = adaptcoll.Intracomm.f2py(other)
+            assert type(again) is adaptcoll.Intracomm and again == comm and again is not comm
+        again = adaptcoll.Intracomm.fromhandle(comm.handle)
+        assert type(again) is adaptcoll.Intracomm and again == comm
+        clone = adaptcoll.Intracomm(comm)
+        clone.free()
+        assert not clone and comm  # a copy sharing the handle is not the constant
+        with adaptcoll.configured(native_below=0):
+            _served_allreduce(comm, f"{name} after free()")
+    adaptcoll.install()
+    try:
+        for name in ("COMM_WORLD", "COMM_SELF"):
+            comm = getattr(mpi4py_MPI, name)
+            assert pickle.loads(pickle.dumps(comm)) is comm is getattr(MPI, name)
+            copy = pickle.loads(pickle.dumps(mpi4py_MPI.Intracomm(comm)))
+            assert copy == comm and copy is not comm
+            comm.free()
+            assert comm
+    finally:
+        adaptcoll.uninstall()
+    assert pickle.loads(pickle.dumps(mpi4py_MPI.COMM_WORLD)) is mpi4py_MPI.COMM_WORLD
