@@ -60,6 +60,8 @@ def start(name: str, decision: decide.Decision, comm: MPI.Intracomm, blocking: b
     """
     if isinstance(decision, Native):
         _record(name, decision.reason)
+        if decision.note is not None:
+            counters.note(name, decision.note)
         if decision.error is not None:
             raise decision.error
         return None

@@ -61,7 +61,7 @@ _notes: dict[tuple[str, str], int] = {}
 
 
 def note(name: str, text: str) -> None:
-    """Count a remark on one served call of `name`: it appears under "notes" in stats()."""
+    """Count a remark on one call of `name` (served or native): it appears under "notes" in stats()."""
     key = (name, text)
     _notes[key] = _notes.get(key, 0) + 1
 

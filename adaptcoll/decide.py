@@ -13,7 +13,7 @@ about whether to communicate. A buffer mpi4py would reject on
 some rank (read-only or non-contiguous) does not change the decision: that rank takes part with
 scratch memory and raises mpi4py's error afterwards (`Prepared.error`).
 
-Device memory: the three decisions pass every `Native` they return through `device_route.route_native`
+Device memory: the three decisions pass every `Native` they return through `device.route_native`
 (the `_device_routed` decorator), so when MPI is not CUDA-aware a device buffer is never handed to MPI:
 the call is staged through pinned host memory instead (a `Prepared` whose `native_reason` says so).
 Device buffers use their own threshold (`device_native_below`), not the host ones.
@@ -34,10 +34,8 @@ from typing import Any, Optional, Union
 import numpy as np
 from mpi4py import MPI
 
-from . import buffers, device_route, ops, settings, shm, shm_decide
+from . import buffers, device, ops, settings, shm, shm_decide
 from .backends.base import ArrayBackend, ReduceOp
-from .cuda import is_device_buffer
-from .device import parse_device
 from .native import (
     ALGORITHM_NATIVE,
     BELOW_THRESHOLD,
@@ -101,18 +99,23 @@ _Decide = Callable[..., Decision]
 
 
 def _device_routed(collective: str) -> Callable[[_Decide], _Decide]:
-    """Pass every Native decision through device_route.route_native (the rule for device memory)."""
+    """Pass every Native decision through device.route_native (the rule for device memory)."""
 
     def wrap(decide_call: _Decide) -> _Decide:
         @functools.wraps(decide_call)
         def routed(comm: MPI.Intracomm, *args: Any, **kwargs: Any) -> Decision:
             decision = decide_call(comm, *args, **kwargs)
+            for spec in args[:1] if collective == "bcast" else args[:2]:
+                note = device.interface_note(spec)
+                if note is not None:  # stats() says what memory a CUDA interface was
+                    joined = note if decision.note is None else f"{decision.note}; {note}"
+                    decision = dataclasses.replace(decision, note=joined)
             if not isinstance(decision, Native):
                 return decision
-            route = device_route.route_native(collective, decision, comm, args)
+            route = device.route_native(collective, decision, comm, args)
             if isinstance(route, Native):
                 return route
-            return Prepared(route.start, native_reason=device_route.staged_reason(decision), run=route.run)
+            return Prepared(route.start, native_reason=device.staged_reason(decision), run=route.run)
 
         return routed
 
@@ -140,12 +143,13 @@ def in_place_send_at_root(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, root:
 
 
 def _parse(spec: Any, writable: bool) -> tuple[Union[buffers.Message, Native], bool]:
-    """(Message or Native, whether it is device memory served through CuPy)."""
-    if type(spec) is not np.ndarray and is_device_buffer(spec):  # straight to the device parser
-        return parse_device(spec, writable), True
+    """(Message or Native, whether it is device memory served through CuPy). adaptcoll.device says what
+    memory the buffer is; only host memory reaches adaptcoll.buffers."""
+    if type(spec) is not np.ndarray and device.is_device_spec(spec):  # straight to the device parser
+        return device.parse_device(spec, writable), True
     msg = buffers.parse(spec, writable)
     if isinstance(msg, Native) and msg.kind is Kind.DEVICE:
-        return parse_device(spec, writable), True
+        return device.parse_device(spec, writable), True
     return msg, False
 
 

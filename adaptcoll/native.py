@@ -39,11 +39,13 @@ class Kind(enum.Enum):
 
 @dataclass(frozen=True)
 class Native:
-    """Go native because of `reason` (counted in stats() under that text); see Kind and `error`."""
+    """Go native because of `reason` (counted in stats() under that text); see Kind and `error`.
+    `note`: a remark counted with the call in stats() (e.g. what memory its buffers were)."""
 
     reason: str
     kind: Kind = Kind.UNSERVED
     error: Optional[BaseException] = None
+    note: Optional[str] = None
 
 
 ALGORITHM_NATIVE = Native("algorithm=native")

@@ -127,6 +127,8 @@ def _prequest(
         decision = decide_call()
         if isinstance(decision, Native):
             counters.record(name, decision.reason)
+            if decision.note is not None:
+                counters.note(name, decision.note)
             if decision.error is not None:
                 raise decision.error
             return NativePrequest(native(), keep=keep)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from . import collectives, counters, decide, device_route, settings
+from . import collectives, counters, decide, device, settings
 from .engine import engine
 from .native import ALGORITHM_NATIVE, INVALID_ARGUMENTS
 from .state import comm_state
@@ -41,10 +41,10 @@ _MPI_PICKLED_ALLREDUCE = MPI.Intracomm.allreduce
 
 def _flat(buf: Any) -> np.ndarray:
     """A flat uint8 view of an out-of-band buffer (mpi4py hands out MPI.buffer objects); a host copy
-    when the buffer is device memory (device_route.host_pickle_buffer), so MPI never sees a device pointer."""
+    when the buffer is device memory (device.host_pickle_buffer), so MPI never sees a device pointer."""
     if not memoryview(buf).nbytes:
         return np.empty(0, np.uint8)
-    return device_route.host_pickle_buffer(buf, np.frombuffer(memoryview(buf).cast("B"), np.uint8))
+    return device.host_pickle_buffer(buf, np.frombuffer(memoryview(buf).cast("B"), np.uint8))
 
 
 # -- bcast -------------------------------------------------------------------------------------

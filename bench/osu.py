@@ -979,7 +979,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     need_adaptcoll = any(s.kind == "adaptcoll" for s in specs) or args.noise or args.skew or args.net_noise
     adaptcoll = _import_adaptcoll() if need_adaptcoll else None
     if cupy is not None and any(s.kind == "native" for s in specs):
-        from adaptcoll.cuda_aware import mpi_cuda_aware
+        from adaptcoll.device import mpi_cuda_aware
 
         aware, why = mpi_cuda_aware(world)
         if not aware:

@@ -2,7 +2,9 @@
 
 * `ARENA`: one anonymous mapping. Every fake device allocation comes from it and is never reused, so
   "is this pointer device memory?" is "is it inside the arena?", which is what the MPI guard
-  (`tests/device_guard.py`) asks of every buffer argument of every MPI call.
+  (`tests/device_guard.py`) asks of every buffer argument of every MPI call, and what `FakeDriver`
+  answers in place of the CUDA driver (`adaptcoll.device.driver`): importing this module installs it
+  (pointers outside the arena are asked of the real driver, so nothing else changes).
 * The user's device buffers: `CAIBuffer` exposes only `__cuda_array_interface__` (how adaptcoll sees
   CuPy, Numba and PyTorch arrays), `DLPackBuffer` only a CUDA `__dlpack__` (JAX), and `ManagedArray`
   is an ndarray subclass over "device" memory with a CAI whose pickle carries an out-of-band buffer
@@ -29,11 +31,15 @@ from typing import Any, Optional
 import numpy as np
 
 from adaptcoll.backends.numpy_backend import UFUNC_BY_OP
+from adaptcoll.device import driver as cuda_driver
+from adaptcoll.device.driver import MemoryKind
 
 __all__ = [
     "ARENA",
     "CAIBuffer",
+    "FakeDriver",
     "DLPackBuffer",
+    "DRIVER",
     "FakeDeviceArray",
     "ManagedArray",
     "device_array",
@@ -74,6 +80,38 @@ class Arena:
 
 
 ARENA = Arena()
+
+
+class FakeDriver:
+    """The CUDA driver's answers with the arena as device memory; other pointers go to `real`.
+    Records the streams it was asked to synchronize and the copies it made (to and from the arena)."""
+
+    name = "fake CUDA driver (arena)"
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.streams: list[int] = []
+        self.copies: list[tuple[int, int, int]] = []
+
+    def pointer_kind(self, pointer: int) -> Optional[MemoryKind]:
+        return MemoryKind.DEVICE if ARENA.contains(pointer) else self.real.pointer_kind(pointer)
+
+    def copy(self, dst: int, src: int, nbytes: int) -> None:
+        if not (ARENA.contains(dst) or ARENA.contains(src)):
+            self.real.copy(dst, src, nbytes)
+            return
+        self.copies.append((dst, src, nbytes))
+        ctypes.memmove(dst, src, nbytes)
+
+    def synchronize_stream(self, stream: int, pointer: int) -> None:
+        if not ARENA.contains(pointer):
+            self.real.synchronize_stream(stream, pointer)
+            return
+        self.streams.append(stream)
+
+
+DRIVER = FakeDriver(cuda_driver.driver())
+cuda_driver.set_driver(DRIVER)
 
 
 def on_device(array: Any) -> bool:

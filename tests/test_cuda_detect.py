@@ -7,12 +7,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import fake_device as fd
 import numpy as np
 import pytest
 
-from adaptcoll import cuda_aware
-from adaptcoll.cuda import device_array_info, is_device_buffer
-from adaptcoll.cuda_aware import CUDA_AWARE_ENV, cuda_aware_mpi
+from adaptcoll.device import aware as cuda_aware
+from adaptcoll.device import driver as cuda_driver
+from adaptcoll.device.aware import CUDA_AWARE_ENV, cuda_aware_mpi
+from adaptcoll.device.driver import MemoryKind
+from adaptcoll.device.memory import device_array_info, is_device_buffer, memory_kind
 
 
 class FakeCAI:
@@ -64,7 +67,8 @@ def test_is_device_buffer() -> None:
     assert not is_device_buffer(bytearray(8))
     assert not is_device_buffer(memoryview(b"abcd"))
     assert not is_device_buffer([1, 2, 3])
-    assert is_device_buffer(FakeCAI(host))
+    assert not is_device_buffer(FakeCAI(host))  # host memory behind the interface: the driver says so
+    assert is_device_buffer(FakeCAI(fd.device_array(host)))  # the fake driver's device memory (its arena)
     assert is_device_buffer(FakeDLPack((2, 0)))  # kDLCUDA
     assert is_device_buffer(FakeDLPack((13, 1)))  # kDLCUDAManaged
     assert not is_device_buffer(FakeDLPack((1, 0)))  # kDLCPU
@@ -111,7 +115,7 @@ def test_cai_readonly_and_explicit_contiguous_strides() -> None:
     ],
 )
 def test_cai_rejects_bad_interfaces(overrides: dict, match: str) -> None:
-    fake = FakeCAI(np.zeros((2, 3)), **overrides)
+    fake = FakeCAI(fd.device_array(np.zeros((2, 3))), **overrides)
     assert is_device_buffer(fake)
     with pytest.raises(ValueError, match=match):
         device_array_info(fake)
@@ -182,7 +186,91 @@ def test_detection_agrees_with_this_mpi(monkeypatch: pytest.MonkeyPatch) -> None
 
 def test_modules_do_not_import_cupy() -> None:
     code = (
-        "import sys, adaptcoll.cuda, adaptcoll.backends.cupy_backend; "
+        "import sys, adaptcoll.device, adaptcoll.decide, adaptcoll.backends.cupy_backend; "
         "assert 'cupy' not in sys.modules, 'cupy was imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])
+
+
+# -- the CUDA driver through ctypes, against a stand-in libcuda -----------------------------------
+
+FAKE_LIBCUDA = r"""
+#include <stdint.h>
+#include <string.h>
+/* One "device" range and one "managed" range, set by the test; anything else is unknown to CUDA. */
+static uint64_t dev_lo, dev_hi, man_lo, man_hi;
+static int inits, pushes, pops, syncs; static void *last_stream;
+void fake_set(uint64_t a, uint64_t b, uint64_t c, uint64_t d) { dev_lo = a; dev_hi = b; man_lo = c; man_hi = d; }
+int fake_counts(int which) { return which == 0 ? inits : which == 1 ? pushes : which == 2 ? pops : syncs; }
+void *fake_last_stream(void) { return last_stream; }
+int cuInit(unsigned flags) { inits++; return flags == 0 ? 0 : 1; }
+int cuPointerGetAttribute(void *data, int attribute, uint64_t ptr) {
+    int dev = ptr >= dev_lo && ptr < dev_hi, man = ptr >= man_lo && ptr < man_hi;
+    if (!dev && !man) return 1;                                   /* CUDA_ERROR_INVALID_VALUE */
+    if (attribute == 2) { *(unsigned *)data = 2; return 0; }      /* MEMORY_TYPE: DEVICE */
+    if (attribute == 8) { *(int *)data = man; return 0; }         /* IS_MANAGED */
+    if (attribute == 1) { *(void **)data = (void *)0x1234; return 0; } /* CONTEXT */
+    return 1;
+}
+int cuCtxPushCurrent_v2(void *ctx) { pushes += ctx == (void *)0x1234; return 0; }
+int cuCtxPopCurrent_v2(void **ctx) { pops++; return 0; }
+int cuMemcpy(uint64_t dst, uint64_t src, size_t n) { memcpy((void *)dst, (void *)src, n); return 0; }
+int cuStreamSynchronize(void *stream) { syncs++; last_stream = stream; return 0; }
+"""
+
+
+@pytest.fixture(scope="module")
+def fake_libcuda(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
+    folder = tmp_path_factory.mktemp("libcuda")
+    (folder / "fake_cuda.c").write_text(FAKE_LIBCUDA)
+    built = subprocess.run(
+        ["cc", "-shared", "-fPIC", "-o", str(folder / "libcuda.so"), str(folder / "fake_cuda.c")],
+        capture_output=True,
+        text=True,
+    )
+    if built.returncode != 0:
+        pytest.skip(f"no C compiler to build a stand-in libcuda: {built.stderr[-500:]}")
+    lib = ctypes.CDLL(str(folder / "libcuda.so"))
+    lib.fake_set.argtypes = [ctypes.c_uint64] * 4
+    lib.fake_last_stream.restype = ctypes.c_void_p
+    return lib
+
+
+def test_cuda_driver_answers_memory_kinds_and_copies(fake_libcuda: ctypes.CDLL) -> None:
+    """The ctypes bindings (argument types, attribute codes, context push/pop) against a libcuda whose
+    answers the test controls: device and managed ranges, host memory CUDA does not know."""
+    device, managed, host = np.arange(8.0), np.zeros(8), np.full(8, 7.0)
+    lo, mlo = device.ctypes.data, managed.ctypes.data
+    fake_libcuda.fake_set(lo, lo + device.nbytes, mlo, mlo + managed.nbytes)
+    found = cuda_driver.CudaDriver(fake_libcuda)
+    assert fake_libcuda.fake_counts(0) >= 1  # cuInit(0)
+    assert found.pointer_kind(lo + 8) is MemoryKind.DEVICE
+    assert found.pointer_kind(mlo) is MemoryKind.MANAGED
+    assert found.pointer_kind(host.ctypes.data) is MemoryKind.HOST
+    found.copy(host.ctypes.data, lo, 4 * 8)  # device -> host, in the pointer's context
+    assert host.tolist() == [0.0, 1.0, 2.0, 3.0, 7.0, 7.0, 7.0, 7.0]
+    assert fake_libcuda.fake_counts(1) == 1 and fake_libcuda.fake_counts(2) == 1
+    found.synchronize_stream(2, lo)
+    assert fake_libcuda.fake_counts(3) == 1 and fake_libcuda.fake_last_stream() == 2
+
+
+def test_memory_kind_asks_the_driver_for_cai_pointers(fake_libcuda: ctypes.CDLL) -> None:
+    """`__cuda_array_interface__` pointers are whatever the driver says; with no driver, host memory."""
+    device, host = np.arange(4.0), np.arange(4.0)
+    fake_libcuda.fake_set(device.ctypes.data, device.ctypes.data + device.nbytes, 0, 0)
+    previous = cuda_driver.set_driver(cuda_driver.CudaDriver(fake_libcuda))
+    try:
+        assert memory_kind(FakeCAI(device)) is MemoryKind.DEVICE and is_device_buffer(FakeCAI(device))
+        assert memory_kind(FakeCAI(host)) is MemoryKind.HOST and not is_device_buffer(FakeCAI(host))
+        assert memory_kind(host) is MemoryKind.HOST  # NumPy arrays never ask
+        cuda_driver.set_driver(cuda_driver.NoDriver("test"))
+        assert memory_kind(FakeCAI(device)) is MemoryKind.HOST
+    finally:
+        cuda_driver.set_driver(previous)
+
+
+def test_without_libcuda_every_pointer_is_host_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cuda_driver, "_LIBRARIES", ("libcuda-that-does-not-exist.so",))
+    loaded = cuda_driver._load()
+    assert isinstance(loaded, cuda_driver.NoDriver) and "libcuda not found" in loaded.name
+    assert loaded.pointer_kind(12345) is MemoryKind.HOST

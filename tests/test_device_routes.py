@@ -26,11 +26,14 @@ import pytest
 from device_guard import GuardUnavailable, build, wrappers_source
 from mpi4py import MPI
 
-from adaptcoll import cuda_aware, decide, device_route, settings, staged_native
+from adaptcoll import decide, settings
 from adaptcoll.backends import cupy_backend
+from adaptcoll.device import aware as cuda_aware
+from adaptcoll.device import route as device_route
+from adaptcoll.device import staged as staged_native
+from adaptcoll.device.staged import StagedCall
 from adaptcoll.engine import engine
 from adaptcoll.native import BELOW_THRESHOLD, Kind, Native
-from adaptcoll.staged_native import StagedCall
 
 PROGRAM = Path(__file__).parent / "programs" / "device_routes.py"
 RANKS = 3
@@ -163,14 +166,37 @@ def test_route_native_keeps_host_calls_and_cuda_aware_mpi(monkeypatch: pytest.Mo
     assert device_route.route_native("bcast", with_error, MPI.COMM_SELF, (dev, 0)) is with_error
 
 
-def test_without_cupy_a_device_buffer_raises_instead_of_reaching_mpi(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_cupy_device_buffers_are_staged_through_the_cuda_driver(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No CuPy and a non-CUDA-aware MPI: device memory is copied to and from host memory by the CUDA
+    driver (here the fake driver over the arena) around the native call; nothing is refused, so a rank
+    passing device memory and one passing host memory (or IN_PLACE) still enter the same collective."""
     monkeypatch.setenv("ADAPTCOLL_CUDA_AWARE", "0")
     monkeypatch.setattr(device_route, "cupy_available", lambda: False)
-    dev = fd.DLPackBuffer(np.zeros(8, "f4"))
-    found = device_route.route_native("bcast", BELOW_THRESHOLD, MPI.COMM_SELF, ([dev, MPI.FLOAT], 0))
-    assert isinstance(found, Native) and isinstance(found.error, RuntimeError)
-    message = str(found.error)
-    assert "not CUDA-aware" in message and "gpu-cuda12" in message and "ADAPTCOLL_CUDA_AWARE=1" in message
+    comm = MPI.COMM_SELF
+    host = np.arange(16, dtype="f4")
+    copies, streams = len(fd.DRIVER.copies), len(fd.DRIVER.streams)
+    cases = [
+        ("bcast", lambda: (fd.CAIBuffer(host, stream=2), 0)),
+        ("bcast", lambda: ([fd.DLPackBuffer(host), MPI.FLOAT], 0)),
+        ("allreduce", lambda: (fd.CAIBuffer(host), fd.CAIBuffer(np.zeros(16, "f4")), MPI.SUM)),
+        ("allreduce", lambda: (MPI.IN_PLACE, fd.CAIBuffer(host), MPI.SUM)),
+        ("reduce", lambda: (fd.DLPackBuffer(host), fd.CAIBuffer(np.zeros(16, "f4")), MPI.SUM, 0)),
+    ]
+    for collective, make in cases:
+        for form in ("run", "start"):
+            args = make()
+            found = device_route.route_native(collective, BELOW_THRESHOLD, comm, args)
+            assert isinstance(found, StagedCall) and not found.with_cupy, (collective, args)
+            if form == "run":
+                found.run()
+            else:
+                operation = found.start()
+                engine().wait_for(lambda op=operation: op.done)
+            out = args[0] if collective == "bcast" else args[1]
+            out = out[0] if isinstance(out, list) else out
+            np.testing.assert_array_equal(out.get(), host, err_msg=f"{collective} {form}")
+    assert len(fd.DRIVER.copies) > copies
+    assert 2 in fd.DRIVER.streams[streams:] and 1 in fd.DRIVER.streams[streams:]  # CAI's stream; DLPack's legacy
 
 
 def test_awareness_is_decided_once_per_override_value(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,6 +11,7 @@ import numpy as np
 from adaptcoll import trees
 from adaptcoll.backends.base import ReduceOp
 from adaptcoll.backends.deferred import DeferredBackend
+from adaptcoll.device.staging import StagingTransport
 from adaptcoll.plan import plan_segments
 from adaptcoll.pool import SegmentPool
 from adaptcoll.protocols.allreduce import Allreduce
@@ -18,7 +19,6 @@ from adaptcoll.protocols.bcast import Bcast
 from adaptcoll.protocols.context import OpContext
 from adaptcoll.protocols.reduce import Reduce
 from adaptcoll.sim import LoopbackWorld
-from adaptcoll.staging import StagingTransport
 
 
 class LateStager:

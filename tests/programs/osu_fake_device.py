@@ -23,7 +23,8 @@ fd.install()
 from device_guard import Guard  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
-from adaptcoll import buffers, device_route  # noqa: E402
+from adaptcoll import buffers  # noqa: E402
+from adaptcoll.device import route as device_route  # noqa: E402
 from adaptcoll.native import DEVICE_MEMORY  # noqa: E402
 
 guard = Guard()

@@ -1,7 +1,10 @@
-"""Device-memory detection: which buffers live on a CUDA device and what they look like.
+"""What memory a buffer is: host, CUDA device or CUDA managed memory, and what a device buffer looks like.
 
-Nothing here imports CuPy, initializes CUDA or imports MPI (whether the MPI library can read device
-memory itself is `adaptcoll.cuda_aware`'s question).
+A buffer is device memory when it is a CuPy array, a CUDA `__dlpack__` producer, or exposes a
+`__cuda_array_interface__` whose pointer the CUDA driver says is device (or managed) memory
+(`adaptcoll.device.driver`): host memory behind that interface (pinned buffers, mpi4py's test arrays)
+is host memory, and where no driver loads every pointer is. Nothing here imports CuPy or MPI; the
+driver is initialized the first time a `__cuda_array_interface__` pointer is asked about.
 """
 
 from __future__ import annotations
@@ -12,12 +15,17 @@ from typing import Any, Optional
 
 import numpy as np
 
+from .driver import MemoryKind, driver
+
 __all__ = [
     "DLPACK_CUDA_DEVICE_TYPES",
     "DeviceArrayInfo",
+    "MemoryKind",
     "declares_device_memory",
     "device_array_info",
     "is_device_buffer",
+    "memory_kind",
+    "interface_note",
 ]
 
 DLPACK_CUDA_DEVICE_TYPES = {2: "cuda", 13: "cuda_managed"}
@@ -74,29 +82,64 @@ def _dlpack_device(obj: Any) -> Optional[tuple[int, int]]:
     return int(device_type), int(device_id)
 
 
-def is_device_buffer(obj: Any) -> bool:
-    """Whether `obj` is CUDA device memory: it exposes `__cuda_array_interface__`, or a `__dlpack__`
-    whose `__dlpack_device__` is a CUDA device. NumPy arrays and bytes-likes answer at once."""
-    if isinstance(obj, _HOST_TYPES):
-        return False
+def _cai_pointer(cai: dict) -> Optional[int]:
+    """The data pointer of a CAI dict, None when it has none readable (then mpi4py refuses it too)."""
+    try:
+        pointer = cai["data"][0]
+        return int(pointer or 0)
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+
+
+def memory_kind(obj: Any) -> MemoryKind:
+    """Where `obj`'s memory lives. NumPy arrays, bytes-likes and objects without a CUDA interface are
+    host memory at once; a `__cuda_array_interface__` pointer is asked of the CUDA driver (device memory
+    when the driver cannot tell, as the interface declares); DLPack producers say their device type."""
     cupy = sys.modules.get("cupy")  # CuPy arrays without building their interface dict (never imports CuPy)
     if cupy is not None and isinstance(obj, cupy.ndarray):
-        return True
-    if _cuda_array_interface(obj) is not None:
-        return True
+        return MemoryKind.DEVICE
+    if isinstance(obj, _HOST_TYPES):
+        return MemoryKind.HOST
+    cai = _cuda_array_interface(obj)
+    if cai is not None:
+        pointer = _cai_pointer(cai)
+        if pointer is None:
+            return MemoryKind.DEVICE  # unreadable: the device parser reports it, never MPI
+        return driver().pointer_kind(pointer) or MemoryKind.DEVICE
     device = _dlpack_device(obj)
-    return device is not None and device[0] in DLPACK_CUDA_DEVICE_TYPES
+    if device is not None and device[0] in DLPACK_CUDA_DEVICE_TYPES:
+        return MemoryKind.MANAGED if DLPACK_CUDA_DEVICE_TYPES[device[0]] == "cuda_managed" else MemoryKind.DEVICE
+    return MemoryKind.HOST
+
+
+def interface_note(spec: Any) -> Optional[str]:
+    """For stats(): what memory a buffer behind `__cuda_array_interface__` turned out to be, and who said
+    so (the CUDA driver, or its absence); None for every other buffer (and for CuPy arrays)."""
+    buf = spec[0] if isinstance(spec, (tuple, list)) and spec else spec
+    if type(buf) is np.ndarray or _cuda_array_interface(buf) is None:
+        return None
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and isinstance(buf, cupy.ndarray):
+        return None
+    return f"{memory_kind(buf).value} memory behind __cuda_array_interface__ ({driver().name})"
+
+
+def is_device_buffer(obj: Any) -> bool:
+    """Whether `obj` is CUDA device (or managed) memory, which a non-CUDA-aware MPI must never see."""
+    return memory_kind(obj) is not MemoryKind.HOST
 
 
 def declares_device_memory(obj: Any) -> bool:
-    """Like `is_device_buffer`, but a subclass of a host type that also exposes a CUDA interface counts
-    as device memory: CUDA managed memory (e.g. Numba's managed arrays, ndarray subclasses with a
-    `__cuda_array_interface__`) exports the buffer protocol too. Used where any buffer-protocol object
-    may turn up, such as out-of-band pickle buffers."""
+    """Like `is_device_buffer`, but a subclass of a host type that also exposes a CUDA interface is asked
+    about too: CUDA managed memory (e.g. Numba's managed arrays, ndarray subclasses with a
+    `__cuda_array_interface__`) exports the buffer protocol as well. Used where any buffer-protocol
+    object may turn up, such as out-of-band pickle buffers."""
     if type(obj) in _HOST_TYPES:
         return False
-    if _cuda_array_interface(obj) is not None:
-        return True
+    cai = _cuda_array_interface(obj)
+    if cai is not None:
+        pointer = _cai_pointer(cai)
+        return pointer is None or driver().pointer_kind(pointer) is not MemoryKind.HOST
     device = _dlpack_device(obj)
     return device is not None and device[0] in DLPACK_CUDA_DEVICE_TYPES
 

@@ -7,12 +7,12 @@ types adaptcoll does not fold (MINLOC/MAXLOC, user ops on unsupported types), de
 `(buf, count, datatype)` specifications, `algorithm=native`, invalid arguments, and every form that asks
 the decision layer (blocking, nonblocking, persistent). For a call with device memory among its buffers:
 
-* MPI is CUDA-aware (`adaptcoll.cuda_aware.mpi_cuda_aware`): native MPI as decided; it reads device
-  memory itself.
-* Otherwise, with CuPy: the whole call is staged through pinned host memory (`StagedCall`: device ->
-  pinned host -> the native collective -> device) and counted in `stats()` as "native (staged): why".
-* Otherwise (no CuPy, so nothing can copy device memory): a clear error on every rank that passed
-  device memory, instead of a pointer MPI would dereference (a segmentation fault).
+* MPI is CUDA-aware (`aware.mpi_cuda_aware`): native MPI as decided; it reads device memory itself.
+* Otherwise the whole call is staged through host memory (`StagedCall`: device -> host -> the native
+  collective -> device), with CuPy's pinned buffers and copy stream, or without CuPy with the CUDA
+  driver's copies (`driver`), and counted in `stats()` as "native (staged): why". Nothing is refused:
+  a rank that stages and a rank that passes host memory (or `IN_PLACE`) enter the same native
+  collective, so ranks never disagree about a call.
 
 Calls adaptcoll serves itself run on the CuPy backend and, without CUDA-aware MPI, over
 `StagingTransport`, so their segments reach MPI in pinned host memory only. The pickle-based
@@ -33,12 +33,12 @@ from typing import Any, Union
 import numpy as np
 from mpi4py import MPI
 
-from .backends.cupy_backend import synchronize_producer
-from .cuda import declares_device_memory, is_device_buffer
-from .cuda_aware import CUDA_AWARE_ENV, mpi_cuda_aware
-from .device import cupy_available
-from .native import Kind, Native
-from .staged_native import StagedCall
+from ..backends.cupy_backend import synchronize_producer
+from ..native import Native
+from .arrays import cupy_available
+from .aware import mpi_cuda_aware
+from .memory import declares_device_memory, is_device_buffer
+from .staged import StagedCall
 
 __all__ = ["STAGED", "is_device_spec", "route_native", "staged_reason", "host_pickle_buffer"]
 
@@ -62,28 +62,16 @@ def route_native(
     collective: str, native: Native, comm: MPI.Intracomm, args: Sequence[Any]
 ) -> Union[Native, StagedCall]:
     """What a `Native` decision becomes for this call (args in mpi4py's order after `comm`): the same
-    Native when no buffer is device memory or MPI is CUDA-aware, else the staged call, or an error."""
+    Native when no buffer is device memory or MPI is CUDA-aware, else the staged call."""
     if native.error is not None:  # raised before any MPI call
         return native
     specs = args[:1] if collective == "bcast" else args[:2]
     if not any(is_device_spec(spec) for spec in specs):
         return native
-    aware, why = mpi_cuda_aware(comm)
+    aware, _ = mpi_cuda_aware(comm)
     if aware:
         return native
-    if not cupy_available():
-        name = collective.capitalize()
-        return Native(
-            native.reason,
-            Kind.DEVICE,
-            RuntimeError(
-                f"adaptcoll {name}: the buffer is device memory and goes to native MPI ({native.reason}), but MPI "
-                f"is not CUDA-aware ({why}) and CuPy is not installed, so it can be neither served nor staged "
-                "through host memory. Install CuPy (pip install 'adaptcoll[gpu-cuda12]' or "
-                f"'adaptcoll[gpu-cuda13]', see docs/gpu.md), or set {CUDA_AWARE_ENV}=1 if this MPI is CUDA-aware."
-            ),
-        )
-    return StagedCall(collective, comm, args, is_device_spec)
+    return StagedCall(collective, comm, args, is_device_spec, with_cupy=cupy_available())
 
 
 def host_pickle_buffer(buf: Any, flat: np.ndarray) -> np.ndarray:

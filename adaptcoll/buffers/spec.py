@@ -30,9 +30,9 @@ from typing import Any, Optional, Union
 import numpy as np
 from mpi4py import MPI
 
+from ..native import DEVICE_MEMORY, Kind, Native
 from . import dlpack
 from .datatypes import mpi_copy, numpy_dtype, signature
-from .native import DEVICE_MEMORY, Kind, Native
 
 __all__ = ["unpack_spec", "Message", "parse", "datatype_of"]
 
@@ -87,12 +87,44 @@ _MALFORMED = Native("malformed buffer specification", Kind.INVALID)
 _OUT_OF_RANGE = Native("count or displacement out of range", Kind.INVALID)
 
 
+class _HostInterface:
+    """Host memory behind a `__cuda_array_interface__`, as NumPy's array interface (keeps `owner` alive)."""
+
+    def __init__(self, interface: dict, owner: Any) -> None:
+        self.__array_interface__ = interface
+        self.owner = owner
+
+
+def _cai_host_array(buf: Any) -> Union[np.ndarray, Native]:
+    """The host memory a `__cuda_array_interface__` describes, read as mpi4py reads it (its pointer, shape
+    and typestr; its strides); native MPI raises mpi4py's error for an interface it cannot read."""
+    try:
+        cai = buf.__cuda_array_interface__
+        pointer, readonly = cai["data"]
+        shape = tuple(int(extent) for extent in cai["shape"])
+        strides = None if cai.get("strides") is None else tuple(int(s) for s in cai["strides"])
+        if cai.get("mask") is not None or (not pointer and all(shape)):
+            return _UNSUPPORTED_BUFFER  # a mask, or a null pointer to elements
+        interface = {
+            "shape": shape,
+            "typestr": str(cai["typestr"]),
+            "data": (int(pointer or 0), bool(readonly)),
+            "strides": strides,
+            "version": 3,
+        }
+        array = np.asarray(_HostInterface(interface, buf))
+    except Exception:
+        return _UNSUPPORTED_BUFFER
+    return array if array.dtype.itemsize and not array.dtype.hasobject else _UNSUPPORTED_BUFFER
+
+
 def _host_array(buf: Any) -> Union[np.ndarray, Native]:
-    """`buf`'s memory as a NumPy array (any strides), looked up in mpi4py's order, or why not."""
+    """`buf`'s memory as a NumPy array (any strides), looked up in mpi4py's order, or why not. Callers
+    have asked adaptcoll.device first: a `__cuda_array_interface__` here is host memory."""
     if isinstance(buf, np.ndarray):
         return buf
     if hasattr(buf, "__cuda_array_interface__"):
-        return DEVICE_MEMORY
+        return _cai_host_array(buf)
     try:
         return np.asarray(memoryview(buf))
     except (TypeError, ValueError, NotImplementedError):

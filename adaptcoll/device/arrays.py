@@ -16,17 +16,13 @@ from typing import Any, Union
 import numpy as np
 from mpi4py import MPI
 
-from .backends.cupy_backend import CupyBackend, HostStaging, synchronize_producer
-from .buffers import Message, datatype_of, unpack_spec
-from .cuda import DLPACK_CUDA_DEVICE_TYPES
-from .cuda_aware import mpi_cuda_aware
-from .datatypes import numpy_dtype, signature
-from .native import DEVICE_MEMORY, Kind, Native
-from .pool import SegmentPool
-from .staging import StagingTransport
-from .transport import Transport
+from ..backends.cupy_backend import synchronize_producer
+from ..buffers import Message, datatype_of, unpack_spec
+from ..buffers.datatypes import numpy_dtype, signature
+from ..native import DEVICE_MEMORY, Kind, Native
+from .memory import DLPACK_CUDA_DEVICE_TYPES
 
-__all__ = ["DeviceContext", "as_cupy", "parse_device", "cupy_available"]
+__all__ = ["as_cupy", "parse_device", "cupy_available"]
 
 
 def cupy_available() -> bool:
@@ -144,24 +140,3 @@ def _declared_read_only(obj: Any) -> bool:
         return bool(cai["data"][1]) if isinstance(cai, dict) else False
     except (KeyError, IndexError, TypeError):
         return False
-
-
-class DeviceContext:
-    """Backend, pools and transport for device segments on one communicator."""
-
-    def __init__(self, mpi_transport: Transport, comm: Any) -> None:
-        self.backend = CupyBackend()
-        self.cuda_aware, self.why = mpi_cuda_aware(comm)
-        if self.cuda_aware:
-            self.transport: Transport = mpi_transport
-        else:
-            self.transport = StagingTransport(mpi_transport, HostStaging(device=self.backend.device.id))
-        self._pools: dict[Any, SegmentPool] = {}
-
-    def pool(self, dtype: Any) -> SegmentPool:
-        """Device segment buffers of `dtype`."""
-        key = np.dtype(dtype)
-        found = self._pools.get(key)
-        if found is None:
-            found = self._pools[key] = SegmentPool(self.backend, key)
-        return found

@@ -2,13 +2,17 @@
 the native MPI collective on pinned host copies (device -> pinned host -> native collective -> device),
 so an MPI that is not CUDA-aware never sees a device pointer.
 
-`StagedCall` is built by the decision layer (adaptcoll.device_route) for one call. `run()` is the
+`StagedCall` is built by the decision layer (`route.route_native`) for one call. `run()` is the
 blocking form (the blocking native collective, as a user would stage it by hand, with pooled pinned
 buffers); `start()` is the nonblocking and persistent form: the nonblocking native collective, driven
 by the engine, whose Operation completes once the results are back in device memory.
 
+Without CuPy the copies are the CUDA driver's (`driver`: synchronous `cuMemcpy` into ordinary host
+buffers, after `cuStreamSynchronize` of the producer's stream), for buffers that expose a
+`__cuda_array_interface__` pointer.
+
 Order of events, which also gives the stream ordering: the user's producer stream is synchronized
-before the device buffers are read (`adaptcoll.device.as_cupy`); the copies into pinned memory run on
+before the device buffers are read (`arrays.as_cupy`); the copies into pinned memory run on
 the process's staging stream and the host waits for them before MPI is called, so the native call is
 posted in program order on every rank (a nonblocking native collective must be started in the same
 order as the rank's other collectives on the communicator); the copies back run on the same stream
@@ -25,13 +29,16 @@ from typing import Any, Optional
 import numpy as np
 from mpi4py import MPI
 
-from .backends.cupy_backend import HostStaging
-from .device import as_cupy
-from .engine import engine
-from .protocols.operation import Operation
-from .transport import Poll
+from ..backends.cupy_backend import HostStaging
+from ..buffers import dlpack
+from ..engine import engine
+from ..protocols.operation import Operation
+from ..transport import Poll
+from .arrays import as_cupy
+from .driver import driver
+from .memory import device_array_info
 
-__all__ = ["StagedCall", "process_staging"]
+__all__ = ["StagedCall", "DriverStaging", "process_staging"]
 
 _IN_PLACE = MPI.IN_PLACE
 _STAGING: dict[int, HostStaging] = {}
@@ -56,6 +63,30 @@ def process_staging(device_id: int) -> HostStaging:
     return found
 
 
+class DriverStaging:
+    """HostStaging's interface over the CUDA driver, for processes without CuPy: ordinary host buffers,
+    synchronous copies (so every poll is already true)."""
+
+    def acquire(self, count: int, dtype: Any) -> np.ndarray:
+        return np.empty(count, dtype)
+
+    def release(self, host: np.ndarray) -> None:
+        return None
+
+    def copy_async(self, dst: int, src: int, nbytes: int) -> None:
+        if nbytes:
+            driver().copy(dst, src, nbytes)
+
+    def record(self) -> Poll:
+        return lambda: True
+
+    def synchronize(self) -> None:
+        return None
+
+
+_DRIVER_STAGING = DriverStaging()
+
+
 class _Slot:
     """One argument position holding device memory: what to copy in before and out after the call."""
 
@@ -72,12 +103,21 @@ def _buffer_of(spec: Any) -> Any:
 
 class StagedCall:
     """One collective call (`collective` in bcast/reduce/allreduce, mpi4py's argument order) whose device
-    buffers travel through pinned host memory; `is_device(spec)` says which arguments are device memory."""
+    buffers travel through pinned host memory; `is_device(spec)` says which arguments are device memory.
+    `with_cupy`: copy with CuPy (pinned buffers, the staging stream), else with the CUDA driver."""
 
-    def __init__(self, collective: str, comm: MPI.Intracomm, args: Sequence[Any], is_device: Callable[[Any], bool]):
+    def __init__(
+        self,
+        collective: str,
+        comm: MPI.Intracomm,
+        args: Sequence[Any],
+        is_device: Callable[[Any], bool],
+        with_cupy: bool = True,
+    ):
         self.collective = collective
         self.comm = comm
         self.args = list(args)
+        self.with_cupy = with_cupy
         self.slots = self._plan(comm.Get_rank(), is_device)
 
     def _plan(self, rank: int, is_device: Callable[[Any], bool]) -> list[_Slot]:
@@ -151,7 +191,7 @@ class StagedCall:
 
     def _stage(self) -> _Staged:
         """Pinned copies of this call's device buffers, filled where the call reads them."""
-        staged = _Staged(list(self.args))
+        staged = _Staged(list(self.args), self.with_cupy)
         try:
             for slot in self.slots:
                 staged.add(slot, self.collective)
@@ -165,27 +205,51 @@ class StagedCall:
 class _Staged:
     """The native arguments of one run, with pinned host buffers in place of the device ones."""
 
-    def __init__(self, args: list[Any]) -> None:
+    def __init__(self, args: list[Any], with_cupy: bool) -> None:
         self.args = args
-        self._held: list[tuple[HostStaging, np.ndarray]] = []
-        self._back: list[tuple[HostStaging, np.ndarray, Any]] = []
-        self._stagers: list[HostStaging] = []
+        self.with_cupy = with_cupy
+        self._held: list[tuple[Any, np.ndarray]] = []
+        self._back: list[tuple[Any, np.ndarray, int]] = []
+        self._stagers: list[Any] = []
+        self._keep: list[Any] = []
+
+    def _device_memory(self, buf: Any, collective: str) -> tuple[Any, int, int, np.dtype]:
+        """(stager, pointer, element count, dtype) of the device buffer `buf`, once its producer is done."""
+        if self.with_cupy:
+            device = as_cupy(buf)
+            if not (device.flags.c_contiguous or device.flags.f_contiguous):
+                raise BufferError(f"adaptcoll {collective.capitalize()}: device buffer is not contiguous")
+            flat = device.reshape(-1, order="A")
+            return process_staging(int(flat.data.device_id)), int(flat.data.ptr), int(flat.size), flat.dtype
+        info = device_array_info(buf)
+        if info.pointer is not None and info.shape is not None and info.dtype is not None:
+            if not info.contiguous:
+                raise BufferError(f"adaptcoll {collective.capitalize()}: device buffer is not contiguous")
+            if info.stream is not None:
+                driver().synchronize_stream(info.stream, info.pointer)
+            return _DRIVER_STAGING, info.pointer, int(np.prod(info.shape, dtype=np.int64)), info.dtype
+        # a DLPack-only producer: its tensor read in place (the capsule kept with the staged buffers; the
+        # layout only, never the memory), ordered before the legacy default stream, as asked without one
+        layout, _ = dlpack.host_array(buf)
+        if not (layout.flags.c_contiguous or layout.flags.f_contiguous):
+            raise BufferError(f"adaptcoll {collective.capitalize()}: device buffer is not contiguous")
+        self._keep.append(layout)
+        pointer = int(layout.__array_interface__["data"][0])
+        if layout.size:
+            driver().synchronize_stream(1, pointer)
+        return _DRIVER_STAGING, pointer, int(layout.size), layout.dtype
 
     def add(self, slot: _Slot, collective: str) -> None:
         spec = self.args[slot.index]
-        device = as_cupy(_buffer_of(spec))
-        if not (device.flags.c_contiguous or device.flags.f_contiguous):
-            raise BufferError(f"adaptcoll {collective.capitalize()}: device buffer is not contiguous")
-        flat = device.reshape(-1, order="A")
-        stager = process_staging(int(flat.data.device_id))
-        host = stager.acquire(flat.size, flat.dtype)
+        stager, pointer, size, dtype = self._device_memory(_buffer_of(spec), collective)
+        host = stager.acquire(size, dtype)
         self._held.append((stager, host))
         if stager not in self._stagers:
             self._stagers.append(stager)
         if slot.copy_in:
-            stager.copy_async(host.ctypes.data, flat.data.ptr, host.nbytes)
+            stager.copy_async(host.ctypes.data, pointer, host.nbytes)
         if slot.copy_out:
-            self._back.append((stager, host, flat))
+            self._back.append((stager, host, pointer))
         if isinstance(spec, (tuple, list)):
             self.args[slot.index] = type(spec)([host, *spec[1:]])
         else:
@@ -201,8 +265,8 @@ class _Staged:
         true once they are all there (None when nothing is copied back)."""
         if not self._back:
             return None
-        for stager, host, flat in self._back:
-            stager.copy_async(flat.data.ptr, host.ctypes.data, host.nbytes)
+        for stager, host, pointer in self._back:
+            stager.copy_async(pointer, host.ctypes.data, host.nbytes)
         if not poll:
             return None
         polls = [stager.record() for stager in self._stagers]
