@@ -27,7 +27,7 @@ from .threads import enter, leave
 __all__ = ["bcast", "reduce", "allreduce", "INLINE_BELOW"]
 
 INLINE_BELOW = settings.parse_size(
-    os.environ.get("ADAPTCOLL_PICKLE_INLINE_BELOW", "64K"), "ADAPTCOLL_PICKLE_INLINE_BELOW"
+    settings.env_value("ADAPTCOLL_PICKLE_INLINE_BELOW") or "64K", "ADAPTCOLL_PICKLE_INLINE_BELOW"
 )
 """Pickled objects (in-band plus out-of-band bytes) smaller than this travel inside the native header
 bcast; larger ones go through adaptcoll's segmented Bcast. Same on all ranks (only the root decides,

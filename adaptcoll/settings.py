@@ -30,6 +30,7 @@ __all__ = [
     "on_change",
     "parse_size",
     "from_environ",
+    "env_value",
 ]
 
 COLLECTIVES = ("bcast", "reduce", "allreduce")
@@ -327,13 +328,22 @@ def _parse_field(field: str, value: Any, name: str) -> Any:
     raise AssertionError(field)
 
 
+def env_value(var: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """The value of environment variable `var`, or None when it is unset or empty (blank): job scripts
+    and shells often export `VAR=` for "not set", so an empty value means the default."""
+    value = (os.environ if environ is None else environ).get(var)
+    return None if value is None or not value.strip() else value
+
+
 def from_environ(environ: Mapping[str, str] | None = None) -> Settings:
-    """Settings from ADAPTCOLL_* variables (defaults for the unset ones); ValueError naming a bad variable."""
+    """Settings from ADAPTCOLL_* variables (defaults for the unset and empty ones); ValueError naming a
+    bad variable."""
     env = os.environ if environ is None else environ
     values = {}
     for field, var in ENV_VARS.items():
-        if var in env:
-            values[field] = _parse_field(field, env[var], var)
+        raw = env_value(var, env)
+        if raw is not None:
+            values[field] = _parse_field(field, raw, var)
     values = _follow_global_threshold(values)
     return Settings(**values, explicit=tuple(sorted(values)))
 
@@ -419,6 +429,7 @@ def load_environ() -> None:
     """(Re)read the environment into the current settings (done once at import); every ADAPTCOLL_*
     setting is checked now, so a bad value fails at `import adaptcoll` naming its variable."""
     for var in OTHER_SIZE_VARS:
-        if var in os.environ:
-            parse_size(os.environ[var], var)
+        raw = env_value(var)
+        if raw is not None:
+            parse_size(raw, var)
     _install(from_environ())

@@ -59,6 +59,23 @@ def test_invalid_environment_at_import_is_a_clear_error():
     assert "ADAPTCOLL_BCAST_ALGORITHM" in proc.stderr and "binomial" in proc.stderr
 
 
+def test_empty_environment_values_mean_unset():
+    """`VAR=` (shells and job scripts) is the default, for every setting, at import too."""
+    blank = {var: value for var, value in zip(settings.ENV_VARS.values(), ["", " "] * len(settings.ENV_VARS))}
+    s = settings.from_environ(blank)
+    assert s == settings.Settings() and s.explicit == ()
+    env = {var: "" for var in [*settings.ENV_VARS.values(), *settings.OTHER_SIZE_VARS, "ADAPTCOLL_NOISE"]}
+    code = (
+        "import adaptcoll, adaptcoll.pickled as p, adaptcoll.settings as s, adaptcoll.noise.spec as n; "
+        "assert s.current() == s.Settings(), s.current(); assert p.INLINE_BELOW == 64 * 1024; "
+        "assert n.from_env() is None; print('ok')"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**env, "PATH": ""}, timeout=60
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+
+
 def test_algorithm_choices_listed_in_error():
     with pytest.raises(ValueError) as info:
         settings.from_environ({"ADAPTCOLL_ALLREDUCE_ALGORITHM": "star"})

@@ -144,6 +144,6 @@ def from_env(
     """
     environ = os.environ if environ is None else environ
     text = environ.get(var)
-    if text is None:
+    if text is None or not text.strip():  # empty means unset
         return None
     return from_spec(text, rank_from_env(environ) if rank is None else rank, seed, name=var)
