@@ -3,12 +3,14 @@ these functions themselves; its other methods are one line each over them): a sm
 the decision (`adaptcoll.decide`), then either adaptcoll's protocols or the native mpi4py method with
 the same arguments, counted in `stats()` either way.
 
-The fast path comes first and costs a type check, a size check and one counter update: a plain NumPy
-array below the communicator's threshold for the collective (its tuning's, set once the tuning is
-known by its first blocking call; 0 before, so the first calls take the full path) goes straight to
-mpi4py (a program that reduces norms or flags makes such calls all the time). Everything else, other
-buffer forms below the threshold included, goes through the decision, which reaches the same native
-call for them. Past the fast path each call marks its communicator busy (adaptcoll.threads), so a
+The fast path comes first and costs a size check and one counter update: a message below the
+communicator's threshold for the collective (its tuning's, set once the tuning is known by its first
+blocking call; 0 before, so the first calls take the full path) goes straight to mpi4py (a program that
+reduces norms or flags makes such calls all the time). Its size is the NumPy array's `nbytes`, or for
+the other host forms (`[buf, count, datatype]` and friends over bytearray, mmap, array.array, ...)
+`spec_size.host_nbytes`, the signature's size from the count and datatype; everything else goes
+through the decision, which reaches the same native call for small messages. Past the fast path
+each call marks its communicator busy (adaptcoll.threads), so a
 second thread calling a collective on the same communicator at the same time gets a clear error
 instead of a hang.
 """
@@ -25,6 +27,7 @@ from .engine import engine
 from .native import Native
 from .protocols.operation import Operation
 from .requests import NativeRequest, Request
+from .spec_size import host_nbytes
 from .state import comm_state
 from .threads import enter, leave
 from .tune.choose import BELOW_ATTR, UNKNOWN
@@ -44,6 +47,7 @@ _BELOW = counters.below
 _BELOW_ATTR = BELOW_ATTR
 _getattr = getattr
 _record = counters.record
+_host_nbytes = host_nbytes
 _FINISHED = Operation()
 _FINISHED.complete()
 
@@ -92,7 +96,8 @@ def wait(operation: Operation) -> None:
 # -- broadcast ------------------------------------------------------------------------------------
 def bcast(comm: MPI.Intracomm, buf: Any, root: Any = 0, name: str = "Bcast") -> None:
     """Broadcast `buf` from `root` (mpi4py's Bcast: signature and semantics); `name`: the counter."""
-    if type(buf) is _NDARRAY and buf.nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["bcast"]:
+    nbytes = buf.nbytes if type(buf) is _NDARRAY else _host_nbytes(buf)
+    if 0 <= nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["bcast"]:
         _BELOW[name] += 1
         return _MPI_BCAST(comm, buf, root)
     key = enter(comm, name)
@@ -121,7 +126,8 @@ def ibcast(comm: MPI.Intracomm, buf: Any, root: Any = 0) -> Request:
 def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM, root: Any = 0) -> None:
     """Reduce to `root` (mpi4py's Reduce: signature and semantics; a non-root's recvbuf is ignored)."""
     data = recvbuf if sendbuf is _IN_PLACE else sendbuf
-    if type(data) is _NDARRAY and data.nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["reduce"]:
+    nbytes = data.nbytes if type(data) is _NDARRAY else _host_nbytes(data)
+    if 0 <= nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["reduce"]:
         _BELOW["Reduce"] += 1
         if sendbuf is recvbuf:
             sendbuf = decide.in_place_send_at_root(comm, sendbuf, recvbuf, root)
@@ -154,7 +160,8 @@ def ireduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM, roo
 def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM) -> None:
     """Allreduce (mpi4py's signature; `sendbuf is recvbuf` is treated as IN_PLACE)."""
     data = recvbuf if sendbuf is _IN_PLACE else sendbuf
-    if type(data) is _NDARRAY and data.nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["allreduce"]:
+    nbytes = data.nbytes if type(data) is _NDARRAY else _host_nbytes(data)
+    if 0 <= nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["allreduce"]:
         _BELOW["Allreduce"] += 1
         return _MPI_ALLREDUCE(comm, _IN_PLACE if sendbuf is recvbuf else sendbuf, recvbuf, op)
     key = enter(comm, "Allreduce")

@@ -1,0 +1,108 @@
+"""The fast path's message size (adaptcoll.spec_size.host_nbytes) agrees with the full parse for every
+form it sizes, and declines (-1) what it must leave to the decision: device memory, BOTTOM, odd forms."""
+
+from __future__ import annotations
+
+import array
+import mmap
+
+import fake_device as fd
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from adaptcoll import buffers
+from adaptcoll.spec_size import host_nbytes
+
+
+class HostCAI:
+    def __init__(self, a: np.ndarray) -> None:
+        self.a = a
+        self.__cuda_array_interface__ = {"shape": a.shape, "typestr": a.dtype.str, "data": (a.ctypes.data, False)}
+
+
+def _specs() -> list[object]:
+    d = np.arange(24.0)
+    b = np.zeros(40, np.uint8)
+    vector = MPI.DOUBLE.Create_vector(2, 1, 3).Commit()
+    out: list[object] = [
+        d,
+        d.reshape(4, 6),
+        bytearray(13),
+        bytes(7),
+        memoryview(d),
+        array.array("i", range(9)),
+        mmap.mmap(-1, 64),
+        [d, MPI.DOUBLE],
+        (b, MPI.BYTE),
+        [d, 5],
+        [array.array("h", range(8)), 3],
+        [d, 10, MPI.DOUBLE],
+        (d, 10, "d"),
+        [d, (7, 2), MPI.DOUBLE],
+        [d, 6, 3, MPI.DOUBLE],
+        [b, 0, MPI.BYTE],
+        [mmap.mmap(-1, 64), 16, MPI.INT],
+        [d, 3, vector],
+        [HostCAI(d), 12, MPI.DOUBLE],
+        HostCAI(d.reshape(3, 8)),
+    ]
+    return out
+
+
+@pytest.mark.parametrize("index", range(len(_specs())))
+def test_sizes_agree_with_the_full_parse(index: int) -> None:
+    spec = _specs()[index]
+    found = host_nbytes(spec)
+    parsed = buffers.parse(spec, writable=False)
+    assert isinstance(parsed, buffers.Message), parsed
+    assert found == parsed.nbytes, (spec, found, parsed.nbytes)
+
+
+def test_declines_what_the_decision_must_see() -> None:
+    d = np.arange(8.0)
+    device = fd.CAIBuffer(d)  # device memory (the fake driver's arena)
+    assert host_nbytes(device) == -1
+    assert host_nbytes([device, 8, MPI.DOUBLE]) == -1
+    assert host_nbytes([fd.DLPackBuffer(d), 8, MPI.DOUBLE]) == -1
+    assert host_nbytes([None, 1, MPI.DOUBLE]) == -1 and host_nbytes([MPI.BOTTOM, 1, MPI.DOUBLE]) == -1
+    assert host_nbytes(MPI.IN_PLACE) == -1 and host_nbytes(None) == -1 and host_nbytes("abc") == -1
+    assert host_nbytes([d]) == -1 and host_nbytes([d, 1, 2, 3, MPI.DOUBLE]) == -1
+    assert host_nbytes([d, -1, MPI.DOUBLE]) == -1 and host_nbytes([d, -1]) == -1
+    assert host_nbytes([d, 2.0, MPI.DOUBLE]) == -1 and host_nbytes([d, (1, 2, 3), MPI.DOUBLE]) == -1
+    assert host_nbytes([d, 2, MPI.DATATYPE_NULL]) == -1 and host_nbytes([d, 2, object()]) == -1
+    assert host_nbytes([d, 2, "not a typecode"]) == -1
+    assert host_nbytes(d.view(type("Sub", (np.ndarray,), {}))) == -1  # subclasses: the decision looks
+
+
+@pytest.mark.mpi(ranks=[2], timeout=120)
+def test_small_spec_calls_take_the_fast_path_and_match_native(mpi_ranks):
+    """Below the threshold, `[buf, count, datatype]` and friends go straight to mpi4py (counted in
+    counters.below, like a bare ndarray), ranks mixing forms included, with native results."""
+    import adaptcoll
+    from adaptcoll import counters
+
+    world = MPI.COMM_WORLD
+    comm = adaptcoll.Intracomm(world)
+    rank = world.Get_rank()
+    comm.Bcast(np.zeros(1), 0)  # the first blocking call learns the communicator's thresholds
+    n = 64
+    forms = [
+        lambda a: [a, n, MPI.DOUBLE],
+        lambda a: [a, MPI.DOUBLE],
+        lambda a: (a, (n, 0), "d"),
+        lambda a: [HostCAI(a), n, MPI.DOUBLE],
+        HostCAI,
+    ]
+    for i, form in enumerate(forms):
+        mine = form if rank == 0 else forms[(i + 1) % len(forms)]  # ranks use different forms
+        before = dict(counters.below)
+        buf = np.arange(n, dtype="d") if rank == 0 else np.zeros(n)
+        comm.Bcast(mine(buf), 0)
+        np.testing.assert_array_equal(buf, np.arange(n, dtype="d"))
+        send, recv = np.arange(n, dtype="d") + rank, np.zeros(n)
+        comm.Allreduce(mine(send), mine(recv), MPI.SUM)
+        np.testing.assert_array_equal(recv, 2 * np.arange(n, dtype="d") + 1)
+        comm.Reduce(mine(send), mine(recv) if rank == 0 else None, MPI.SUM, 0)
+        for name in ("Bcast", "Allreduce", "Reduce"):
+            assert counters.below[name] == before.get(name, 0) + 1, (i, name)
