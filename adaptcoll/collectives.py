@@ -28,7 +28,7 @@ from .native import Native
 from .protocols.operation import Operation
 from .requests import NativeRequest, Request
 from .spec_size import host_nbytes
-from .state import comm_state
+from .state import comm_state, settle_setup
 from .threads import enter, leave
 from .tune.choose import BELOW_ATTR, UNKNOWN
 
@@ -116,6 +116,7 @@ def ibcast(comm: MPI.Intracomm, buf: Any, root: Any = 0) -> Request:
     try:
         operation = start("Ibcast", decide.bcast(comm, buf, root), comm)
         if operation is None:
+            settle_setup(comm)
             return NativeRequest(_MPI_IBCAST(comm, buf, root), keep=buf)
         return Request(operation)
     finally:
@@ -149,6 +150,7 @@ def ireduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM, roo
     try:
         operation = start("Ireduce", decide.reduce(comm, sendbuf, recvbuf, op, root), comm)
         if operation is None:
+            settle_setup(comm)
             native_send = decide.in_place_send_at_root(comm, sendbuf, recvbuf, root)
             return NativeRequest(_MPI_IREDUCE(comm, native_send, recvbuf, op, root), keep=(sendbuf, recvbuf))
         return Request(operation)
@@ -180,6 +182,7 @@ def iallreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM) 
     try:
         operation = start("Iallreduce", decide.allreduce(comm, sendbuf, recvbuf, op), comm)
         if operation is None:
+            settle_setup(comm)
             native_send = decide.in_place_send(sendbuf, recvbuf)
             return NativeRequest(_MPI_IALLREDUCE(comm, native_send, recvbuf, op), keep=(sendbuf, recvbuf))
         return Request(operation)

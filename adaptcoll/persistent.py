@@ -19,7 +19,7 @@ from .engine import engine
 from .native import Native
 from .protocols.operation import Operation
 from .requests import Request
-from .state import comm_state
+from .state import comm_state, settle_setup
 from .threads import enter, leave
 
 __all__ = ["Prequest", "NativePrequest", "bcast_init", "reduce_init", "allreduce_init"]
@@ -131,6 +131,7 @@ def _prequest(
                 counters.note(name, decision.note)
             if decision.error is not None:
                 raise decision.error
+            settle_setup(comm)
             return NativePrequest(native(), keep=keep)
     finally:
         leave(key)

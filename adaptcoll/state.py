@@ -77,6 +77,21 @@ class SetupWait:
         "count below ADAPTCOLL_NATIVE_BELOW where others are above it, never joins)"
     )
 
+    def fail(self, error: BaseException) -> bool:
+        """The step failed (its poll raised, e.g. MPI_Comm_idup reported a mismatch): every collective
+        queued behind it fails with `error`, so its waiter raises instead of waiting forever. Returns
+        whether this is the first failure (the engine's contract for owners)."""
+        if self.error is not None:
+            return False
+        self.error = error
+        state = self.state
+        state._step_running = False
+        state._steps.clear()
+        while state._queued:
+            _, proxy = state._queued.popleft()
+            proxy.fail(error)
+        return True
+
 
 class _DuplicateStep:
     """The private duplicate for adaptcoll's own traffic, made with MPI_Comm_idup (never blocks)."""
@@ -88,6 +103,8 @@ class _DuplicateStep:
         state._pending_dup = (newcomm, request)
 
         def done() -> bool:
+            if state._pending_dup is None:  # already bound: free() completed the Idup first
+                return True
             try:
                 if not request.Test():
                     return False
@@ -403,6 +420,24 @@ def _delete_state(comm: MPI.Comm, keyval: int, state: Any) -> None:
 
 
 _KEYVAL = MPI.Comm.Create_keyval(delete_fn=_delete_state)
+
+
+IDUP_OVERLAP_BREAKS = MPI.get_vendor()[0] == "Open MPI"
+"""Open MPI (5.0.11, measured): an MPI_Comm_idup still pending while another nonblocking collective runs
+on the same communicator makes that collective fail (`MPI Error in NBC subrequest: 15`, truncation)
+and later ones crash. MPICH runs them side by side, as MPI allows."""
+
+
+def settle_setup(comm: MPI.Intracomm) -> None:
+    """Before a native nonblocking or persistent collective on `comm`: under an MPI whose pending Idup
+    breaks concurrent nonblocking collectives (IDUP_OVERLAP_BREAKS), finish adaptcoll's set-up of `comm`
+    first. Every rank started that set-up at the same call (its first adaptcoll call on `comm`), so it
+    completes as the others reach any MPI call; elsewhere, and once it is done, nothing happens."""
+    if not IDUP_OVERLAP_BREAKS:
+        return
+    state = comm.Get_attr(_KEYVAL)
+    if isinstance(state, CommState) and not state.ready:
+        state.wait_ready()
 
 
 def comm_state(comm: MPI.Intracomm) -> CommState:
