@@ -58,6 +58,7 @@ SERVE_ALL = {
 """Setting (b): adaptcoll serves every size, in 64-byte segments without a cap on their number."""
 
 _RESULT = re.compile(r"^(FAIL|ERROR): (\w+) \(([\w.]+)\)")
+_FINISHED = re.compile(r"MPI4PY-SUITE rank (\d+) finished")
 
 
 class SuiteUnavailable(Exception):
@@ -186,8 +187,8 @@ def run_suite(
         found = _RESULT.match(line)
         if found:
             outcome.failed.add(f"{found.group(3).rsplit('.', 1)[0]}.{found.group(2)}")
-        elif line.startswith("MPI4PY-SUITE rank"):
-            outcome.ranks_finished += 1
+    # ranks' lines may interleave mid-line in the launcher's output: look for the markers anywhere
+    outcome.ranks_finished = len(set(_FINISHED.findall(output)))
     if outcome.ranks_finished != ranks or returncode != 0:
         outcome.crash = f"exit status {returncode}, {outcome.ranks_finished} of {ranks} ranks finished"
     return outcome
