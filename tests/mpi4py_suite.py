@@ -57,7 +57,7 @@ SERVE_ALL = {
 }
 """Setting (b): adaptcoll serves every size, in 64-byte segments without a cap on their number."""
 
-_RESULT = re.compile(r"^(FAIL|ERROR): (\w+) \(([\w.]+)\)")
+_RESULT = re.compile(r"\b(FAIL|ERROR): (\w+) \(([\w.]+)\)")
 _FINISHED = re.compile(r"MPI4PY-SUITE rank (\d+) finished")
 
 
@@ -183,10 +183,8 @@ def run_suite(
         output = _text(expired.stdout) + _text(expired.stderr)
         returncode = -1
     outcome = Outcome(output=output)
-    for line in output.splitlines():
-        found = _RESULT.match(line)
-        if found:
-            outcome.failed.add(f"{found.group(3).rsplit('.', 1)[0]}.{found.group(2)}")
+    for found in _RESULT.finditer(output):  # anywhere: ranks' lines may interleave mid-line
+        outcome.failed.add(f"{found.group(3).rsplit('.', 1)[0]}.{found.group(2)}")
     # ranks' lines may interleave mid-line in the launcher's output: look for the markers anywhere
     outcome.ranks_finished = len(set(_FINISHED.findall(output)))
     if outcome.ranks_finished != ranks or returncode != 0:
