@@ -16,7 +16,7 @@ from noncommutative import matmul_mpi
 
 import adaptcoll
 
-RANKS = [1, 2, 3, 4, 5]  # 1, powers of two and not (8 ranks, 4x oversubscribed on 2 cores, reach no other path)
+RANKS = [1, 2, 4, 5]  # 1, powers of two and not (3 and 8 ranks reach no other path; 8 is 4x oversubscribed here)
 TREES = ["binomial", "in_order_binomial", "binary", "pipeline", "chain", "linear", "knomial", "two_tree", "topo"]
 SEG_BYTES = 64  # small segments: many segments per message, so the windows and queues are exercised
 
@@ -127,7 +127,7 @@ def test_reduce_allreduce_trees_roots_sizes(mpi_ranks):
     assert (_served("Reduce") - before[0], _served("Allreduce") - before[1]) == (calls, calls)
 
 
-@pytest.mark.mpi(ranks=[1, 3, 4], timeout=240)
+@pytest.mark.mpi(ranks=[1, 3], timeout=240)
 def test_every_op_and_type(mpi_ranks):
     world = MPI.COMM_WORLD
     comm = adaptcoll.Intracomm(world)
@@ -146,7 +146,7 @@ def test_every_op_and_type(mpi_ranks):
     assert _served("Reduce") - before == calls
 
 
-@pytest.mark.mpi(ranks=[2, 3, 5], timeout=180)
+@pytest.mark.mpi(ranks=[3, 5], timeout=180)
 def test_noncommutative_user_op_rank_order(mpi_ranks):
     world = MPI.COMM_WORLD
     comm = adaptcoll.Intracomm(world)

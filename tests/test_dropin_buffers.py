@@ -221,13 +221,14 @@ def test_every_buffer_form_matches_native(mpi_ranks):
                 expected = sum(np.arange(n, dtype="d") + r for r in range(size))
             np.testing.assert_array_equal(mine, expected, err_msg=name)
             _check_stats(name, "below native_below", name)
-            notes = adaptcoll.stats()[name].get("notes", {})
-            assert [n for n in notes if n.startswith("host memory behind __cuda_array_interface__")], (name, notes)
+            if name == "Iallreduce":  # the decision notes the memory (the blocking fast path only sizes it)
+                notes = adaptcoll.stats()[name].get("notes", {})
+                assert [n for n in notes if n.startswith("host memory behind __cuda_array_interface__")], notes
     finally:
         del os.environ["ADAPTCOLL_CUDA_AWARE"]
 
 
-@pytest.mark.mpi(ranks=[2, 3], timeout=120)
+@pytest.mark.mpi(ranks=[3], timeout=120)
 def test_derived_datatypes_and_bottom_served_by_signature(mpi_ranks):
     """Derived datatypes of one basic type and BOTTOM addressing are served from their type signature
     (a view when the elements are back to back, packed through MPI otherwise); a user-defined op on a

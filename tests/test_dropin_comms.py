@@ -173,7 +173,7 @@ def test_pickled_collectives_match_native(mpi_ranks):
     assert engine().pending == 0
 
 
-@pytest.mark.mpi(ranks=[2, 3], timeout=120)
+@pytest.mark.mpi(ranks=[3], timeout=120)
 def test_persistent_requests_restart_and_free(mpi_ranks):
     world = mpi4py_MPI.COMM_WORLD
     MPI = mpi4py_MPI

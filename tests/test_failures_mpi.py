@@ -82,7 +82,7 @@ def test_an_error_belongs_to_its_operation_and_communicator(mpi_ranks):
     other.Free()
 
 
-@pytest.mark.mpi(ranks=[2, 3, 4, 5], timeout=200)
+@pytest.mark.mpi(ranks=[2, 5], timeout=200)
 def test_counts_differing_on_some_ranks_make_every_rank_raise_or_complete(mpi_ranks):
     """Item 6: the issue's reproducers (N=1000 on rank 0, 2000 elsewhere) for each collective and a few
     roots: every rank raises a MessageSizeError naming the collective, or completes; none hangs."""
