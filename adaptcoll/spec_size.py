@@ -9,7 +9,8 @@ It answers -1 ("take the full decision") for anything it cannot size that cheapl
 is not certainly host memory: only the exact host types below are sized from the buffer itself; any
 other buffer object (`__dlpack__`, ...) only with an explicit count and datatype, once `adaptcoll.device`
 says it is host memory; a bare `__cuda_array_interface__` object is sized from its shape and typestr
-once the CUDA driver (or its absence) says its pointer is host memory. A malformed specification sized here goes to
+once the CUDA driver (or its absence) says its pointer is host memory, a bare host DLPack producer from
+its tensor, read in place. A malformed specification sized here goes to
 native MPI, which raises mpi4py's own error, as the full decision would.
 """
 
@@ -22,6 +23,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
+from .buffers import dlpack
 from .device import MemoryKind, memory_kind
 
 __all__ = ["host_nbytes"]
@@ -38,12 +40,26 @@ _CODE_SIZES: dict[str, int] = {}
 _TYPESTR_SIZES: dict[str, int] = {}
 
 
+def _dlpack_nbytes(buf: Any) -> int:
+    """Bytes of a bare host `__dlpack__` producer (its tensor read in place, as mpi4py reads it); -1 for
+    anything else, device memory included."""
+    try:
+        if buf.__dlpack_device__()[0] != dlpack.KDL_CPU:
+            return -1
+        return dlpack.tensor_nbytes(buf)
+    except Exception:
+        return -1
+
+
 def _interface_nbytes(buf: Any) -> int:
-    """Bytes of host memory behind a bare `__cuda_array_interface__` object; -1 for anything else."""
+    """Bytes of host memory behind a bare `__cuda_array_interface__` object, or of a bare host DLPack
+    producer; -1 for anything else."""
     try:
         cai = getattr(buf, "__cuda_array_interface__", None)
     except Exception:
         return -1
+    if cai is None and hasattr(buf, "__dlpack_device__"):
+        return _dlpack_nbytes(buf)
     if type(cai) is not dict or memory_kind(buf) is not _HOST:
         return -1
     try:

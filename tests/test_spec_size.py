@@ -21,6 +21,17 @@ class HostCAI:
         self.__cuda_array_interface__ = {"shape": a.shape, "typestr": a.dtype.str, "data": (a.ctypes.data, False)}
 
 
+class _HostDLPack:
+    def __init__(self, a: np.ndarray) -> None:
+        self.a = a
+
+    def __dlpack__(self, **kwargs: object) -> object:
+        return self.a.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self.a.__dlpack_device__()
+
+
 def _specs() -> list[object]:
     d = np.arange(24.0)
     b = np.zeros(40, np.uint8)
@@ -46,6 +57,7 @@ def _specs() -> list[object]:
         [d, 3, vector],
         [HostCAI(d), 12, MPI.DOUBLE],
         HostCAI(d.reshape(3, 8)),
+        _HostDLPack(np.arange(6, dtype="i4")),
     ]
     return out
 
@@ -72,7 +84,8 @@ def test_declines_what_the_decision_must_see() -> None:
     assert host_nbytes([d, 2.0, MPI.DOUBLE]) == -1 and host_nbytes([d, (1, 2, 3), MPI.DOUBLE]) == -1
     assert host_nbytes([d, 2, MPI.DATATYPE_NULL]) == -1 and host_nbytes([d, 2, object()]) == -1
     assert host_nbytes([d, 2, "not a typecode"]) == -1
-    assert host_nbytes(d.view(type("Sub", (np.ndarray,), {}))) == -1  # subclasses: the decision looks
+    assert host_nbytes(d.view(type("Sub", (np.ndarray,), {}))) == 64  # host memory, as the decision reads it
+    assert host_nbytes(fd.DLPackBuffer(d)) == -1  # a CUDA DLPack producer
 
 
 @pytest.mark.mpi(ranks=[2], timeout=120)

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["host_array", "device_type", "KDL_CPU"]
+__all__ = ["host_array", "tensor_nbytes", "device_type", "KDL_CPU"]
 
 KDL_CPU = 1
 _READ_ONLY_FLAG = 1
@@ -131,12 +131,8 @@ def device_type(obj: Any) -> int:
     return int(obj.__dlpack_device__()[0])
 
 
-def host_array(obj: Any) -> tuple[np.ndarray, bool]:
-    """(array over `obj`'s host memory, read-only flag), strides as the producer gave them.
-
-    The array keeps the capsule alive (never consumed: its destructor calls the producer's deleter
-    once the array is gone). BufferError with mpi4py's messages for invalid capsules and shapes.
-    """
+def _tensor(obj: Any) -> tuple[Any, _Tensor, bool]:
+    """(capsule, its DLTensor, read-only flag), asked as mpi4py asks; BufferError for invalid capsules."""
     try:
         capsule = obj.__dlpack__(max_version=(1, 0), copy=False)
         versioned = True
@@ -150,15 +146,38 @@ def host_array(obj: Any) -> tuple[np.ndarray, bool]:
         else:
             raise BufferError("dlpack: invalid capsule object")
     pointer = _capsule_pointer(capsule, name)
-    readonly = False
     if versioned:
         managed = _ManagedVersioned.from_address(pointer)
         if managed.version.major < 1:
             raise BufferError("dlpack: unexpected version")
-        tensor = managed.dl_tensor
-        readonly = bool(managed.flags & _READ_ONLY_FLAG)
-    else:
-        tensor = _Managed.from_address(pointer).dl_tensor
+        return capsule, managed.dl_tensor, bool(managed.flags & _READ_ONLY_FLAG)
+    return capsule, _Managed.from_address(pointer).dl_tensor, False
+
+
+def tensor_nbytes(obj: Any) -> int:
+    """Bytes of `obj`'s DLPack tensor (elements x element size), without building an array; the capsule
+    is released unconsumed. BufferError for invalid capsules and shapes."""
+    capsule, tensor, _ = _tensor(obj)
+    ndim = tensor.ndim
+    if ndim < 0 or (ndim > 0 and not tensor.shape):
+        raise BufferError("dlpack: invalid shape")
+    size = (tensor.dtype.bits * tensor.dtype.lanes + 7) // 8
+    for i in range(ndim):
+        extent = int(tensor.shape[i])
+        if extent < 0:
+            raise BufferError("dlpack: shape item is negative")
+        size *= extent
+    del capsule
+    return size
+
+
+def host_array(obj: Any) -> tuple[np.ndarray, bool]:
+    """(array over `obj`'s host memory, read-only flag), strides as the producer gave them.
+
+    The array keeps the capsule alive (never consumed: its destructor calls the producer's deleter
+    once the array is gone). BufferError with mpi4py's messages for invalid capsules and shapes.
+    """
+    capsule, tensor, readonly = _tensor(obj)
     ndim = tensor.ndim
     if ndim < 0:
         raise BufferError("dlpack: number of dimensions is negative")
