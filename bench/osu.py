@@ -26,7 +26,6 @@ import dataclasses
 import json
 import os
 import platform
-import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -35,6 +34,33 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+try:
+    import adaptcoll  # noqa: F401
+except ImportError:  # a source checkout that is not installed (e.g. the Open MPI venv)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from adaptcoll.measure import (
+    Buffers,
+    Impl,
+    Progress,
+    SettingsSwitch,
+    first_blocking_calls,
+    make_buffers,
+    parse_size,
+    parse_size_range,
+    percentile,
+    route_of,
+    routes,
+    sizes_between,
+    starter,
+    summarize_samples,
+    time_blocking,
+    warmup,
+)
+from adaptcoll.measure import device_call as _measure_device_call
+from adaptcoll.measure import dtype_for as _measure_dtype_for
+from adaptcoll.measure import import_cupy as import_cupy_for_bench
+from adaptcoll.measure import to_device as _to_device
 
 __all__ = [
     "COLLECTIVES",
@@ -63,45 +89,10 @@ NONBLOCKING = frozenset({"ibcast", "ireduce", "iallreduce"})
 LARGE_MESSAGE_SIZE = 8192  # OSU: above this, the "large" iteration counts apply
 OSU_ITERATIONS = (1000, 100)  # (small, large)
 OSU_WARMUP = (100, 10)
-_SIZE_SUFFIX = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-_SIZE_RE = re.compile(r"^\s*(\d+)\s*([kKmMgG]?)(?:i?[bB])?\s*$")
 _SETTING_SHORTHANDS = ("algorithm", "segment_size")
 
 
 # -- argument parsing (no MPI) -------------------------------------------------------------------
-
-
-def parse_size(text: str) -> int:
-    """Bytes from '4096', '4K', '4KiB', '1M', '1MB' (binary multiples); ValueError otherwise."""
-    match = _SIZE_RE.match(text)
-    if not match:
-        raise ValueError(f"bad size {text!r}: expected bytes such as 4096, 4K or 1M")
-    return int(match.group(1)) * _SIZE_SUFFIX[match.group(2).lower()]
-
-
-def parse_size_range(text: str) -> tuple[int, int]:
-    """OSU's -m argument: 'max' or 'min:max' (both in bytes, K/M/G suffixes ok) -> (min, max)."""
-    lo_text, sep, hi_text = text.partition(":")
-    if not sep:
-        return 0, parse_size(lo_text)
-    lo = parse_size(lo_text) if lo_text.strip() else 0
-    hi = parse_size(hi_text)
-    if lo > hi:
-        raise ValueError(f"bad size range {text!r}: min {lo} > max {hi}")
-    return lo, hi
-
-
-def sizes_between(lo: int, hi: int, smallest: int = 1) -> list[int]:
-    """Powers of two from max(lo, smallest) up to hi, as OSU sweeps (min rounded up to a power of two)."""
-    size = 1
-    start = max(lo, smallest, 1)
-    while size < start:
-        size *= 2
-    out = []
-    while size <= hi:
-        out.append(size)
-        size *= 2
-    return out
 
 
 def default_iterations(size: int, iterations: int | None, warmup: int | None) -> tuple[int, int]:
@@ -355,43 +346,6 @@ def overlap_percent(overall_us: float, compute_us: float, test_us: float, pure_u
     return max(0.0, 100.0 - (overall_us - (compute_us - test_us)) / pure_us * 100.0)
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0..100) with linear interpolation (NumPy's default)."""
-    return float(np.percentile(np.asarray(values, dtype=float), q))
-
-
-def summarize_samples(samples_us: Sequence[float]) -> dict[str, float]:
-    """median, p95, p99, mean, min, max of a list of per-iteration times (us)."""
-    a = np.asarray(samples_us, dtype=float)
-    return {
-        "median_us": float(np.median(a)),
-        "p95_us": percentile(a, 95),
-        "p99_us": percentile(a, 99),
-        "mean_us": float(a.mean()),
-        "min_us": float(a.min()),
-        "max_us": float(a.max()),
-    }
-
-
-def route_of(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> str:
-    """Who served the calls between two `adaptcoll.stats()` snapshots: "adaptcoll", "native: <reasons>"
-    (adaptcoll handed them to native MPI, e.g. below its thresholds), "mixed: ..." or "none"."""
-    served, reasons = 0, {}
-    for name, row in after.items():
-        old = before.get(name, {"adaptcoll": 0, "native_reasons": {}})
-        served += row["adaptcoll"] - old["adaptcoll"]
-        for reason, n in row["native_reasons"].items():
-            more = n - old["native_reasons"].get(reason, 0)
-            if more:
-                reasons[reason] = reasons.get(reason, 0) + more
-    why = ", ".join(sorted(reasons))
-    if served and reasons:
-        return f"mixed: adaptcoll and native ({why})"
-    if reasons:
-        return f"native: {why}"
-    return "adaptcoll" if served else "none"
-
-
 def _route_note(row: dict[str, Any]) -> str:
     """'  (native: below native_below)' for an adaptcoll row that native MPI served, else ''."""
     route = row.get("route")
@@ -440,41 +394,6 @@ def format_table(collective: str, impl_label: str, rows: Sequence[dict[str, Any]
     return "\n".join(lines)
 
 
-class Progress:
-    """A progress bar on stderr (rank 0 only): redrawn in place every 0.2 s on a terminal, else one
-    line every 10 s (so captured logs stay short)."""
-
-    def __init__(self, total: float, enabled: bool) -> None:
-        self.total = max(total, 1e-9)
-        self.done = 0.0
-        self.enabled = enabled
-        self.started = time.perf_counter()
-        self._drawn = self.started
-        self._tty = sys.stderr.isatty()
-        self._every = 0.2 if self._tty else 10.0
-
-    def advance(self, amount: float, label: str = "") -> None:
-        self.done += amount
-        if not self.enabled:
-            return
-        now = time.perf_counter()
-        if now - self._drawn < self._every:
-            return
-        self._drawn = now
-        frac = min(1.0, self.done / self.total)
-        bar = "#" * int(frac * 30)
-        elapsed = now - self.started
-        eta = elapsed / frac - elapsed if frac > 0 else 0.0
-        line = f"[{bar:<30}] {frac * 100:5.1f}% {elapsed:6.1f}s eta {eta:6.1f}s {label:<28}"
-        sys.stderr.write("\r" + line if self._tty else line + "\n")
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.enabled and self._tty:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
-
-
 # -- MPI part ------------------------------------------------------------------------------------
 
 
@@ -487,71 +406,23 @@ def _import_adaptcoll() -> Any:
     return adaptcoll
 
 
-@dataclass
-class Impl:
-    """A runnable implementation: its communicator and the adaptcoll settings object to apply."""
-
-    spec: ImplSpec
-    comm: Any
-    settings: Any = None  # adaptcoll Settings for kind == "adaptcoll"
-
-
-@dataclass
-class Buffers:
-    """Send/receive buffers of one (collective, size)."""
-
-    send: np.ndarray
-    recv: np.ndarray
-
-
 REDUCE_DTYPE = np.dtype(np.float32)
 """Element type of the reductions' buffers: float32 as OSU, or --dtype."""
 
 
 def _dtype_for(collective: str) -> np.dtype:
-    return np.dtype(np.uint8) if collective.endswith("bcast") else REDUCE_DTYPE
+    return _measure_dtype_for(collective, REDUCE_DTYPE)
 
 
 def _make_buffers(collective: str, size: int) -> Buffers:
-    dt = _dtype_for(collective)
-    count = size // dt.itemsize
-    return Buffers(np.ones(count, dtype=dt), np.zeros(count, dtype=dt))
+    return make_buffers(collective, size, REDUCE_DTYPE)
 
 
-def _starter(collective: str, comm: Any, bufs: Buffers, root: int, MPI: Any) -> Callable[[], Any]:
-    """A zero-argument function that runs (blocking) or starts (I-form) the collective."""
-    send, recv = bufs.send, bufs.recv
-    if collective == "bcast":
-        return lambda: comm.Bcast(send, root)
-    if collective == "reduce":
-        return lambda: comm.Reduce(send, recv, MPI.SUM, root)
-    if collective == "allreduce":
-        return lambda: comm.Allreduce(send, recv, MPI.SUM)
-    if collective == "ibcast":
-        return lambda: comm.Ibcast(send, root)
-    if collective == "ireduce":
-        return lambda: comm.Ireduce(send, recv, MPI.SUM, root)
-    if collective == "iallreduce":
-        return lambda: comm.Iallreduce(send, recv, MPI.SUM)
-    raise AssertionError(collective)
-
-
-def import_cupy_for_bench() -> Any:
-    """CuPy with a usable GPU, or ValueError saying why --device cupy cannot run here."""
-    try:
-        import cupy
-    except Exception as exc:
-        raise ValueError(
-            f"--device cupy needs CuPy and a CUDA GPU: CuPy does not import ({type(exc).__name__}: {exc}); install "
-            "adaptcoll[gpu-cuda12] or adaptcoll[gpu-cuda13] to match the CUDA version nvidia-smi shows"
-        ) from None
-    try:
-        count = cupy.cuda.runtime.getDeviceCount()
-    except Exception as exc:
-        raise ValueError(f"--device cupy needs a CUDA GPU: {exc}") from None
-    if count < 1:
-        raise ValueError("--device cupy needs a CUDA GPU: CuPy sees none")
-    return cupy
+def _device_call(
+    impl: Impl, collective: str, bufs: Buffers, root: int, MPI: Any, cupy: Any, world: Any
+) -> Callable[[], Any]:
+    """One implementation's call on device buffers, ending with a device synchronization."""
+    return _measure_device_call(impl.kind, impl.comm, collective, bufs, root, MPI, cupy, world)
 
 
 def check_device_args(args: argparse.Namespace) -> None:
@@ -566,85 +437,6 @@ def check_device_args(args: argparse.Namespace) -> None:
         raise ValueError(f"--device cupy times the blocking collectives only, not {', '.join(blocking_only)}")
     if args.noise or args.skew or args.net_noise:
         raise ValueError("--device cupy runs without --noise/--skew/--net-noise")
-
-
-def _to_device(bufs: Buffers, cupy: Any) -> Buffers:
-    return Buffers(cupy.asarray(bufs.send), cupy.asarray(bufs.recv))
-
-
-def _staged_starter(collective: str, world: Any, bufs: Buffers, root: int, MPI: Any, cupy: Any) -> Callable[[], Any]:
-    """The host-staged path a user writes by hand for a non-CUDA-aware MPI: cupy.asnumpy, the native
-    collective on host memory, copy back (ndarray.set) where the call produces data."""
-    send, recv = bufs.send, bufs.recv
-    rank = world.Get_rank()
-    if collective == "bcast":
-
-        def bcast() -> None:
-            host = cupy.asnumpy(send) if rank == root else np.empty(send.shape, send.dtype)
-            world.Bcast(host, root)
-            if rank != root:
-                send.set(host)
-
-        return bcast
-    if collective == "reduce":
-
-        def reduce() -> None:
-            out = np.empty(recv.shape, recv.dtype) if rank == root else None
-            world.Reduce(cupy.asnumpy(send), out, MPI.SUM, root)
-            if rank == root:
-                recv.set(out)
-
-        return reduce
-    if collective == "allreduce":
-
-        def allreduce() -> None:
-            out = np.empty(recv.shape, recv.dtype)
-            world.Allreduce(cupy.asnumpy(send), out, MPI.SUM)
-            recv.set(out)
-
-        return allreduce
-    raise AssertionError(collective)
-
-
-def _device_call(
-    impl: Impl, collective: str, bufs: Buffers, root: int, MPI: Any, cupy: Any, world: Any
-) -> Callable[[], Any]:
-    """One implementation's call on device buffers, ending with a device synchronization."""
-    if impl.spec.kind == "staged":
-        call = _staged_starter(collective, world, bufs, root, MPI, cupy)
-    else:
-        call = _starter(collective, impl.comm, bufs, root, MPI)
-    synchronize = cupy.cuda.runtime.deviceSynchronize
-
-    def timed() -> None:
-        call()
-        synchronize()
-
-    return timed
-
-
-class SettingsSwitch:
-    """Applies an implementation's adaptcoll settings only when they differ from those in force."""
-
-    def __init__(self, adaptcoll: Any) -> None:
-        self.adaptcoll = adaptcoll
-        self.current: Any = None
-
-    def apply(self, impl: Impl) -> None:
-        if impl.settings is None or impl.settings is self.current:
-            return
-        self.adaptcoll.settings.use(impl.settings)  # as captured: its explicit fields win, the rest is tuned
-        self.current = impl.settings
-
-
-def _first_blocking_calls(adaptcoll: Any, comm: Any, MPI: Any) -> None:
-    """One tiny served blocking call of each collective: what only a blocking call sets up (the shm node
-    level: nonblocking calls never block, so before it they use the point-to-point trees) is set up now."""
-    one = np.zeros(1)
-    with adaptcoll.configured(native_below=0):
-        comm.Bcast(one, 0)
-        comm.Reduce(MPI.IN_PLACE if comm.Get_rank() == 0 else one, one, MPI.SUM, 0)
-        comm.Allreduce(MPI.IN_PLACE, one, MPI.SUM)
 
 
 def _check_results(
@@ -704,7 +496,7 @@ def _check_results(
     meaningful = not collective.endswith("reduce") or collective.endswith("allreduce") or rank == root
     problems = []
     for impl in impls:
-        if impl.spec.kind == "native" and cupy is None:
+        if impl.kind == "native" and cupy is None:
             continue
         switch.apply(impl)
         got = run_on_device(impl) if cupy is not None else run(impl.comm)
@@ -716,30 +508,11 @@ def _check_results(
         if wrong:
             r, n, i, g, e = wrong[0]
             problems.append(
-                f"RESULT MISMATCH: {collective} size {size} B impl {impl.spec.label!r}: "
+                f"RESULT MISMATCH: {collective} size {size} B impl {impl.label!r}: "
                 f"{len(wrong)} of {nranks} ranks differ from native MPI (rank {r}: {n} of {count} "
                 f"elements, first at index {i}: got {g}, expected {e})"
             )
     return "\n".join(problems) or None
-
-
-def _routes(
-    calls: list[Callable[[], Any]], impls: list[Impl], switch: SettingsSwitch, adaptcoll: Any, nonblocking: bool
-) -> list[str]:
-    """Per implementation, who serves this (collective, size): one untimed call each, judged from the
-    `adaptcoll.stats()` delta it leaves (every rank makes the same calls in the same order)."""
-    out = []
-    for call, impl in zip(calls, impls):
-        if impl.spec.kind == "native":
-            out.append("native")
-            continue
-        switch.apply(impl)
-        before = adaptcoll.stats()
-        request = call()
-        if nonblocking:
-            request.Wait()
-        out.append(route_of(before, adaptcoll.stats()))
-    return out
 
 
 class Noise:
@@ -856,32 +629,7 @@ def _traced_calls(
 
         return run
 
-    return [traced(c) if impl.spec.kind == "adaptcoll" else c for c, impl in zip(calls, impls)]
-
-
-def _time_blocking(
-    calls: list[Callable[[], Any]],
-    impls: list[Impl],
-    switch: SettingsSwitch,
-    barrier: Callable,
-    iters: int,
-    noise: Noise,
-    progress_cb: Callable[[int], None],
-) -> np.ndarray:
-    """times[impl, iteration] in seconds on this rank, implementations interleaved per iteration."""
-    n = len(impls)
-    times = np.zeros((n, iters))
-    clock = time.perf_counter
-    for it in range(iters):
-        for k in range(n):
-            switch.apply(impls[k])
-            barrier()
-            noise.delay(it)
-            t0 = clock()
-            calls[k]()
-            times[k, it] = clock() - t0
-        progress_cb(1)
-    return times
+    return [traced(c) if impl.kind == "adaptcoll" else c for c, impl in zip(calls, impls)]
 
 
 def _time_pure_nonblocking(
@@ -895,7 +643,7 @@ def _time_pure_nonblocking(
 ) -> np.ndarray:
     """Pure communication time of the I-forms: start + Wait, timed like the blocking calls."""
     waits = [lambda start=start: start().Wait() for start in starts]
-    return _time_blocking(waits, impls, switch, barrier, iters, noise, progress_cb)
+    return time_blocking(waits, impls, switch, barrier, iters, progress_cb, noise.delay)
 
 
 def _time_overlap(
@@ -928,29 +676,6 @@ def _time_overlap(
             out[:, k, it] = (t1 - t0, tw - tc, test, t1 - tw)
         progress_cb(1)
     return out
-
-
-def _warmup(
-    calls: list[Callable[[], Any]],
-    impls: list[Impl],
-    switch: SettingsSwitch,
-    barrier: Callable,
-    count: int,
-    nonblocking: bool,
-) -> np.ndarray:
-    """Run `count` interleaved warm-up rounds; returns this rank's mean seconds per call per impl."""
-    clock = time.perf_counter
-    spent = np.zeros(len(impls))
-    for _ in range(count):
-        for k, impl in enumerate(impls):
-            switch.apply(impl)
-            barrier()
-            t0 = clock()
-            r = calls[k]()
-            if nonblocking:
-                r.Wait()
-            spent[k] += clock() - t0
-    return spent / max(count, 1)
 
 
 def _osu_row(per_rank_means_us: np.ndarray) -> dict[str, float]:
@@ -995,13 +720,13 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     impls: list[Impl] = []
     for s in specs:
         if s.kind in ("native", "staged"):
-            impls.append(Impl(s, world))
+            impls.append(Impl(s.label, s.kind, world, overrides=s.overrides))
         else:
             with adaptcoll.configured(**s.overrides) as cfg:
                 # a communicator per implementation: settings read once per communicator (the topology,
                 # the shm slots, the tuning) then differ between implementations as their settings say
-                impls.append(Impl(s, adaptcoll.Intracomm(world.Dup()), cfg))
-                _first_blocking_calls(adaptcoll, impls[-1].comm, MPI)
+                impls.append(Impl(s.label, s.kind, adaptcoll.Intracomm(world.Dup()), cfg, s.overrides))
+                first_blocking_calls(adaptcoll, impls[-1].comm, MPI)
     if adaptcoll is not None:
         adaptcoll.reset_stats()
     switch = SettingsSwitch(adaptcoll)
@@ -1026,7 +751,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
             bufs = [_to_device(b, cupy) for b in bufs]
             calls = [_device_call(impl, coll, b, args.root, MPI, cupy, world) for impl, b in zip(impls, bufs)]
         else:
-            calls = [_starter(coll, impl.comm, b, args.root, MPI) for impl, b in zip(impls, bufs)]
+            calls = [starter(coll, impl.comm, b, args.root, MPI) for impl, b in zip(impls, bufs)]
         if not args.no_check:
             problem = _check_results(coll, size, impls, args.root, MPI, world, switch, cupy)
             if problem:
@@ -1034,16 +759,16 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
                 if rank == 0:
                     print(problem, file=sys.stderr, flush=True)
                 return 3
-        routes = _routes(calls, impls, switch, adaptcoll, nonblocking) if adaptcoll is not None else []
+        served_by = routes(calls, impls, switch, adaptcoll, nonblocking) if adaptcoll is not None else []
         noise.start(f"{coll}:{size}")
         try:
             label = f"{coll} {size} B"
-            first = _warmup(calls, impls, switch, barrier, 1 if skip else 0, nonblocking)
+            first = warmup(calls, impls, switch, barrier, 1 if skip else 0, nonblocking)
             if args.budget is not None:  # one interleaved round's cost, agreed by all ranks
                 per_round = max(world.allreduce(float(first.sum()), op=MPI.MAX), 1e-9)
                 skip = min(skip, max(1, int(0.1 * args.budget / per_round)))
                 iters = max(min(iters, args.min_iterations), min(iters, int(args.budget / per_round)))
-            _warmup(calls, impls, switch, barrier, max(skip - 1, 0), nonblocking)
+            warmup(calls, impls, switch, barrier, max(skip - 1, 0), nonblocking)
             tick = lambda k: progress.advance(k * len(impls), label)  # noqa: E731, B023
             progress.advance(skip * len(impls), label)
             if nonblocking:
@@ -1054,7 +779,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
                 local = np.concatenate([pure[None], over])  # [5, impl, iter]
             else:
                 timed = _traced_calls(calls, impls, args, iters, adaptcoll)
-                local = _time_blocking(timed, impls, switch, barrier, iters, noise, tick)[None]  # [1, impl, iter]
+                local = time_blocking(timed, impls, switch, barrier, iters, tick, noise.delay)[None]  # [1, impl, iter]
         finally:
             noise.stop()
         gathered = world.gather(local, root=0)
@@ -1085,15 +810,15 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
             row.update(
                 collective=coll,
                 size=size,
-                impl=impl.spec.label,
-                route=routes[k] if routes else "native",
+                impl=impl.label,
+                route=served_by[k] if served_by else "native",
                 iterations=iters,
                 warmup=skip,
                 **summarize_samples(samples),
                 samples_us=samples.tolist(),
             )
             results.append(row)
-            rows_by_table.setdefault((coll, impl.spec.label), []).append(row)
+            rows_by_table.setdefault((coll, impl.label), []).append(row)
     progress.close()
     all_stats = world.gather(adaptcoll.stats() if adaptcoll is not None else {}, root=0)
     detour_stats = world.gather(noise.detour_stats, root=0)
@@ -1101,8 +826,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if rank == 0:
         for coll in collectives:
             for impl in impls:
-                rows = rows_by_table.get((coll, impl.spec.label), [])
-                print(format_table(coll, impl.spec.label, rows, args.full, nranks))
+                rows = rows_by_table.get((coll, impl.label), [])
+                print(format_table(coll, impl.label, rows, args.full, nranks))
                 print()
         if args.trace:
             print(
@@ -1126,9 +851,9 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
                 "options": {k: v for k, v in vars(args).items() if k != "impl"},
                 "impls": [
                     {
-                        "label": i.spec.label,
-                        "kind": i.spec.kind,
-                        "overrides": i.spec.overrides,
+                        "label": i.label,
+                        "kind": i.kind,
+                        "overrides": i.overrides,
                         "settings": dataclasses.asdict(i.settings) if i.settings is not None else None,
                     }
                     for i in impls

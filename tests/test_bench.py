@@ -135,7 +135,7 @@ def test_trace_flag_traces_the_chosen_iteration_of_adaptcoll_calls():
             yield
 
     made: list[str] = []
-    impls = [osu.Impl(osu.ImplSpec("native", "native"), None), osu.Impl(osu.ImplSpec("adaptcoll", "adaptcoll"), None)]
+    impls = [osu.Impl("native", "native", None), osu.Impl("adaptcoll", "adaptcoll", None)]
     calls = [lambda: made.append("native"), lambda: made.append("adaptcoll")]
     args = osu.build_parser().parse_args(["--trace", "d", "--trace-iteration", "3"])
     wrapped = osu._traced_calls(calls, impls, args, 5, FakeAdaptcoll)

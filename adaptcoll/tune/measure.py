@@ -22,11 +22,12 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import settings
+from ..measure import make_buffers, median_ci, starter
 from .candidates import signature
 from .config import ServeConfig
 from .table import Entry
 
-__all__ = ["Point", "Outcome", "Options", "median_ci", "measure_point", "entry_from"]
+__all__ = ["Point", "Outcome", "Options", "median_ci", "measure_point", "entry_from"]  # median_ci: from measure
 
 _MPI_METHODS = {"bcast": MPI.Intracomm.Bcast, "reduce": MPI.Intracomm.Reduce, "allreduce": MPI.Intracomm.Allreduce}
 
@@ -91,33 +92,6 @@ class Outcome:
         }
 
 
-def median_ci(values: list[float]) -> tuple[float, float]:
-    """The 95% confidence interval of the median of `values`: the order statistics around the middle
-    that a sign test puts 1.96 standard deviations away (the whole range for very few values)."""
-    if not values:
-        return 0.0, 0.0
-    x = sorted(values)
-    n = len(x)
-    half = 1.96 * math.sqrt(n) / 2
-    lo = max(0, math.floor(n / 2 - half))
-    hi = min(n - 1, math.ceil(n / 2 + half) - 1)
-    return float(x[lo]), float(x[hi])
-
-
-def _buffers(collective: str, nbytes: int, dtype: str) -> tuple[np.ndarray, np.ndarray]:
-    dt = np.dtype(np.uint8) if collective == "bcast" else np.dtype(dtype)
-    count = max(1, nbytes // dt.itemsize)
-    return np.ones(count, dtype=dt), np.zeros(count, dtype=dt)
-
-
-def _call(collective: str, comm: Any, send: np.ndarray, recv: np.ndarray) -> Callable[[], Any]:
-    if collective == "bcast":
-        return lambda: comm.Bcast(send, 0)
-    if collective == "reduce":
-        return lambda: comm.Reduce(send, recv, MPI.SUM, 0)
-    return lambda: comm.Allreduce(send, recv, MPI.SUM)
-
-
 def _native(collective: str, world: MPI.Intracomm, send: np.ndarray, recv: np.ndarray) -> Callable[[], Any]:
     method: Any = _MPI_METHODS[collective]
     if collective == "bcast":
@@ -132,8 +106,8 @@ class _Runner:
 
     def __init__(self, world: MPI.Intracomm, comm: Any, point: Point, configs: list[ServeConfig], dtype: str) -> None:
         self.world = world
-        send, recv = _buffers(point.collective, point.nbytes, dtype)
-        self.calls = [_native(point.collective, world, send, recv)]
+        bufs = make_buffers(point.collective, point.nbytes, dtype)
+        self.calls = [_native(point.collective, world, bufs.send, bufs.recv)]
         self.settings: list[Optional[settings.Settings]] = [None]
         base = settings.current()
         for config in configs:
@@ -141,7 +115,7 @@ class _Runner:
             overrides[f"{point.collective}_native_below"] = 0
             with settings.configured(**overrides) as chosen:
                 self.settings.append(chosen)
-            self.calls.append(_call(point.collective, comm, send, recv))
+            self.calls.append(starter(point.collective, comm, bufs, 0, MPI))
         settings.use(base)
         self.base = base
 
