@@ -46,6 +46,7 @@ from adaptcoll.measure import (
     SettingsSwitch,
     first_blocking_calls,
     make_buffers,
+    parse_overrides,
     parse_size,
     parse_size_range,
     percentile,
@@ -89,7 +90,6 @@ NONBLOCKING = frozenset({"ibcast", "ireduce", "iallreduce"})
 LARGE_MESSAGE_SIZE = 8192  # OSU: above this, the "large" iteration counts apply
 OSU_ITERATIONS = (1000, 100)  # (small, large)
 OSU_WARMUP = (100, 10)
-_SETTING_SHORTHANDS = ("algorithm", "segment_size")
 
 
 # -- argument parsing (no MPI) -------------------------------------------------------------------
@@ -131,19 +131,8 @@ def parse_impl(text: str) -> ImplSpec:
         raise ValueError(
             f"--impl {text!r}: expected native, adaptcoll, adaptcoll:KEY=VALUE[;KEY=VALUE] or (--device cupy) staged"
         )
-    pairs: list[tuple[str, str]] = []
-    for item in rest.split(";") if rest.strip() else []:
-        if not item.strip():
-            continue
-        key, eq, value = item.partition("=")
-        key, value = key.strip(), value.strip()
-        if not eq or not key or not value:
-            raise ValueError(f"--impl {text!r}: settings are KEY=VALUE separated by ';', got {item!r}")
-        if key in _SETTING_SHORTHANDS:
-            pairs.extend((f"{c}_{key}", value) for c in ("bcast", "reduce", "allreduce"))
-        else:
-            pairs.append((key, value))
-    return ImplSpec(label, "adaptcoll", tuple(pairs))
+    pairs = parse_overrides(rest, f"--impl {text!r}")
+    return ImplSpec(label, "adaptcoll", pairs)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from .interleave import (
     time_blocking,
     warmup,
 )
+from .overrides import parse_overrides
 from .progress import Progress
 from .sizes import format_size, parse_size, parse_size_range, sizes_between
 from .stats import Verdict, median_ci, paired_ratios, percentile, summarize_samples, verdict
@@ -32,6 +33,7 @@ __all__ = [
     "make_buffers",
     "median_ci",
     "paired_ratios",
+    "parse_overrides",
     "parse_size",
     "parse_size_range",
     "percentile",

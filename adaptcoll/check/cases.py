@@ -1,0 +1,135 @@
+"""What the correctness part of the check runs (no MPI here): cases of collective x form x route x
+type/op x count x root, and the rank-dependent inputs whose exact results native MPI gives too."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Case", "Route", "routes", "cases", "inputs", "SEGMENT_BYTES"]
+
+SEGMENT_BYTES = 4096
+"""Segment size of the served routes: small, so that modest counts make many segments."""
+
+COLLECTIVES = ("Bcast", "Reduce", "Allreduce")
+_ROOTED = ("Bcast", "Reduce")
+
+_ALGORITHMS_QUICK = {
+    "Bcast": ("binomial", "two_tree", "shm"),
+    "Reduce": ("binomial", "pipeline", "shm"),
+    "Allreduce": ("binomial", "ring", "rabenseifner", "shm"),
+}
+_ALGORITHMS_FULL = {
+    "Bcast": ("binomial", "two_tree", "pipeline", "binary", "knomial:radix=4", "shm", "topo:intra=shm"),
+    "Reduce": ("binomial", "two_tree", "pipeline", "knomial:radix=3", "shm", "topo:intra=shm"),
+    "Allreduce": ("binomial", "two_tree", "pipeline", "ring", "rabenseifner", "shm", "topo:intra=shm"),
+}
+_TYPES_QUICK = (("float32", "SUM"), ("int32", "MAX"), ("float64", "PROD"))
+_TYPES_FULL = _TYPES_QUICK + (
+    ("int64", "SUM"),
+    ("float64", "MIN"),
+    ("complex128", "SUM"),
+    ("uint8", "BOR"),
+    ("int16", "BAND"),
+)
+_COUNTS_QUICK = (1, 1000, 100_003)
+_COUNTS_FULL = (1, 17, 1000, 65_536, 100_003, 1_000_003)
+
+
+@dataclass(frozen=True)
+class Route:
+    """How adaptcoll is asked to run a call: 'default' (the settings in force: the shipped rule or the
+    tuning table, native below the thresholds) or 'served:<algorithm>' (native thresholds 0, small
+    segments, no segment cap)."""
+
+    label: str
+    overrides: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+
+def routes(collective: str, full: bool) -> list[Route]:
+    """The default route, then every served algorithm the check runs for `collective`."""
+    name = collective.lower()
+    out = [Route("default")]
+    for algorithm in (_ALGORITHMS_FULL if full else _ALGORITHMS_QUICK)[collective]:
+        overrides: dict[str, Any] = {
+            "native_below": 0,
+            f"{name}_native_below": 0,
+            "device_native_below": 0,
+            "max_segments": 0,
+            f"{name}_segment_size": SEGMENT_BYTES,
+            f"{name}_algorithm": algorithm,
+        }
+        out.append(Route(f"served:{algorithm}", overrides))
+    return out
+
+
+@dataclass(frozen=True)
+class Case:
+    """One call to check against native MPI."""
+
+    collective: str  # Bcast, Reduce, Allreduce
+    form: str  # blocking, nonblocking, persistent, in_place, pickle
+    route: Route
+    dtype: str
+    op: str  # an MPI.Op name (unused by Bcast)
+    count: int
+    root: int  # 0 for Allreduce
+
+    def describe(self) -> str:
+        """'Allreduce nonblocking served:ring float32 SUM x1000 root 0'."""
+        what = self.dtype if self.collective == "Bcast" else f"{self.dtype} {self.op}"
+        root = f" root {self.root}" if self.collective in _ROOTED else ""
+        return f"{self.collective} {self.form} {self.route.label} {what} x{self.count}{root}"
+
+
+def cases(nranks: int, full: bool) -> Iterator[Case]:
+    """Every case of the quick or full check on `nranks` ranks, in a fixed order (the same on all ranks)."""
+    types = _TYPES_FULL if full else _TYPES_QUICK
+    counts = _COUNTS_FULL if full else _COUNTS_QUICK
+    roots = sorted({0, nranks // 2, nranks - 1}) if full else sorted({0, nranks - 1})
+    middle = counts[len(counts) // 2]
+    for collective in COLLECTIVES:
+        kinds = (("uint8", "SUM"), ("float64", "SUM")) if collective == "Bcast" else types
+        croots = roots if collective in _ROOTED else [0]
+        for i, route in enumerate(routes(collective, full)):
+            forms = ["blocking"]
+            if i <= 1 or full:  # the default route and the first served one in every form
+                forms += ["nonblocking", "persistent"]
+                if collective != "Bcast":
+                    forms.append("in_place")
+            for form in forms:
+                for root in croots:
+                    for count in counts:
+                        yield Case(collective, form, route, kinds[0][0], kinds[0][1], count, root)
+                    for dtype, op in kinds[1:]:
+                        yield Case(collective, form, route, dtype, op, middle, root)
+        for root in croots:  # the pickle-based lowercase method, on the default route
+            yield Case(collective, "pickle", Route("default"), "float64", "SUM", 1000, root)
+
+
+def inputs(case: Case, rank: int) -> np.ndarray:
+    """This rank's input of a case: small values whose sums, products and extrema are exact in every
+    type on up to thousands of ranks, different on every rank. Bcast: the root's data, 0xEE elsewhere."""
+    dt = np.dtype(case.dtype)
+    i = np.arange(case.count, dtype=np.int64)
+    if case.collective == "Bcast":
+        if rank != case.root:
+            return (
+                np.full(case.count, 0xEE, dtype=np.uint8).view(dt) if dt.itemsize == 1 else np.full(case.count, -7, dt)
+            )
+        values = (i * 7 + case.count) % 251
+    elif case.op == "PROD":
+        values = 1 + (i + rank) % 2
+    elif case.op in ("BAND", "BOR", "BXOR"):
+        values = (i * 31 + rank * 17) % 128
+    elif case.op in ("MAX", "MIN"):
+        values = (i * 13 + rank * 5) % 101
+    else:
+        values = (i * 7 + 3 * rank) % 17
+    out = values.astype(dt)
+    if dt.kind == "c":
+        out = out + 1j * ((i + rank) % 5).astype(dt)
+    return out

@@ -1,0 +1,151 @@
+"""What the check prints and writes (no MPI here): the human report, the one-line recommendation,
+and the JSON document, all from the same plain dict."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Any
+
+from ..measure import format_size
+
+__all__ = ["recommendation", "format_report", "served_summary"]
+
+
+def recommendation(doc: dict[str, Any]) -> str:
+    """One line: what a user should do on this machine, from the correctness and speed parts."""
+    ranks = doc["environment"]["ranks"]
+    corr = doc.get("correctness")
+    if corr is not None and not corr["passed"]:
+        return (
+            f"do not use adaptcoll here: {corr['failed']} check(s) gave results or errors that differ from native "
+            "MPI; report them (the JSON report has every case)"
+        )
+    cells = doc.get("speed") or []
+    if not cells:
+        return "correct here; run without --only to see the speed"
+    main = [c for c in cells if c["impl"] in ("adaptcoll", "adaptcoll (table)")]
+    slower = [c for c in main if c["verdict"] == "slower"]
+    faster = [c for c in main if c["verdict"] == "faster"]
+    table = doc["environment"]["tuning"].get("table")
+    where = ", ".join(f"{c['collective']} {format_size(c['size'])}" for c in slower[:4])
+    if slower and not table:
+        return (
+            f"slower than native at {where}{' ...' if len(slower) > 4 else ''}: run "
+            f"`mpiexec -n {ranks} python -m adaptcoll.tune` here (it measures this machine and writes a table "
+            "adaptcoll then uses), or keep native MPI for those sizes (ADAPTCOLL_NATIVE_BELOW)"
+        )
+    if slower:
+        return (
+            f"slower than native at {where} even with the tuning table {table}: re-tune "
+            f"(`mpiexec -n {ranks} python -m adaptcoll.tune`), or set ADAPTCOLL_TUNING=off to compare the shipped rule"
+        )
+    if faster:
+        sizes = ", ".join(f"{c['collective']} {format_size(c['size'])}" for c in faster[:4])
+        run = f"mpiexec -n {ranks} python -m adaptcoll your_program.py"
+        return f"drop adaptcoll in (`{run}`): faster at {sizes}, never slower"
+    return (
+        "adaptcoll is as fast as native MPI here (where it routes calls to native MPI it costs nothing measurable); "
+        "use it for its noise tolerance, or tune it: `python -m adaptcoll.tune`"
+    )
+
+
+def served_summary(cases: list[dict[str, Any]]) -> list[str]:
+    """Per collective: passed/total and how adaptcoll ran the calls (routes with counts)."""
+    lines = []
+    by_coll: dict[tuple[str, bool], list[dict[str, Any]]] = defaultdict(list)
+    for c in cases:
+        by_coll[(c["collective"], c["device"])].append(c)
+    for (coll, device), rows in by_coll.items():
+        ok = sum(1 for r in rows if r["passed"])
+        routes = Counter(_short_route(r["route"]) for r in rows)
+        forms = sorted({r["form"] for r in rows})
+        asked = sorted({r["route_asked"] for r in rows})
+        name = f"{coll}{' (device)' if device else ''}"
+        lines.append(f"  {name:<20} {ok}/{len(rows)} passed; forms: {', '.join(forms)}")
+        lines.append(f"  {'':<20} routes asked: {', '.join(asked)}")
+        lines.append(f"  {'':<20} routes taken: {', '.join(f'{k} x{v}' for k, v in routes.most_common())}")
+    return lines
+
+
+def _short_route(route: str) -> str:
+    return route if len(route) < 60 else route[:57] + "..."
+
+
+def _env_lines(env: dict[str, Any]) -> list[str]:
+    gpu = env["gpu"]
+    if gpu.get("device"):
+        gpu_text = (
+            f"{gpu['device']} on {env['gpus_seen']} rank(s), CuPy {gpu['cupy']}, CUDA driver {gpu.get('cuda_driver')}"
+        )
+    elif gpu.get("cupy"):
+        gpu_text = f"none (CuPy {gpu['cupy']}: {gpu.get('cupy_problem', 'no device')})"
+    else:
+        gpu_text = f"none (CuPy: {gpu.get('cupy_problem', 'not installed')}; {gpu['driver']})"
+    tuning = env["tuning"]
+    table = tuning.get("table")
+    notes = "; ".join(tuning.get("notes") or [])
+    rows = [
+        ("MPI library", f"{env['mpi_library']} (MPI {env['mpi_version']})"),
+        ("mpi4py", f"{env['mpi4py']}, thread level {env['thread_level']}"),
+        ("adaptcoll", f"{env['adaptcoll']} (Python {env['python']}, NumPy {env['numpy']})"),
+        ("ranks", f"{env['ranks']} on {env['nodes']} node(s): {'/'.join(map(str, env['ranks_per_node']))} per node"),
+        (
+            "cores",
+            f"{'/'.join(map(str, env['cores_per_node']))} per node usable; {env['ranks_per_core']:g} rank(s) per core",
+        ),
+        ("CUDA-aware MPI", f"{'yes' if env['cuda_aware'] else 'no'} ({env['cuda_aware_why']})"),
+        ("GPU", gpu_text),
+        ("tuning", f"table {table}" if table else "no table: the shipped rule"),
+    ]
+    if notes:
+        rows.append(("", notes))
+    if env["adaptcoll_env"]:
+        rows.append(("ADAPTCOLL_*", ", ".join(f"{k}={v}" for k, v in env["adaptcoll_env"].items())))
+    return [f"  {k:<16} {v}" for k, v in rows]
+
+
+def _speed_lines(cells: list[dict[str, Any]]) -> list[str]:
+    head = (
+        f"  {'collective':<11}{'size':>6}  {'adaptcoll':<26}{'native us':>11}{'adaptcoll us':>14}"
+        f"{'ratio':>8}  {'95% CI':<13} verdict   route"
+    )
+    lines = [head]
+    for c in cells:
+        coll = c["collective"] + (" (dev)" if c["device"] else "")
+        lines.append(
+            f"  {coll:<11}{format_size(c['size']):>6}  {c['impl']:<26}{c['reference_us']:>11.1f}"
+            f"{c['adaptcoll_us']:>14.1f}{c['ratio']:>8.2f}  {c['ci_low']:.2f}-{c['ci_high']:<8.2f} "
+            f"{c['verdict']:<9} {_short_route(c['route'])}"
+        )
+    return lines
+
+
+def format_report(doc: dict[str, Any]) -> str:
+    """The human report (what rank 0 prints)."""
+    env = doc["environment"]
+    lines = [f"adaptcoll check ({doc['mode']}, {env['ranks']} ranks, {doc['elapsed_s']:.0f} s)", "", "Environment"]
+    lines += _env_lines(env)
+    corr = doc.get("correctness")
+    if corr is not None:
+        lines += ["", f"Correctness against native MPI: {corr['passed_cases']}/{corr['total']} passed"]
+        lines += served_summary(corr["cases"])
+        for m in corr["misuse"]:
+            mark = "ok  " if m["passed"] else "FAIL"
+            lines.append(f"  {mark} {m['name']}: expected {m['expected']}")
+            if not m["passed"]:
+                lines += [f"         rank {r}: {o}" for r, o in enumerate(m["outcomes"])]
+        failures = [c for c in corr["cases"] if not c["passed"]]
+        for c in failures[:20]:
+            lines.append(f"  FAIL {c['case']} [{c['route']}]: {c['problem']}")
+        if len(failures) > 20:
+            lines.append(f"  ... {len(failures) - 20} more failures in the JSON report")
+    cells = doc.get("speed")
+    if cells:
+        lines += [
+            "",
+            "Speed: ratio = native time / adaptcoll time (> 1: adaptcoll faster), median of per-iteration ratios,",
+            "interleaved calls, each the max over ranks; verdict 'same' when the 95% CI includes 1 or |ratio-1| < 3%",
+        ]
+        lines += _speed_lines(cells)
+    lines += ["", f"Recommendation: {doc['recommendation']}"]
+    return "\n".join(lines)
