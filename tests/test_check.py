@@ -1,0 +1,188 @@
+"""`python -m adaptcoll.check`: the quick check as a user runs it (2 ranks: environment, correctness
+against native MPI, speed, JSON), a wrong result making it fail, and its pure parts (cases, inputs,
+verdicts, recommendation, report) without MPI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from adaptcoll.check.cases import Case, Route, cases, inputs, routes
+from adaptcoll.check.cli import build_parser
+from adaptcoll.check.report import format_report, recommendation
+from adaptcoll.measure import median_ci, paired_ratios, verdict
+
+HERE = Path(__file__).parent
+
+
+def _launch(args: list[str], n: int = 2, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ADAPTCOLL_", "PYTEST_"))}
+    env["MPIEXEC_TIMEOUT"] = str(int(timeout) - 5)
+    return subprocess.run(
+        ["mpiexec", "-n", str(n), sys.executable, *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_quick_check_passes_and_reports_every_part(tmp_path):
+    out = tmp_path / "check.json"
+    run = _launch(["-m", "adaptcoll.check", "--quick", "--json", str(out)])
+    assert run.returncode == 0, run.stdout + run.stderr
+    doc = json.loads(out.read_text())
+    env = doc["environment"]
+    assert env["ranks"] == 2 and env["nodes"] == 1 and env["ranks_per_node"] == [2]
+    assert env["thread_level"] == "THREAD_MULTIPLE" and env["mpi_library"]
+    assert env["cuda_aware"] in (True, False) and env["cuda_aware_why"]
+    corr = doc["correctness"]
+    assert corr["passed"] and corr["failed"] == 0 and corr["total"] > 200
+    served = {c["route_asked"] for c in corr["cases"] if c["route"] == "adaptcoll"}
+    assert {"served:binomial", "served:ring", "served:rabenseifner", "served:shm"} <= served
+    assert {c["form"] for c in corr["cases"]} == {"blocking", "nonblocking", "persistent", "in_place", "pickle"}
+    assert any(c["route"].startswith("native") for c in corr["cases"])  # the default route for small calls
+    assert len(corr["misuse"]) >= 8 and all(m["passed"] for m in corr["misuse"])
+    cells = doc["speed"]
+    assert {(c["collective"], c["size"]) for c in cells} == {
+        (c, s) for c in ("bcast", "reduce", "allreduce") for s in (64 << 10, 1 << 20, 16 << 20)
+    }
+    for c in cells:
+        assert c["verdict"] in ("faster", "same", "slower")
+        assert c["ci_low"] <= c["ratio"] <= c["ci_high"] and c["iterations"] >= 10
+        assert c["reference_us"] > 0 and c["adaptcoll_us"] > 0
+    assert doc["recommendation"]
+    text = run.stdout
+    for heading in ("Environment", "Correctness against native MPI", "Speed:", "Recommendation:"):
+        assert heading in text
+    assert doc["elapsed_s"] < 60
+
+
+def test_a_wrong_result_fails_the_check_on_every_rank():
+    run = _launch([str(HERE / "check_broken.py"), "--quick", "--only", "correctness", "--quiet"])
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "FAIL Allreduce" in run.stdout and "differ from native MPI" in run.stdout
+    assert "do not use adaptcoll here" in run.stdout
+
+
+def test_bad_options_fail_before_mpi_starts():
+    bad = subprocess.run(
+        [sys.executable, "-m", "adaptcoll.check", "--impl", "algorithm=nosuchtree"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 2 and "nosuchtree" in bad.stderr
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--quick", "--full"])
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        png = subprocess.run(
+            [sys.executable, "-m", "adaptcoll.check", "--png", "x.png"], capture_output=True, text=True, timeout=60
+        )
+        assert png.returncode == 2 and "matplotlib" in png.stderr
+
+
+def test_cases_cover_every_collective_form_and_route_the_same_way_on_every_rank():
+    quick = list(cases(4, full=False))
+    assert quick == list(cases(4, full=False))  # a fixed order: all ranks run the same sequence
+    assert {c.collective for c in quick} == {"Bcast", "Reduce", "Allreduce"}
+    assert {c.root for c in quick if c.collective == "Reduce"} == {0, 3}
+    full = list(cases(5, full=True))
+    assert len(full) > 3 * len(quick)
+    assert {c.root for c in full if c.collective == "Bcast"} == {0, 2, 4}
+    labels = [r.label for r in routes("Allreduce", full=True)]
+    assert labels[0] == "default" and "served:ring" in labels and "served:topo:intra=shm" in labels
+    assert routes("Bcast", False)[1].overrides["bcast_native_below"] == 0
+
+
+@pytest.mark.parametrize("dtype, op", [("float32", "SUM"), ("float64", "PROD"), ("int16", "BAND"), ("uint8", "BOR")])
+def test_inputs_make_exact_results_that_differ_between_ranks(dtype, op):
+    case = Case("Allreduce", "blocking", Route("default"), dtype, op, 1000, 0)
+    per_rank = [inputs(case, r) for r in range(16)]
+    assert not np.array_equal(per_rank[0], per_rank[1])
+    if op == "SUM":
+        exact = np.sum([p.astype(np.float64) for p in per_rank], axis=0)
+        assert np.array_equal(np.sum(per_rank, axis=0, dtype=dtype), exact.astype(dtype))
+    if op == "PROD":
+        assert np.prod(per_rank, axis=0).max() <= 2**16
+    bcast = Case("Bcast", "blocking", Route("default"), "float64", "SUM", 10, 2)
+    assert not np.array_equal(inputs(bcast, 2), inputs(bcast, 0))
+
+
+def test_verdicts_need_the_whole_interval_on_one_side():
+    assert verdict([1.5] * 20).word == "faster"
+    assert verdict([0.5] * 20).word == "slower"
+    assert verdict([0.9, 1.1] * 10).word == "same"
+    assert verdict([1.01] * 20).word == "same"  # within the 3% margin
+    assert verdict([2.0, 2.0, 0.5]).word == "same"  # three samples: the interval is the whole range
+    assert median_ci(list(range(100))) == (40.0, 59.0)
+    assert paired_ratios([2.0, 3.0], [1.0, 3.0]) == [2.0, 1.0]
+    with pytest.raises(ValueError):
+        paired_ratios([1.0], [1.0, 2.0])
+
+
+def _doc(verdicts, passed=True, table=None):
+    return {
+        "mode": "quick",
+        "elapsed_s": 3.0,
+        "environment": {
+            "ranks": 4,
+            "nodes": 1,
+            "ranks_per_node": [4],
+            "cores_per_node": [4],
+            "ranks_per_core": 1.0,
+            "mpi_library": "MPICH Version: 5.0.2",
+            "mpi_version": "5.0",
+            "mpi4py": "4.1.2",
+            "thread_level": "THREAD_MULTIPLE",
+            "adaptcoll": "0.1.0",
+            "python": "3.11",
+            "numpy": "2.0",
+            "cuda_aware": False,
+            "cuda_aware_why": "MPIX_Query_cuda_support() returned 0",
+            "gpu": {"driver": "no CUDA driver", "cupy": None},
+            "gpus_seen": 0,
+            "adaptcoll_env": {},
+            "tuning": {"table": table, "notes": []},
+        },
+        "correctness": {
+            "passed": passed,
+            "failed": 0 if passed else 2,
+            "total": 10,
+            "passed_cases": 10,
+            "cases": [],
+            "misuse": [],
+        },
+        "speed": [
+            {
+                "collective": "reduce",
+                "size": 1 << 20,
+                "device": False,
+                "impl": "adaptcoll",
+                "route": "adaptcoll",
+                "reference_us": 100.0,
+                "adaptcoll_us": 100.0 / r,
+                "ratio": r,
+                "ci_low": r,
+                "ci_high": r,
+                "verdict": v,
+            }
+            for r, v in verdicts
+        ],
+    }
+
+
+def test_recommendation_follows_correctness_then_speed():
+    assert "do not use" in recommendation(_doc([(2.0, "faster")], passed=False))
+    assert "python -m adaptcoll.tune" in recommendation(_doc([(0.5, "slower"), (2.0, "faster")]))
+    assert "re-tune" in recommendation(_doc([(0.5, "slower")], table="/t.json"))
+    assert "drop adaptcoll in" in recommendation(_doc([(2.0, "faster"), (1.0, "same")]))
+    assert "as fast as native" in recommendation(_doc([(1.0, "same")]))
+    doc = _doc([(2.0, "faster")])
+    doc["recommendation"] = recommendation(doc)
+    text = format_report(doc)
+    assert "reduce" in text and "2.00" in text and "faster" in text and "Recommendation: drop" in text
