@@ -3,7 +3,8 @@ these functions themselves; its other methods are one line each over them): a sm
 the decision (`adaptcoll.decide`), then either adaptcoll's protocols or the native mpi4py method with
 the same arguments, counted in `stats()` either way.
 
-The fast path comes first and costs a size check and one counter update: a message below the
+The fast path (blocking and nonblocking forms alike) comes first and costs a size check and one
+counter update: a message below the
 communicator's threshold for the collective (its tuning's, set once the tuning is known by its first
 blocking call; 0 before, so the first calls take the full path) goes straight to mpi4py (a program that
 reduces norms or flags makes such calls all the time). Its size is the NumPy array's `nbytes`, or for
@@ -112,6 +113,11 @@ def bcast(comm: MPI.Intracomm, buf: Any, root: Any = 0, name: str = "Bcast") -> 
 
 def ibcast(comm: MPI.Intracomm, buf: Any, root: Any = 0) -> Request:
     """comm.Ibcast(buf, root): an adaptcoll Request."""
+    nbytes = buf.nbytes if type(buf) is _NDARRAY else _host_nbytes(buf)
+    if 0 <= nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["bcast"]:
+        _BELOW["Ibcast"] += 1
+        settle_setup(comm)
+        return NativeRequest(_MPI_IBCAST(comm, buf, root), keep=buf)
     key = enter(comm, "Ibcast")
     try:
         operation = start("Ibcast", decide.bcast(comm, buf, root), comm)
@@ -146,6 +152,13 @@ def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM, root
 
 def ireduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM, root: Any = 0) -> Request:
     """comm.Ireduce(sendbuf, recvbuf, op, root): an adaptcoll Request (which keeps the buffers alive)."""
+    data = recvbuf if sendbuf is _IN_PLACE else sendbuf
+    nbytes = data.nbytes if type(data) is _NDARRAY else _host_nbytes(data)
+    if 0 <= nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["reduce"]:
+        _BELOW["Ireduce"] += 1
+        settle_setup(comm)
+        native_send = decide.in_place_send_at_root(comm, sendbuf, recvbuf, root)
+        return NativeRequest(_MPI_IREDUCE(comm, native_send, recvbuf, op, root), keep=(sendbuf, recvbuf))
     key = enter(comm, "Ireduce")
     try:
         operation = start("Ireduce", decide.reduce(comm, sendbuf, recvbuf, op, root), comm)
@@ -178,6 +191,13 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM) -
 
 def iallreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM) -> Request:
     """comm.Iallreduce(sendbuf, recvbuf, op): an adaptcoll Request (which keeps the buffers alive)."""
+    data = recvbuf if sendbuf is _IN_PLACE else sendbuf
+    nbytes = data.nbytes if type(data) is _NDARRAY else _host_nbytes(data)
+    if 0 <= nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["allreduce"]:
+        _BELOW["Iallreduce"] += 1
+        settle_setup(comm)
+        native_send = _IN_PLACE if sendbuf is recvbuf else sendbuf
+        return NativeRequest(_MPI_IALLREDUCE(comm, native_send, recvbuf, op), keep=(sendbuf, recvbuf))
     key = enter(comm, "Iallreduce")
     try:
         operation = start("Iallreduce", decide.allreduce(comm, sendbuf, recvbuf, op), comm)
