@@ -182,6 +182,10 @@ def test_recommendation_follows_correctness_then_speed():
     assert "re-tune" in recommendation(_doc([(0.5, "slower")], table="/t.json"))
     assert "drop adaptcoll in" in recommendation(_doc([(2.0, "faster"), (1.0, "same")]))
     assert "as fast as native" in recommendation(_doc([(1.0, "same")]))
+    native_route = _doc([(0.9, "slower"), (2.0, "faster")])
+    native_route["speed"][0]["route"] = "native: below native_below"
+    assert "drop adaptcoll in" in recommendation(native_route)  # the wrapper's cost is reported, not tuned
+    assert "hands to native MPI cost up to" in recommendation(native_route)
     doc = _doc([(2.0, "faster")])
     doc["recommendation"] = recommendation(doc)
     text = format_report(doc)

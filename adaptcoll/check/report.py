@@ -24,29 +24,40 @@ def recommendation(doc: dict[str, Any]) -> str:
     if not cells:
         return "correct here; run without --only to see the speed"
     main = [c for c in cells if c["impl"] in ("adaptcoll", "adaptcoll (table)")]
-    slower = [c for c in main if c["verdict"] == "slower"]
-    faster = [c for c in main if c["verdict"] == "faster"]
+    served = [c for c in main if not c["route"].startswith("native")]
+    slower = [c for c in served if c["verdict"] == "slower"]
+    faster = [c for c in served if c["verdict"] == "faster"]
+    passed_on = [c for c in main if c["route"].startswith("native") and c["verdict"] == "slower"]
     table = doc["environment"]["tuning"].get("table")
-    where = ", ".join(f"{c['collective']} {format_size(c['size'])}" for c in slower[:4])
+    where = _cells(slower)
     if slower and not table:
-        return (
-            f"slower than native at {where}{' ...' if len(slower) > 4 else ''}: run "
-            f"`mpiexec -n {ranks} python -m adaptcoll.tune` here (it measures this machine and writes a table "
-            "adaptcoll then uses), or keep native MPI for those sizes (ADAPTCOLL_NATIVE_BELOW)"
+        line = (
+            f"adaptcoll's choice is slower than native MPI at {where}: run "
+            f"`mpiexec -n {ranks} python -m adaptcoll.tune` here (it measures this machine and writes a table that "
+            "adaptcoll then uses)"
         )
-    if slower:
-        return (
+    elif slower:
+        line = (
             f"slower than native at {where} even with the tuning table {table}: re-tune "
             f"(`mpiexec -n {ranks} python -m adaptcoll.tune`), or set ADAPTCOLL_TUNING=off to compare the shipped rule"
         )
-    if faster:
-        sizes = ", ".join(f"{c['collective']} {format_size(c['size'])}" for c in faster[:4])
+    elif faster:
         run = f"mpiexec -n {ranks} python -m adaptcoll your_program.py"
-        return f"drop adaptcoll in (`{run}`): faster at {sizes}, never slower"
-    return (
-        "adaptcoll is as fast as native MPI here (where it routes calls to native MPI it costs nothing measurable); "
-        "use it for its noise tolerance, or tune it: `python -m adaptcoll.tune`"
-    )
+        line = f"drop adaptcoll in (`{run}`): faster at {_cells(faster)}, never slower where it serves"
+    else:
+        line = "adaptcoll is as fast as native MPI here; use it for its noise tolerance, or tune it"
+    if passed_on:
+        extra = max(c["adaptcoll_us"] - c["reference_us"] for c in passed_on)
+        line += (
+            f". Calls it hands to native MPI cost up to {extra:.1f} us more ({_cells(passed_on)}): "
+            "negligible unless a program makes little else than such calls"
+        )
+    return line
+
+
+def _cells(cells: list[dict[str, Any]]) -> str:
+    text = ", ".join(f"{c['collective']} {format_size(c['size'])}" for c in cells[:4])
+    return text + (" ..." if len(cells) > 4 else "")
 
 
 def served_summary(cases: list[dict[str, Any]]) -> list[str]:
