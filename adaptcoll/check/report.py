@@ -141,6 +141,9 @@ def format_report(doc: dict[str, Any]) -> str:
         lines += ["", f"Correctness against native MPI: {corr['passed_cases']}/{corr['total']} passed"]
         lines += served_summary(corr["cases"])
         for m in corr["misuse"]:
+            if m.get("skipped"):
+                lines.append(f"  skip {m['name']}: {m['skipped']}")
+                continue
             mark = "ok  " if m["passed"] else "FAIL"
             lines.append(f"  {mark} {m['name']}: expected {m['expected']}")
             if not m["passed"]:
