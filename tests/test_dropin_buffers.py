@@ -221,9 +221,16 @@ def test_every_buffer_form_matches_native(mpi_ranks):
                 expected = sum(np.arange(n, dtype="d") + r for r in range(size))
             np.testing.assert_array_equal(mine, expected, err_msg=name)
             _check_stats(name, "below native_below", name)
-            if name == "Iallreduce":  # the decision notes the memory (the blocking fast path only sizes it)
-                notes = adaptcoll.stats()[name].get("notes", {})
-                assert [n for n in notes if n.startswith("host memory behind __cuda_array_interface__")], notes
+        # the decision notes the memory (the fast path only sizes it): a communicator before its first
+        # blocking call has no fast-path thresholds yet, so its nonblocking call takes the decision
+        fresh = adaptcoll.Intracomm(world.Dup())
+        adaptcoll.reset_stats()
+        mine = np.arange(n, dtype="d") + rank
+        fresh.Iallreduce(MPI.IN_PLACE, CudaArrayInterfaceOnly(mine), MPI.SUM).Wait()
+        np.testing.assert_array_equal(mine, sum(np.arange(n, dtype="d") + r for r in range(size)))
+        notes = adaptcoll.stats()["Iallreduce"].get("notes", {})
+        assert [n for n in notes if n.startswith("host memory behind __cuda_array_interface__")], notes
+        fresh.Free()
     finally:
         del os.environ["ADAPTCOLL_CUDA_AWARE"]
 
