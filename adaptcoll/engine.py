@@ -633,5 +633,17 @@ class MPITransport:
             try:
                 req.Cancel()
                 req.Wait()
+                self._drain_notices()
             except MPI.Exception:  # pragma: no cover - MPI shutting down
                 pass
+
+    def _drain_notices(self) -> None:
+        """Receive (and drop) the notices that arrived but were never read: left unmatched, they would
+        match the standing receive of a later communicator that MPI gives the same context id (MPICH
+        reuses them), which then failed its first operation with this one's error (found by
+        `python -m adaptcoll.check` at 3 ranks: a Reduce raising "adaptcoll Bcast: failed on another rank")."""
+        comm, status = self.comm, self._notice_status
+        if comm is None:
+            return
+        while comm.Iprobe(MPI.ANY_SOURCE, self.notice_tag, status):
+            comm.Recv(self._notice_buf, status.Get_source(), self.notice_tag)
