@@ -9,6 +9,7 @@ run), 2 for bad options; an unexpected error on any rank aborts the whole job.""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -16,11 +17,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
 
-from ..measure import Progress, import_cupy, parse_overrides
+from ..measure import Progress, import_cupy, parse_overrides, parse_size, pin_malloc
 from .cases import cases
 from .plot import require_matplotlib, write_png
 from .report import format_report, recommendation
-from .speed import FULL, QUICK, device_reference, make_impls, run_speed
+from .speed import FULL, QUICK, SpeedPlan, device_reference, make_impls, run_speed
 
 __all__ = ["build_parser", "main", "run"]
 
@@ -45,10 +46,38 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE[;...]",
         help="also time adaptcoll with these settings, e.g. 'algorithm=shm' (repeatable)",
     )
+    p.add_argument("--sizes", metavar="LIST", help="speed: these message sizes instead, e.g. 256K,1M,4M")
+    p.add_argument(
+        "--collectives", metavar="LIST", help="speed: these collectives instead (bcast,reduce,allreduce,iallreduce)"
+    )
     p.add_argument("--json", metavar="FILE", help="write the whole report as JSON")
     p.add_argument("--png", metavar="FILE", help="plot the speed ratios (needs matplotlib)")
+    p.add_argument(
+        "--malloc",
+        choices=("pinned", "as-is"),
+        default="pinned",
+        help="pinned (default): glibc keeps freed memory, so native MPI's per-call temporaries are not "
+        "page-faulted in again (its fastest state); as-is: leave the process's state",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
+
+
+def _plan(args: argparse.Namespace) -> SpeedPlan:
+    """The speed plan of the mode, with --sizes / --collectives applied (ValueError if bad)."""
+    plan = FULL if args.full else QUICK
+    if args.sizes:
+        sizes = tuple(parse_size(t) for t in args.sizes.split(","))
+        if any(s < 4 or s % 4 for s in sizes):
+            raise ValueError(f"--sizes {args.sizes!r}: every size must be a positive multiple of 4 bytes")
+        plan = dataclasses.replace(plan, sizes=sizes)
+    if args.collectives:
+        names = tuple(t.strip().lower() for t in args.collectives.split(",") if t.strip())
+        bad = [n for n in names if n not in ("bcast", "reduce", "allreduce", "iallreduce")]
+        if bad or not names:
+            raise ValueError(f"--collectives {args.collectives!r}: choose from bcast, reduce, allreduce, iallreduce")
+        plan = dataclasses.replace(plan, collectives=names)
+    return plan
 
 
 def _extra_impls(texts: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
@@ -91,7 +120,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "environment": env,
     }
-    plan = FULL if full else QUICK
+    plan = _plan(args)
     do_correct = args.only in (None, "correctness")
     do_speed = args.only in (None, "speed")
     case_list = list(cases(nranks, full)) if do_correct else []
@@ -122,6 +151,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
             "misuse": [m.to_json() for m in misuse],
         }
     if do_speed:
+        doc["malloc"] = pin_malloc() if args.malloc == "pinned" else "as-is"
         adaptcoll.reset_stats()
         impls = make_impls(world, MPI, adaptcoll, bool(env["tuning"].get("table")), extra)
         advance = lambda amount, label: progress.advance(20 * amount, label)  # noqa: E731
@@ -155,6 +185,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     try:  # everything that can be checked before MPI starts, so a typo costs no launch
         _extra_impls(args.impl)
+        _plan(args)
         if args.png:
             require_matplotlib()
         if args.device == "cupy":

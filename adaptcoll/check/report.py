@@ -116,15 +116,16 @@ def _env_lines(env: dict[str, Any]) -> list[str]:
 
 
 def _speed_lines(cells: list[dict[str, Any]]) -> list[str]:
+    width = max([len(c["impl"]) for c in cells] + [9]) + 2
     head = (
-        f"  {'collective':<11}{'size':>6}  {'adaptcoll':<26}{'native us':>11}{'adaptcoll us':>14}"
+        f"  {'collective':<11}{'size':>6}  {'adaptcoll':<{width}}{'native us':>11}{'adaptcoll us':>14}"
         f"{'ratio':>8}  {'95% CI':<13} verdict   route"
     )
     lines = [head]
     for c in cells:
         coll = c["collective"] + (" (dev)" if c["device"] else "")
         lines.append(
-            f"  {coll:<11}{format_size(c['size']):>6}  {c['impl']:<26}{c['reference_us']:>11.1f}"
+            f"  {coll:<11}{format_size(c['size']):>6}  {c['impl']:<{width}}{c['reference_us']:>11.1f}"
             f"{c['adaptcoll_us']:>14.1f}{c['ratio']:>8.2f}  {c['ci_low']:.2f}-{c['ci_high']:<8.2f} "
             f"{c['verdict']:<9} {_short_route(c['route'])}"
         )
@@ -158,7 +159,8 @@ def format_report(doc: dict[str, Any]) -> str:
         lines += [
             "",
             "Speed: ratio = native time / adaptcoll time (> 1: adaptcoll faster), median of per-iteration ratios,",
-            "interleaved calls, each the max over ranks; verdict 'same' when the 95% CI includes 1 or |ratio-1| < 3%",
+            "interleaved calls, each the max over ranks; verdict 'same' when the 95% CI includes 1 or |ratio-1| < 3%;",
+            f"glibc malloc {doc.get('malloc', 'as-is')}",
         ]
         lines += _speed_lines(cells)
     lines += ["", f"Recommendation: {doc['recommendation']}"]

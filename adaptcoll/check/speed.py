@@ -99,7 +99,7 @@ def run_speed(
     switch = SettingsSwitch(adaptcoll)
     barrier = world.Barrier
     cells: list[dict[str, Any]] = []
-    collectives = DEVICE_COLLECTIVES if cupy is not None else plan.collectives
+    collectives = [c for c in plan.collectives if cupy is None or c in DEVICE_COLLECTIVES]
     for collective in collectives:
         nonblocking = collective.startswith("i")
         for size in plan.sizes:

@@ -14,6 +14,7 @@ from .interleave import (
     time_blocking,
     warmup,
 )
+from .malloc import pin_malloc
 from .overrides import parse_overrides
 from .progress import Progress
 from .sizes import format_size, parse_size, parse_size_range, sizes_between
@@ -37,6 +38,7 @@ __all__ = [
     "parse_size",
     "parse_size_range",
     "percentile",
+    "pin_malloc",
     "route_of",
     "routes",
     "sizes_between",
