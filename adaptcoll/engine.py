@@ -141,6 +141,17 @@ class Engine:
         """Number of MPI requests and polls still outstanding."""
         return len(self._reqs) + len(self._watches)
 
+    def quiet(self) -> bool:
+        """True when no operation needs this rank's progress: nothing pending, or only requests left
+        behind by finished operations (sends of a failed operation that its peers will never receive)."""
+        if self._watches:
+            return False
+        for entry in self._entries:
+            owner = entry[2]
+            if owner is None or not owner.done:
+                return False
+        return True
+
     # -- the sweep -----------------------------------------------------------------------------
     def progress(self) -> bool:
         """One sweep; returns whether anything completed. Thread-safe (one sweep at a time).

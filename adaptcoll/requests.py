@@ -202,7 +202,7 @@ class NativeRequest(Request):
         4 KiB from 11 to 51 us at 2 ranks (`python -m adaptcoll.check --full`, bench/RESULTS.md)."""
         if not self._done:
             eng = engine()
-            if eng.pending:
+            if not eng.quiet():
                 eng.wait_for(self._finished)
                 _fill(status)
             else:
