@@ -32,6 +32,12 @@ MEASURED = [
     (2, 1.0, "bcast", SHIPPED, {M: 0.53, 4 * M: 0.69, 16 * M: 0.92, 64 * M: 0.96}),
     (2, 1.0, "reduce", SHIPPED, {64 * K: 0.47, 256 * K: 1.21, M: 3.84, 4 * M: 3.52, 16 * M: 5.40, 64 * M: 6.17}),
     (2, 1.0, "allreduce", SHIPPED, {256 * K: 0.86, M: 0.79, 4 * M: 1.25, 16 * M: 1.94, 64 * M: 3.21}),
+    # 2-core machine, `python -m adaptcoll.check --full` (issue 20: glibc malloc pinned, every implementation
+    # on the same buffers; bench/results/check_full_2ranks_mpich.json). Launches of --only speed in fresh
+    # processes saw Reduce 256K / 1M at 1.02-1.26 / 1.62-1.76: native's state decides, so the rule serves
+    # Reduce only from 4M there (bench/RESULTS.md, issue 20)
+    (2, 1.0, "reduce", SHIPPED, {256 * K: 0.61, M: 0.91, 4 * M: 1.48, 16 * M: 1.83, 64 * M: 5.44}),
+    (2, 1.0, "allreduce", SHIPPED, {4 * M: 1.04, 16 * M: 1.50, 64 * M: 2.82}),
     (4, 1.0, "bcast", SHIPPED, {64 * K: 0.29, M: 0.81, 4 * M: 1.08, 16 * M: 1.37, 64 * M: 1.39}),
     (4, 1.0, "bcast", FINE, {64 * K: 0.30, M: 0.81, 4 * M: 1.04, 16 * M: 1.34, 64 * M: 1.43}),
     (4, 1.0, "reduce", SHIPPED, {64 * K: 0.50, M: 1.04, 4 * M: 0.99, 16 * M: 1.01, 64 * M: 2.43}),
@@ -95,8 +101,8 @@ def test_every_served_measured_size_has_a_measurement_of_the_chosen_configuratio
         # native below (bcast, reduce, allreduce); None = always native
         (4, 2.0, (4 * M, M, 4 * M)),  # ranks share cores (the 2-core machine at 4 ranks)
         (3, 1.5, (4 * M, M, 4 * M)),
-        (2, 1.0, (None, 256 * K, 4 * M)),  # a core per rank, 2 ranks
-        (1, 1.0, (None, 256 * K, 4 * M)),
+        (2, 1.0, (None, 4 * M, 4 * M)),  # a core per rank, 2 ranks
+        (1, 1.0, (None, 4 * M, 4 * M)),
         (3, 1.0, (4 * M, 4 * M, 4 * M)),
         (4, 0.25, (4 * M, 4 * M, 4 * M)),
         (8, 1.0, (M, 4 * M, 4 * M)),

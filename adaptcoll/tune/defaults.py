@@ -32,7 +32,7 @@ _SHARED_CORES: _Rule = {
     "reduce": ((1 * M, SHIPPED),),
     "allreduce": ((4 * M, SHIPPED),),
 }
-_TWO: _Rule = {"bcast": (), "reduce": ((256 * K, SHIPPED),), "allreduce": ((4 * M, SHIPPED),)}
+_TWO: _Rule = {"bcast": (), "reduce": ((4 * M, SHIPPED),), "allreduce": ((4 * M, SHIPPED),)}
 _FOUR: _Rule = {
     "bcast": ((4 * M, SHIPPED),),
     "reduce": ((4 * M, PIPELINE),),
