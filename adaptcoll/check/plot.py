@@ -24,7 +24,8 @@ def write_png(doc: dict[str, Any], path: str) -> None:
     import matplotlib.pyplot as plt
 
     cells = doc.get("speed") or []
-    panels = sorted({(c["collective"], c["device"]) for c in cells})
+    order = {"bcast": 0, "reduce": 1, "allreduce": 2, "iallreduce": 3}
+    panels = sorted({(c["collective"], c["device"]) for c in cells}, key=lambda p: (p[1], order.get(p[0], 9), p[0]))
     fig, axes = plt.subplots(1, max(1, len(panels)), figsize=(4.2 * max(1, len(panels)), 3.6), squeeze=False)
     for ax, (coll, device) in zip(axes[0], panels):
         mine = [c for c in cells if c["collective"] == coll and c["device"] == device]
@@ -42,7 +43,8 @@ def write_png(doc: dict[str, Any], path: str) -> None:
     axes[0][0].set_ylabel("native time / adaptcoll time")
     axes[0][-1].legend(fontsize=7)
     env = doc["environment"]
-    fig.suptitle(f"adaptcoll check: {env['ranks']} ranks, {env['mpi_library'][:60]}", fontsize=9)
+    library = " ".join(env["mpi_library"].split())[:60]
+    fig.suptitle(f"adaptcoll check: {env['ranks']} ranks, {library} (> 1: adaptcoll faster)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
