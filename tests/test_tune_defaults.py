@@ -131,3 +131,30 @@ def test_describe_names_the_case():
     assert defaults.case(16, 1.0) == "9+ ranks" and defaults.case(4, 2.0) == "shared cores"
     text = defaults.describe(2, 1.0)
     assert "case '2 ranks'" in text and "always native" in text
+
+
+# (ranks, per core, library, collective, config, {size: ratio}) measured against another MPI library:
+# Open MPI 5.0.11 at 2 ranks on the 2-core machine, `python -m adaptcoll.check --full`
+# (bench/results/check_full_2ranks_ompi.json).
+MEASURED_BY_LIBRARY = [
+    (2, 1.0, "Open MPI v5.0.11", "reduce", SHIPPED, {4 * M: 0.73, 16 * M: 0.88, 64 * M: 0.96}),
+    (2, 1.0, "Open MPI v5.0.11", "allreduce", SHIPPED, {4 * M: 0.86, 16 * M: 1.47, 64 * M: 2.64}),
+]
+
+
+@pytest.mark.parametrize("ranks, per_core, library, collective, config, ratios", MEASURED_BY_LIBRARY)
+def test_the_rule_for_another_library_serves_only_what_won_against_it(
+    ranks, per_core, library, collective, config, ratios
+):
+    for nbytes, ratio in ratios.items():
+        bands = default_bands(collective, ranks, per_core, library)
+        band = bands[band_index([b.start for b in bands], nbytes)]
+        if band.serve and band.config == config:
+            assert ratio >= 1.0, (ranks, library, collective, nbytes, ratio)
+
+
+def test_the_library_changes_the_two_rank_case_only():
+    assert defaults.case(2, 1.0, "Open MPI v5.0.11, package: Open MPI") == "2 ranks, Open MPI"
+    assert defaults.case(2, 1.0, "MPICH Version: 5.0.2") == "2 ranks"
+    assert defaults.case(16, 1.0, "Open MPI v5.0.11") == "9+ ranks"
+    assert not any(b.serve for b in default_bands("reduce", 2, 1.0, "Open MPI v5.0.11"))

@@ -70,12 +70,13 @@ def _tuning(adaptcoll: Any, world: Any, MPI: Any, ranks_per_core: float) -> dict
     finally:
         comm.Free()
     setting = adaptcoll.current_settings().tuning
-    path = locate(setting, library_name(MPI.Get_library_version()))
+    library = library_name(MPI.Get_library_version())
+    path = locate(setting, library)
     return {
         "setting": setting or "(ADAPTCOLL_TUNING unset)",
         "table": str(path) if path is not None else None,
         "notes": tuning_notes(),
-        "shipped_rule": describe(world.Get_size(), ranks_per_core).splitlines(),
+        "shipped_rule": describe(world.Get_size(), ranks_per_core, library).splitlines(),
     }
 
 

@@ -1,5 +1,6 @@
-"""The shipped rule: what adaptcoll chooses without a tuning table, by communicator size and ranks per
-core (no MPI here). Each case is a list of size bands: below the first band's start, native MPI.
+"""The shipped rule: what adaptcoll chooses without a tuning table, by communicator size, ranks per
+core and MPI library (no MPI here). Each case is a list of size bands: below the first band's start,
+native MPI.
 
 The cases and the measurements behind each band are in docs/tuning.md ("The shipped rule"), and
 tests/test_tune_defaults.py checks that every configuration the rule serves at a measured size was
@@ -50,12 +51,13 @@ _MANY: _Rule = {
 }
 
 
-def case(comm_size: int, ranks_per_core: float) -> str:
-    """Which case of the rule applies: 'shared cores', '2 ranks', '3-4 ranks', '5-8 ranks', '9+ ranks'."""
+def case(comm_size: int, ranks_per_core: float, mpi_library: str = "") -> str:
+    """Which case of the rule applies: 'shared cores', '2 ranks' ('2 ranks, Open MPI'), '3-4 ranks',
+    '5-8 ranks', '9+ ranks'."""
     if ranks_per_core > 1.0:
         return "shared cores"
     if comm_size <= 2:
-        return "2 ranks"
+        return "2 ranks, Open MPI" if mpi_library.startswith("Open MPI") else "2 ranks"
     if comm_size <= 4:
         return "3-4 ranks"
     if comm_size <= 8:
@@ -63,27 +65,33 @@ def case(comm_size: int, ranks_per_core: float) -> str:
     return "9+ ranks"
 
 
+_TWO_OPEN_MPI: _Rule = {"bcast": (), "reduce": (), "allreduce": ((16 * M, SHIPPED),)}
+"""2 ranks under Open MPI 5: its Reduce beat the shipped configuration at 4-64 MiB (0.73-0.96) and its
+Allreduce at 4 MiB (0.86); Allreduce won from 16 MiB (1.47, 2.64): `python -m adaptcoll.check --full`,
+bench/results/check_full_2ranks_ompi.json."""
+
 _CASES: dict[str, _Rule] = {
     "shared cores": _SHARED_CORES,
     "2 ranks": _TWO,
+    "2 ranks, Open MPI": _TWO_OPEN_MPI,
     "3-4 ranks": _FOUR,
     "5-8 ranks": _EIGHT,
     "9+ ranks": _MANY,
 }
 
 
-def default_bands(collective: str, comm_size: int, ranks_per_core: float) -> tuple[Band, ...]:
+def default_bands(collective: str, comm_size: int, ranks_per_core: float, mpi_library: str = "") -> tuple[Band, ...]:
     """The shipped rule's size bands for a collective: native below the first start, then each config."""
-    served = _CASES[case(comm_size, ranks_per_core)][collective]
+    served = _CASES[case(comm_size, ranks_per_core, mpi_library)][collective]
     first = served[0][1] if served else SHIPPED
     out = [Band(0, False, first)]
     out.extend(Band(start, True, config) for start, config in served)
     return tuple(out)
 
 
-def describe(comm_size: int, ranks_per_core: float) -> str:
+def describe(comm_size: int, ranks_per_core: float, mpi_library: str = "") -> str:
     """One line per collective: the rule's choice for this communicator (for `show` and docs)."""
-    name = case(comm_size, ranks_per_core)
+    name = case(comm_size, ranks_per_core, mpi_library)
     lines = [f"shipped rule, case '{name}' ({comm_size} ranks, {ranks_per_core:g} ranks per core):"]
     for coll, served in _CASES[name].items():
         parts = [f"from {b >> 10}K {c.label(coll)}" if b < M else f"from {b >> 20}M {c.label(coll)}" for b, c in served]

@@ -205,7 +205,7 @@ def resolve(data: bytes, origin: str, facts: CommFacts, warn: bool, problem: Opt
             _warn_once(text)
     band_map: dict[tuple[str, str], tuple[Band, ...]] = {}
     sources: dict[tuple[str, str], str] = {}
-    rule = case(facts.size, facts.ranks_per_core)
+    rule = case(facts.size, facts.ranks_per_core, facts.mpi_library)
     for coll in settings.COLLECTIVES:
         for memory in MEMORIES:
             key = (coll, memory)
@@ -213,7 +213,7 @@ def resolve(data: bytes, origin: str, facts: CommFacts, warn: bool, problem: Opt
                 (None, []) if table is None else nearest_group(table.entries, coll, memory, facts.size, facts.nodes)
             )
             if found is None:
-                band_map[key] = default_bands(coll, facts.size, facts.ranks_per_core)
+                band_map[key] = default_bands(coll, facts.size, facts.ranks_per_core, facts.mpi_library)
                 sources[key] = "defaults"
                 continue
             band_map[key] = bands(group)
