@@ -19,6 +19,9 @@ from typing import Any, Optional
 
 from ..measure import Progress, import_cupy, parse_overrides, parse_size, pin_malloc
 from .cases import cases
+from .correctness import Runner, run_cases
+from .environment import gather_environment
+from .misuse import run_misuse
 from .plot import require_matplotlib, write_png
 from .report import format_report, recommendation
 from .speed import FULL, QUICK, SpeedPlan, device_reference, make_impls, run_speed
@@ -97,13 +100,9 @@ def _extra_impls(texts: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     """The check proper (every rank); returns the exit status."""
-    from mpi4py import MPI
+    from mpi4py import MPI  # here, not at the top: bad options are reported before MPI starts
 
     import adaptcoll
-
-    from .correctness import Runner, run_cases
-    from .environment import gather_environment
-    from .misuse import run_misuse
 
     started = time.perf_counter()
     world = MPI.COMM_WORLD
