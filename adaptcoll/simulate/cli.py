@@ -56,7 +56,12 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--collective", required=True, choices=COLLECTIVES)
     p.add_argument("--ranks", required=True, type=_size("--ranks"), help="simulated ranks, e.g. 65536 or 64K")
     p.add_argument("--size", required=True, type=_size("--size"), help="message bytes, e.g. 16M")
-    p.add_argument("--segment", required=True, type=_size("--segment"), help="segment bytes, e.g. 512K")
+    p.add_argument(
+        "--segment",
+        default=0,
+        type=_size("--segment"),
+        help="segment bytes, e.g. 512K (default: what the shipped rule chooses for the call, with its algorithm)",
+    )
     p.add_argument("--algorithm", default="", help="tree ('binomial', 'knomial:radix=4', ...) or protocol name")
     p.add_argument("--noise", action="append", default=[], metavar="SPEC", help="noise component (repeatable)")
     p.add_argument("--baseline", action="append", default=[], metavar="NAME", choices=sorted(BASELINES))
@@ -77,8 +82,9 @@ def _fmt_us(us: float) -> str:
 
 def _print_report(report: dict[str, Any]) -> None:
     job = report["job"]
+    segment = f"segment {job['segment']:,} B" if job["segment"] else "configuration of the shipped rule"
     print(
-        f"{job['collective']} of {job['size']:,} bytes over {job['ranks']:,} ranks, segment {job['segment']:,} B, "
+        f"{job['collective']} of {job['size']:,} bytes over {job['ranks']:,} ranks, {segment}, "
         f"algorithm {job['algorithm']}"
     )
     if report["noise"]:
@@ -92,11 +98,7 @@ def _print_report(report: dict[str, Any]) -> None:
         slow = f"{r['slowdown']:.3f}" if "slowdown" in r else "-"
         print(f"{r['impl']:<32}{_fmt_us(r['quiet_us']):>14}{noisy:>18}{slow:>10}{r['messages']:>12,}")
         if r["impl"] == ADAPTCOLL:
-            note = " (the library itself would go native at this size: below native_below)"
-            print(
-                f"  {r['segments']} segment(s) of {r['segment_bytes']:,} B on {r['trees']} tree(s)"
-                + (note if r["library_goes_native"] else "")
-            )
+            print(f"  {r['segments']} segment(s) of {r['segment_bytes']:,} B on {r['trees']} tree(s): {r['choice']}")
 
 
 def run_main(argv: Sequence[str]) -> int:
@@ -115,7 +117,9 @@ def run_main(argv: Sequence[str]) -> int:
     if args.trace:
         log = TraceLog()
         noisy = None if noise.quiet else noise
-        stats, world, _ = run_once(job, params, ADAPTCOLL, noisy, args.seed, 0, trace=log, prepared=prepare(job))
+        stats, world, _ = run_once(
+            job, params, ADAPTCOLL, noisy, args.seed, 0, trace=log, prepared=prepare(job, params.ranks_per_node)
+        )
         events_list = trace_events(log, job.size, lambda tag: tag, world.cpu_noise, stats.time_s)
         write_trace(args.trace, events_list, {"job": report["job"], "noise": report["noise"], "seed": args.seed})
         print(f"trace: {len(events_list):,} events in {args.trace} (open in https://ui.perfetto.dev)")
@@ -243,7 +247,7 @@ def sweep_main(argv: Sequence[str]) -> int:
     p.add_argument("--collective", required=True, choices=COLLECTIVES)
     p.add_argument("--ranks", required=True, help="e.g. 16:1M (doubling), 1K,16K,64K")
     p.add_argument("--size", required=True, type=_size("--size"))
-    p.add_argument("--segment", required=True, type=_size("--segment"))
+    p.add_argument("--segment", default=0, type=_size("--segment"), help="default: the shipped rule's choice")
     p.add_argument("--algorithm", default="")
     p.add_argument("--noise", action="append", default=[], metavar="CONDITION", help="one condition (repeatable)")
     p.add_argument("--baseline", action="append", default=[], metavar="NAME", choices=sorted(BASELINES))

@@ -15,15 +15,16 @@ j.on_complete).start())`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 import numpy as np
 
 from .. import settings as settings_mod
 from ..backends.base import ReduceOp
-from ..plan import SegmentPlan, plan_segments
+from ..plan import SegmentPlan, plan_blocks, plan_segments
 from ..pool import SegmentPool
+from ..protocols.algorithms import ALLREDUCE_ALGORITHMS
 from ..protocols.allreduce import Allreduce
 from ..protocols.bcast import Bcast
 from ..protocols.context import OpContext
@@ -32,6 +33,7 @@ from ..protocols.reduce import Reduce
 from ..topology import parse as parse_topology
 from ..transport import Callback
 from ..trees import Tree, build_all, parse_algorithm
+from .choice import Choice, choose
 from .world import World
 
 __all__ = [
@@ -60,8 +62,10 @@ MPICH_TAG_SPACE = 1 << 30
 
 @dataclass(frozen=True)
 class Job:
-    """One collective call to simulate. `algorithm`: a tree setting ('binomial', 'knomial:radix=4', ...)
-    or the name of a registered protocol; empty means the settings' algorithm for the collective."""
+    """One collective call to simulate. `segment`: bytes per segment, or 0 for what the shipped rule
+    chooses for the call (algorithm, segment, cap, roots; see `choice`). `algorithm`: a tree setting
+    ('binomial', 'knomial:radix=4', ...) or the name of a registered protocol; empty means the
+    settings' algorithm for the collective (or, with segment 0, the rule's)."""
 
     collective: str
     size: int
@@ -78,8 +82,8 @@ class Job:
             raise ValueError(f"ranks must be >= 1, got {self.size}")
         if self.nbytes < ITEMSIZE[self.collective]:
             raise ValueError(f"size must be at least {ITEMSIZE[self.collective]} bytes for {self.collective}")
-        if self.segment < 1:
-            raise ValueError(f"segment must be at least 1 byte, got {self.segment}")
+        if self.segment < 0:
+            raise ValueError(f"segment must be at least 1 byte (or 0: the shipped rule's), got {self.segment}")
         if not 0 <= self.root < self.size:
             raise ValueError(f"root must be in 0..{self.size - 1}, got {self.root}")
 
@@ -118,14 +122,22 @@ class RankJob:
 
 
 StartOne = Callable[[RankJob], None]
+PlanFor = Callable[["Job", Choice], SegmentPlan]
+"""(job, its configuration) -> the segment plan a protocol runs on (default: the tree protocols' plan)."""
 _PROTOCOLS: dict[tuple[str, str], StartOne] = {}
+_PLANS: dict[tuple[str, str], PlanFor] = {}
 
 
-def register_protocol(collective: str, name: str, start_one: StartOne) -> None:
-    """Make `algorithm=name` run `start_one(rank_job)` on every rank for `collective`."""
+def register_protocol(collective: str, name: str, start_one: StartOne, plan: Optional[PlanFor] = None) -> None:
+    """Make `algorithm=name` (or `name:params`) run `start_one(rank_job)` on every rank for `collective`,
+    on the segment plan `plan(job, choice)` makes (default: the tree protocols' plan)."""
     if collective not in COLLECTIVES:
         raise ValueError(f"collective must be one of {', '.join(COLLECTIVES)}, got {collective!r}")
     _PROTOCOLS[(collective, name)] = start_one
+    if plan is not None:
+        _PLANS[(collective, name)] = plan
+    else:
+        _PLANS.pop((collective, name), None)
 
 
 def protocol_names(collective: str) -> list[str]:
@@ -162,6 +174,38 @@ def _tree_allreduce(j: RankJob) -> None:
 register_protocol("bcast", "tree", _tree_bcast)
 register_protocol("reduce", "tree", _tree_reduce)
 register_protocol("allreduce", "tree", _tree_allreduce)
+
+
+def _block_plan(job: Job, chosen: Choice) -> SegmentPlan:
+    """The plan of a ring or recursive-halving allreduce, as decide._block_shape makes it: the setting's
+    parameters (`ring:segment_size=1M,max_segments=2`) win, then the call's segment, then an explicit
+    ADAPTCOLL_MAX_SEGMENTS, else the algorithm's own cap."""
+    name, params = settings_mod.block_algorithm(chosen.algorithm)
+    algorithm = ALLREDUCE_ALGORITHMS[name]
+    cfg = job.settings
+    cap = cfg.max_segments if cfg.is_explicit("max_segments") else algorithm.max_segments
+    return plan_blocks(
+        job.count,
+        job.itemsize,
+        params.get("segment_size", chosen.segment),
+        algorithm.blocks(job.size),
+        0,
+        _tag_space(cfg),
+        params.get("max_segments", cap),
+        algorithm.tags_per_segment,
+    )
+
+
+def _register_block_allreduces() -> None:
+    for name, algorithm in ALLREDUCE_ALGORITHMS.items():
+
+        def start(j: RankJob, algorithm: Any = algorithm) -> None:
+            algorithm.start(j.ctx, j.buf, j.result, j.op, j.on_complete)
+
+        register_protocol("allreduce", name, start, _block_plan)
+
+
+_register_block_allreduces()
 
 
 # -- buffers ---------------------------------------------------------------------------------------
@@ -227,6 +271,7 @@ class Prepared:
     ordered: bool
     start_one: StartOne
     protocol: str
+    choice: Choice
 
     def starter(self, world: World, bufs: Buffers) -> Callable[[int], Callback]:
         """rank -> the function that starts this call on that rank (run as its first CPU event)."""
@@ -265,16 +310,14 @@ def _tree_set(job: Job, kind_spec: str, root: int, rank_ordered: bool) -> tuple[
     return build_all(kind, job.size, root, **params)
 
 
-def _allreduce_trees(job: Job, kind_spec: str, nseg: int, rank_ordered: bool) -> tuple[Tree, ...]:
+def _allreduce_trees(job: Job, kind_spec: str, nseg: int, roots: int) -> tuple[Tree, ...]:
     """CommState.allreduce_trees, but only the trees that carry segments (the others carry nothing).
 
     The library deals segment k to tree k % len(trees); with more trees than segments, trees k >=
     nseg get none, so the first nseg trees alone give the same dealing (range(k, nseg, n) == [k]).
     """
-    if rank_ordered:
-        return _tree_set(job, kind_spec, 0, True)
     size = job.size
-    count = min(size, job.settings.allreduce_roots or size)
+    count = min(size, roots or size)
     found: list[Tree] = []
     for k in range(count):
         if len(found) >= nseg:
@@ -283,34 +326,62 @@ def _allreduce_trees(job: Job, kind_spec: str, nseg: int, rank_ordered: bool) ->
     return tuple(found[:nseg]) if len(found) > nseg else tuple(found)
 
 
-def prepare(job: Job) -> Prepared:
-    """Set `job` up as adaptcoll.decide would (plan, trees, windows, sync mode), for every rank."""
+def prepare(job: Job, ranks_per_node: int = 1) -> Prepared:
+    """Set `job` up as adaptcoll.decide would (plan, trees, windows, sync mode), for every rank.
+
+    Without a segment (`job.segment == 0`) the call runs what the shipped rule chooses for it on a
+    cluster of `ranks_per_node` ranks per node (`choice.choose`); `Prepared.choice` says what."""
     cfg = job.settings
     c = job.collective
     itemsize = job.itemsize
     space = _tag_space(cfg)
+    chosen = choose(c, job.size, job.nbytes, job.segment, cfg, ranks_per_node)
+    algorithm = job.algorithm or chosen.algorithm
+    if job.algorithm:
+        chosen = replace(chosen, algorithm=algorithm)
     if c == "bcast":
-        segment = max(itemsize, job.segment // itemsize * itemsize)
-        plan = plan_segments(job.nbytes, 1, segment, 0, space, cfg.max_segments)
+        segment = max(itemsize, chosen.segment // itemsize * itemsize)
+        plan = plan_segments(job.nbytes, 1, segment, 0, space, chosen.max_segments)
     else:
-        plan = plan_segments(job.count, itemsize, job.segment, 0, space, cfg.max_segments)
-    algorithm = job.algorithm_setting
+        plan = plan_segments(job.count, itemsize, chosen.segment, 0, space, chosen.max_segments)
     ordered = c != "bcast" and cfg.reproducible
     send_window, recv_window = cfg.windows(c)
-    custom = _PROTOCOLS.get((c, algorithm))
-    if custom is not None and algorithm != "tree":
-        return Prepared(job, plan, (), send_window, recv_window, cfg.sync_sends, ordered, custom, algorithm)
+    name = algorithm.partition(":")[0]
+    custom = _PROTOCOLS.get((c, name))
+    if custom is not None and name != "tree":
+        plan_for = _PLANS.get((c, name))
+        if plan_for is not None:
+            plan = plan_for(job, chosen)
+        elif name != algorithm:
+            raise ValueError(f"protocol {name!r} takes no parameters, got {algorithm!r}")
+        return Prepared(job, plan, (), send_window, recv_window, cfg.sync_sends, ordered, custom, algorithm, chosen)
     if algorithm == "native":
         raise ValueError("algorithm 'native' is MPI's own collective: simulate it with --baseline instead")
-    if c == "allreduce":
-        tree_set = _allreduce_trees(job, algorithm, plan.nseg, False)
-    else:
-        tree_set = _tree_set(job, algorithm, job.root, False)
+    try:
+        if c == "allreduce":
+            tree_set = _allreduce_trees(job, algorithm, plan.nseg, chosen.roots)
+        else:
+            tree_set = _tree_set(job, algorithm, job.root, False)
+    except ValueError as exc:
+        if "unknown tree kind" not in str(exc):
+            raise
+        names = ", ".join(protocol_names(c)) or "none"
+        raise ValueError(f"{exc}; or a protocol registered for {c}: {names}") from None
     return Prepared(
-        job, plan, tree_set, send_window, recv_window, cfg.sync_sends, ordered, _PROTOCOLS[(c, "tree")], algorithm
+        job,
+        plan,
+        tree_set,
+        send_window,
+        recv_window,
+        cfg.sync_sends,
+        ordered,
+        _PROTOCOLS[(c, "tree")],
+        algorithm,
+        chosen,
     )
 
 
-def library_goes_native(job: Job) -> bool:
-    """Whether the real library would hand this call to native MPI (below the collective's threshold)."""
-    return job.nbytes < job.settings.threshold(job.collective)
+def library_goes_native(job: Job, ranks_per_node: int = 1) -> bool:
+    """Whether the real library would hand this call to native MPI (below the collective's threshold,
+    or, without an explicit segment, in a native band of the shipped rule)."""
+    return not choose(job.collective, job.size, job.nbytes, job.segment, job.settings, ranks_per_node).serve

@@ -17,7 +17,7 @@ from typing import Any, Optional
 from .lockstep import baseline_starter
 from .noise_setup import NoiseSetup, mix_seed
 from .params import CostParams
-from .programs import Buffers, Job, Prepared, library_goes_native, make_buffers, prepare
+from .programs import Buffers, Job, Prepared, make_buffers, prepare
 from .world import TraceLog, World
 
 __all__ = ["ADAPTCOLL", "RunStats", "run_once", "compare", "impl_label"]
@@ -79,7 +79,7 @@ def run_once(
     if native:
         starter = baseline_starter(impl, job, world, bufs)
     else:
-        starter = (prepared or prepare(job)).starter(world, bufs)
+        starter = (prepared or prepare(job, params.ranks_per_node)).starter(world, bufs)
     for r in range(size):
         world.start(r, starts[r] if starts else 0.0, starter(r))
     world.run()
@@ -125,7 +125,7 @@ def compare(
     """
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
-    prepared = prepare(job) if adaptcoll else None
+    prepared = prepare(job, params.ranks_per_node) if adaptcoll else None
     rows = []
     impls = ([ADAPTCOLL] if adaptcoll else []) + list(baselines)
     for impl in impls:
@@ -145,7 +145,8 @@ def compare(
                 segments=prepared.plan.nseg,
                 segment_bytes=prepared.plan.seg_count * job.itemsize,
                 trees=len(prepared.trees),
-                library_goes_native=library_goes_native(job),
+                library_goes_native=not prepared.choice.serve,
+                choice=prepared.choice.label(),
             )
         rows.append(row)
     return {
@@ -156,7 +157,7 @@ def compare(
             "ranks": job.size,
             "size": job.nbytes,
             "segment": job.segment,
-            "algorithm": job.algorithm_setting,
+            "algorithm": prepared.protocol if prepared is not None else job.algorithm_setting,
             "root": job.root,
             "settings": _settings_dict(job),
         },

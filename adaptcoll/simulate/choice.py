@@ -1,0 +1,71 @@
+"""What a simulated call runs: the job's explicit segment and the settings, or what the shipped rule
+chooses for that call (no MPI here).
+
+A real call without a tuning table asks `adaptcoll.tune` for its configuration: the shipped rule's size
+bands for the communicator's facts (ranks, nodes, ranks per node), with explicit settings winning field
+by field. `choose` asks the same code with the facts of the simulated cluster (one rank per core, the
+MPI library MPICH), so `--segment` can be left out and the simulation runs what a user would get.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import settings as settings_mod
+from ..tune.defaults import case
+from ..tune.policy import CommFacts, resolve
+
+__all__ = ["Choice", "choose", "rule_facts"]
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The configuration one simulated call runs, and where it came from.
+
+    `serve`: the library would serve the call (False: it would hand it to native MPI, and the simulator
+    still runs the protocol of the nearest served band so that it can be compared). `source`: 'segment'
+    (the job's explicit segment and the settings) or "rule, case '...'" (the shipped rule)."""
+
+    algorithm: str
+    segment: int
+    max_segments: int
+    roots: int
+    serve: bool
+    source: str
+
+    def label(self) -> str:
+        """e.g. "two_tree seg=256K max_segments=0 (rule, case '1K+ ranks')"."""
+        seg = f"{self.segment >> 10}K" if self.segment % 1024 == 0 else str(self.segment)
+        text = f"{self.algorithm} seg={seg} max_segments={self.max_segments}"
+        if not self.serve:
+            text += ", but the library would go native at this size"
+        return f"{text} ({self.source})"
+
+
+def rule_facts(size: int, ranks_per_node: int) -> CommFacts:
+    """The facts of a simulated communicator: `size` ranks, `ranks_per_node` per node, a core each."""
+    rpn = max(1, min(ranks_per_node, size))
+    return CommFacts(size, -(-size // rpn), rpn, 1.0, "MPICH")
+
+
+def choose(
+    collective: str, size: int, nbytes: int, segment: int, cfg: settings_mod.Settings, ranks_per_node: int = 1
+) -> Choice:
+    """The configuration of one call: explicit `segment` (> 0) with the settings, else the shipped rule's."""
+    if segment > 0:
+        return Choice(
+            cfg.algorithm(collective),
+            segment,
+            cfg.max_segments,
+            cfg.allreduce_roots if collective == "allreduce" else 0,
+            nbytes >= cfg.threshold(collective),
+            "segment",
+        )
+    facts = rule_facts(size, ranks_per_node)
+    previous = settings_mod.use(cfg)
+    try:
+        call = resolve(b"", "", facts, warn=False).choose(collective, nbytes)
+    finally:
+        settings_mod.use(previous)
+    name = case(facts.size, facts.ranks_per_core, facts.mpi_library)
+    return Choice(call.algorithm, call.segment_size, call.max_segments, call.roots, call.serve, f"rule, case '{name}'")

@@ -1,0 +1,109 @@
+"""Every adaptcoll protocol in the simulator: the ring and recursive-halving allreduces on real data over
+every size 1..17 (fair and FIFO links, shared nodes, noise), their plans as the decision layer makes them,
+and calls without a segment, which run what the shipped rule chooses and say so."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from adaptcoll import settings
+from adaptcoll.plan import plan_blocks
+from adaptcoll.protocols.algorithms import ALLREDUCE_ALGORITHMS
+from adaptcoll.simulate import cli
+from adaptcoll.simulate.choice import choose, rule_facts
+from adaptcoll.simulate.noise_setup import parse_noise
+from adaptcoll.simulate.params import CostParams
+from adaptcoll.simulate.programs import Job, prepare, register_protocol
+from adaptcoll.simulate.run import run_once
+from adaptcoll.tune.policy import resolve
+
+K, M = 1 << 10, 1 << 20
+BLOCK_ALGORITHMS = sorted(ALLREDUCE_ALGORITHMS)
+
+
+@pytest.mark.parametrize("name", BLOCK_ALGORITHMS)
+def test_block_allreduces_compute_the_allreduce_at_every_size(name):
+    """Real data through the real ring / recursive-halving protocols on 1..17 simulated ranks."""
+    noise = parse_noise(["1kHz x 40us, poisson", "skew: uniform:50us"])
+    transfers = [CostParams(eager=2048), CostParams(eager=2048, links="fifo"), CostParams(ranks_per_node=3)]
+    for size in range(1, 18):
+        for i, count in enumerate((1, size * 7 + 3, 3000 + size)):
+            job = Job("allreduce", size, 4 * count, 256, f"{name}:max_segments=0", settings.Settings())
+            _, world, bufs = run_once(
+                job, transfers[(size + i) % 3], noise=noise if i == 1 else None, seed=size, data=True
+            )
+            bufs.check()
+            assert world.unmatched == 0, (name, size, count)
+
+
+@pytest.mark.parametrize("name", BLOCK_ALGORITHMS)
+def test_block_plans_follow_the_decision_layer(name):
+    """The plan: blocks per the algorithm, the setting's parameters over the job's segment, the algorithm's
+    own segment cap unless ADAPTCOLL_MAX_SEGMENTS is explicit."""
+    algorithm = ALLREDUCE_ALGORITHMS[name]
+    count, p = 1 << 20, 12
+    job = Job("allreduce", p, 4 * count, 64 * K, name, settings.Settings())
+    got = prepare(job).plan
+    want = plan_blocks(
+        count, 4, 64 * K, algorithm.blocks(p), 0, 1 << 30, algorithm.max_segments, algorithm.tags_per_segment
+    )
+    assert (got.nseg, got.seg_count) == (want.nseg, want.seg_count)
+    capped = prepare(
+        Job("allreduce", p, 4 * count, 64 * K, name, settings.Settings(max_segments=1, explicit=("max_segments",)))
+    )
+    assert capped.plan.nseg <= algorithm.blocks(p)
+    by_param = prepare(Job("allreduce", p, 4 * count, 64 * K, f"{name}:segment_size=256K", settings.Settings()))
+    assert by_param.plan.nseg < got.nseg
+    assert prepare(job).protocol == name and prepare(job).trees == ()
+
+
+def test_a_protocol_without_parameters_rejects_them_and_unknown_names_list_the_protocols():
+    register_protocol("bcast", "noparams_test", lambda j: j.on_complete())
+    with pytest.raises(ValueError, match="takes no parameters"):
+        prepare(Job("bcast", 4, 4096, 512, "noparams_test:x=1", settings.Settings()))
+    with pytest.raises(ValueError, match="registered for allreduce: rabenseifner, ring"):
+        prepare(Job("allreduce", 4, 4096, 512, "rings", settings.Settings()))
+
+
+@pytest.mark.parametrize(
+    "collective,ranks,nbytes",
+    [("bcast", 1024, 16 * M), ("reduce", 64, 4 * M), ("allreduce", 16 * K, 4 * M), ("bcast", 9, 64 * K)],
+)
+def test_without_a_segment_the_shipped_rule_chooses(collective, ranks, nbytes):
+    """segment 0: the plan, algorithm and cap are the rule's for that call (the library's own resolution)."""
+    cfg = settings.Settings()
+    prep = prepare(Job(collective, ranks, nbytes, 0, "", cfg))
+    previous = settings.use(cfg)
+    try:
+        call = resolve(b"", "", rule_facts(ranks, 1), warn=False).choose(collective, nbytes)
+    finally:
+        settings.use(previous)
+    assert prep.protocol == call.algorithm
+    assert (prep.choice.segment, prep.choice.max_segments, prep.choice.serve) == (
+        call.segment_size,
+        call.max_segments,
+        call.serve,
+    )
+    assert prep.choice.source.startswith("rule, case")
+    seg_count = max(1, call.segment_size // prep.job.itemsize)
+    if call.max_segments == 0 and prep.protocol not in ALLREDUCE_ALGORITHMS:
+        assert prep.plan.seg_count == seg_count
+
+
+def test_explicit_settings_win_over_the_rule():
+    cfg = settings.Settings(bcast_algorithm="pipeline", explicit=("bcast_algorithm",))
+    choice = choose("bcast", 1024, 16 * M, 0, cfg)
+    assert choice.algorithm == "pipeline" and choice.source.startswith("rule")
+    assert prepare(Job("bcast", 1024, 16 * M, 0, "binomial", cfg)).protocol == "binomial"  # --algorithm wins
+
+
+def test_cli_says_what_the_rule_chose(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert cli.main(["--collective", "allreduce", "--ranks", "64", "--size", "4M", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "configuration of the shipped rule" in text and "(rule, case '" in text
+    row = json.loads(out.read_text())["results"][0]
+    assert row["choice"].endswith(")") and "seg=" in row["choice"]
+    assert isinstance(row["library_goes_native"], bool)
