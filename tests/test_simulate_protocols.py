@@ -13,7 +13,9 @@ from adaptcoll.plan import plan_blocks
 from adaptcoll.protocols.algorithms import ALLREDUCE_ALGORITHMS
 from adaptcoll.simulate import cli
 from adaptcoll.simulate.choice import choose, rule_facts
+from adaptcoll.simulate.lockstep import baseline_names
 from adaptcoll.simulate.noise_setup import parse_noise
+from adaptcoll.simulate.params import DEFAULT_PARAMS as P_BUILTIN
 from adaptcoll.simulate.params import CostParams
 from adaptcoll.simulate.programs import Job, prepare, register_protocol
 from adaptcoll.simulate.run import run_once
@@ -107,3 +109,18 @@ def test_cli_says_what_the_rule_chose(tmp_path, capsys):
     row = json.loads(out.read_text())["results"][0]
     assert row["choice"].endswith(")") and "seg=" in row["choice"]
     assert isinstance(row["library_goes_native"], bool)
+
+
+@pytest.mark.parametrize("ranks", [64, 1024])
+def test_where_the_scale_rule_serves_it_beats_every_lock_step_bcast(ranks):
+    """Bcast 16M at 64 and 1K ranks (built-in parameters, quiet): the rule's two_tree pipeline against
+    every lock-step Bcast the simulator has that is practical there (ring allgathers cost p^2 messages)."""
+    job = Job("bcast", ranks, 16 * M, 0, "", settings.Settings())
+    prep = prepare(job)
+    assert prep.choice.serve and prep.protocol == "two_tree" and prep.choice.source == "rule, case '64+ ranks'"
+    ours = run_once(job, P_BUILTIN, prepared=prep)[0].time_s
+    names = [n for n in baseline_names("bcast") if ranks <= 64 or "ring" not in n]
+    assert names
+    for name in names:
+        theirs = run_once(job, P_BUILTIN, name)[0].time_s
+        assert ours < theirs, (ranks, name, ours, theirs)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from adaptcoll.tune import defaults
-from adaptcoll.tune.defaults import FINE, PIPELINE, SHIPPED, SIXTEEN, default_bands
+from adaptcoll.tune.defaults import FINE, PIPELINE, SHIPPED, SIXTEEN, TWO_TREE, default_bands
 from adaptcoll.tune.table import band_index
 
 K, M = 1 << 10, 1 << 20
@@ -107,7 +107,12 @@ def test_every_served_measured_size_has_a_measurement_of_the_chosen_configuratio
         (4, 0.25, (4 * M, 4 * M, 4 * M)),
         (8, 1.0, (M, 4 * M, 4 * M)),
         (16, 1.0, (4 * M, 8 * M, 8 * M)),
-        (64, 1.0, (4 * M, 8 * M, 8 * M)),
+        (32, 1.0, (4 * M, 8 * M, 8 * M)),
+        (64, 1.0, (16 * M, None, None)),  # the simulated cases: Bcast two_tree, Reduce/Allreduce native
+        (1024, 2.0, (16 * M, None, None)),
+        (4095, 1.0, (16 * M, None, None)),
+        (4096, 1.0, (64 * M, None, None)),
+        (1 << 16, 1.0, (64 * M, None, None)),
     ],
 )
 def test_thresholds_by_size_and_ranks_per_core(ranks, per_core, expected):
@@ -127,8 +132,24 @@ def test_sixteen_ranks_requirements_of_issue_11():
     assert _choice("allreduce", 16, 1.0, 4 * M) is None
 
 
+# (ranks, collective, config, {size: best lock-step time / adaptcoll time}) simulated with adaptcoll.simulate
+# (built-in parameters, quiet; bench/RESULTS.md, "At scale: the rule against the lock-step algorithms").
+SIMULATED = [
+    (1024, "bcast", TWO_TREE, {4 * M: 0.911 / 1.217, 8 * M: 1.753 / 1.893, 16 * M: 3.434 / 3.053}),
+    (16384, "bcast", TWO_TREE, {16 * M: 3.457 / 3.512}),
+]
+
+
+@pytest.mark.parametrize("ranks, collective, config, ratios", SIMULATED)
+def test_the_scale_cases_serve_only_configurations_simulated_faster(ranks, collective, config, ratios):
+    for nbytes, ratio in ratios.items():
+        if _choice(collective, ranks, 1.0, nbytes) == config:
+            assert ratio >= 1.0, (ranks, collective, nbytes, ratio)
+
+
 def test_describe_names_the_case():
     assert defaults.case(16, 1.0) == "9+ ranks" and defaults.case(4, 2.0) == "shared cores"
+    assert defaults.case(64, 1.0) == "64+ ranks" and defaults.case(16384, 1.0) == "4K+ ranks"
     text = defaults.describe(2, 1.0)
     assert "case '2 ranks'" in text and "always native" in text
 
