@@ -1,0 +1,129 @@
+"""The shipped rule against the best lock-step algorithm at scale, simulated (issue 19's table).
+
+For each (collective, size, ranks): the call as the shipped rule makes it (`adaptcoll.simulate` without a
+segment) and every lock-step baseline the simulator has for the collective, quiet and under each noise
+condition (median of `--samples` draws, seed `--seed`). "best" is the fastest baseline, chosen separately
+quiet and under each noise. Where the rule hands the call to native MPI, the rule's time is the best
+baseline's (a lower bound on what native costs: MPI may run a slower algorithm) and the row says native.
+Baselines whose message count grows as ranks^2 (ring allgathers, ring allreduce) are skipped above
+`--ring-limit` ranks.
+
+    python bench/scale_table.py --ranks 1K,16K --json bench/results/simulate/scale_table.json
+    python bench/scale_table.py --only bcast:16M --ranks 1K          # one row
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from typing import Any
+
+from adaptcoll import settings
+from adaptcoll.settings import parse_size
+from adaptcoll.simulate.lockstep import baseline_names
+from adaptcoll.simulate.noise_setup import parse_noise
+from adaptcoll.simulate.params import DEFAULT_PARAMS, load_params
+from adaptcoll.simulate.programs import Job, prepare
+from adaptcoll.simulate.run import run_once
+from adaptcoll.simulate.sweep import parse_rank_list
+
+POINTS = ("bcast:16M", "reduce:4M", "allreduce:4M", "bcast:1M", "reduce:1M", "allreduce:1M", "bcast:64K")
+NOISES = ("100Hz x 250us", "1kHz x 25us")
+
+
+def _times(job: Job, params: Any, impl: str, noises: list[Any], seed: int, samples: int, prepared: Any) -> list[float]:
+    """[quiet, median under noise 1, median under noise 2, ...] in seconds."""
+    out = [run_once(job, params, impl, None, seed, 0, prepared=prepared)[0].time_s]
+    for noise in noises:
+        draws = [run_once(job, params, impl, noise, seed, s, prepared=prepared)[0].time_s for s in range(samples)]
+        out.append(statistics.median(draws))
+    return out
+
+
+def row(collective: str, nbytes: int, ranks: int, args: argparse.Namespace, params: Any) -> dict[str, Any]:
+    """One row: the rule's times, every baseline's, the best per condition, and the ratios."""
+    noises = [parse_noise([text]) for text in args.noise]
+    job = Job(collective, ranks, nbytes, 0, "", settings.current())
+    prepared = prepare(job, params.ranks_per_node)
+    baselines: dict[str, list[float]] = {}
+    skipped = []
+    for name in baseline_names(collective):
+        if "ring" in name and ranks > args.ring_limit:
+            skipped.append(name)
+            continue
+        baselines[name] = _times(job, params, name, noises, args.seed, args.samples, None)
+    conditions = ["quiet", *args.noise]
+    best = [min(baselines, key=lambda n: baselines[n][i]) for i in range(len(conditions))]
+    best_t = [baselines[b][i] for i, b in enumerate(best)]
+    if prepared.choice.serve:
+        rule = _times(job, params, "adaptcoll", noises, args.seed, args.samples, prepared)
+        label = prepared.choice.label()
+    else:
+        rule, label = list(best_t), "native (" + prepared.choice.source + ")"
+    return {
+        "collective": collective,
+        "size": nbytes,
+        "ranks": ranks,
+        "rule": label,
+        "serve": prepared.choice.serve,
+        "conditions": conditions,
+        "rule_s": rule,
+        "baselines_s": baselines,
+        "skipped": skipped,
+        "best": best,
+        "best_s": best_t,
+        "ratio": [r / b for r, b in zip(rule, best_t)],
+    }
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    """The table: per row, rule and best lock-step per condition (ms) and rule / best."""
+    if not rows:
+        return ""
+    conds = rows[0]["conditions"]
+    head = "| collective | ranks | rule | " + " | ".join(f"{c}: rule / best ms (ratio, best)" for c in conds) + " |"
+    lines = [head, "|" + "---|" * (3 + len(conds))]
+    for r in rows:
+        cells = [
+            f"{r['rule_s'][i] * 1e3:.2f} / {r['best_s'][i] * 1e3:.2f} ({r['ratio'][i]:.2f}, {r['best'][i]})"
+            for i in range(len(conds))
+        ]
+        size = f"{r['size'] >> 20}M" if r["size"] >= 1 << 20 else f"{r['size'] >> 10}K"
+        lines.append(f"| {r['collective']} {size} | {r['ranks']:,} | {r['rule']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--ranks", default="1K,16K", help="rank counts, e.g. 1K,16K,64K")
+    p.add_argument("--only", action="append", default=[], help="collective:size points (default: issue 19's)")
+    p.add_argument("--noise", action="append", default=[], help=f"noise conditions (default: {', '.join(NOISES)})")
+    p.add_argument("--samples", type=int, default=3)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--ring-limit", type=int, default=4096, help="skip p^2-message baselines above this many ranks")
+    p.add_argument("--params", help="parameters file (default: built-in)")
+    p.add_argument("--json", help="write the rows")
+    args = p.parse_args()
+    args.noise = args.noise or list(NOISES)
+    params = load_params(args.params) if args.params else DEFAULT_PARAMS
+    rows = []
+    for ranks in parse_rank_list(args.ranks):
+        for point in args.only or POINTS:
+            collective, _, size = point.partition(":")
+            t0 = time.process_time()
+            rows.append(row(collective, parse_size(size, "--only"), ranks, args, params))
+            print(f"[{point} at {ranks} ranks: {time.process_time() - t0:.0f} s CPU]", file=sys.stderr, flush=True)
+    print(markdown(rows), end="")
+    if args.json:
+        meta = {"params": params.to_dict(), "seed": args.seed, "samples": args.samples, "argv": sys.argv[1:]}
+        with open(args.json, "w") as f:
+            json.dump({"meta": meta, "rows": rows}, f, indent=1, sort_keys=True)
+            f.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
