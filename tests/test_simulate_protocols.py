@@ -124,3 +124,25 @@ def test_where_the_scale_rule_serves_it_beats_every_lock_step_bcast(ranks):
     for name in names:
         theirs = run_once(job, P_BUILTIN, name)[0].time_s
         assert ours < theirs, (ranks, name, ours, theirs)
+
+
+def test_ranks_per_node_option_and_topo_trees_follow_the_simulated_nodes(tmp_path, capsys):
+    """--ranks-per-node overrides the parameters; topo trees without ADAPTCOLL_TOPOLOGY take the simulated
+    nodes (ranks r // k share a node), and compute the right results there."""
+    job = Job("bcast", 12, 9000, 1024, "topo", settings.Settings(max_segments=0))
+    prep = prepare(job, ranks_per_node=4)
+    (tree,) = prep.trees
+    leaders = {0, 4, 8}
+    for r in range(12):  # inside a node, every parent is on the same node, except the node leaders'
+        parent = tree.parent(r)
+        if parent is not None and r not in leaders:
+            assert parent // 4 == r // 4, (r, parent)
+    _, world, bufs = run_once(job, CostParams(ranks_per_node=4, eager=2048), data=True)
+    bufs.check()
+    with pytest.raises(ValueError, match="--ranks-per-node"):
+        prepare(job)
+    out = tmp_path / "r.json"
+    argv = ["--collective", "bcast", "--ranks", "32", "--size", "1M", "--segment", "64K", "--algorithm", "topo"]
+    assert cli.main([*argv, "--ranks-per-node", "8", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["params"]["ranks_per_node"] == 8
+    assert cli.main(argv) == 2 and "--ranks-per-node" in capsys.readouterr().err

@@ -13,6 +13,7 @@ runs with one seed write identical files; wall-clock speed goes to stderr.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -44,6 +45,13 @@ def _size(name: str) -> Any:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--params", metavar="FILE", help="parameters file (default: built-in, see docs/simulate.md)")
+    p.add_argument(
+        "--ranks-per-node",
+        type=int,
+        default=0,
+        metavar="K",
+        help="ranks sharing each node's link (overrides the parameters' ranks_per_node; topo trees follow the nodes)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of every random draw (noise phases, gaps, skew)")
 
 
@@ -72,8 +80,11 @@ def _run_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _params(path: Optional[str]) -> CostParams:
-    return load_params(path) if path else DEFAULT_PARAMS
+def _params(path: Optional[str], ranks_per_node: int = 0) -> CostParams:
+    params = load_params(path) if path else DEFAULT_PARAMS
+    if ranks_per_node < 0:
+        raise ValueError(f"--ranks-per-node must be >= 1, got {ranks_per_node}")
+    return dataclasses.replace(params, ranks_per_node=ranks_per_node) if ranks_per_node else params
 
 
 def _fmt_us(us: float) -> str:
@@ -103,7 +114,7 @@ def _print_report(report: dict[str, Any]) -> None:
 
 def run_main(argv: Sequence[str]) -> int:
     args = _run_parser().parse_args(argv)
-    params = _params(args.params)
+    params = _params(args.params, args.ranks_per_node)
     noise = parse_noise(args.noise)
     job = Job(args.collective, args.ranks, args.size, args.segment, args.algorithm)
     wall0 = time.perf_counter()
@@ -186,7 +197,7 @@ def calibrate_main(argv: Sequence[str]) -> int:
     for f in fields or ():
         if f not in PARAM_DOCS or f == "eager":
             raise ValueError(f"--fit: cannot fit {f!r}; choose from {', '.join(k for k in PARAM_DOCS if k != 'eager')}")
-    params, info = calibrate(rows, engine, pingpong, _params(args.params), fields)
+    params, info = calibrate(rows, engine, pingpong, _params(args.params, args.ranks_per_node), fields)
     source = {
         "osu": list(args.osu),
         "engine_cost": args.engine_cost,
@@ -221,7 +232,7 @@ def validate_main(argv: Sequence[str]) -> int:
     p.add_argument("--markdown", metavar="FILE")
     p.add_argument("--plot", metavar="PNG")
     args = p.parse_args(argv)
-    rows = validate(_rows(args, args.impl), _params(args.params), args.samples, args.seed)
+    rows = validate(_rows(args, args.impl), _params(args.params, args.ranks_per_node), args.samples, args.seed)
     noisy = any(r["noise"] for r in rows)
     table = _table(rows, noisy)
     errors = sorted(abs(r["error_pct"]) for r in rows)
@@ -267,7 +278,7 @@ def sweep_main(argv: Sequence[str]) -> int:
         args.segment,
         args.noise,
         args.baseline,
-        _params(args.params),
+        _params(args.params, args.ranks_per_node),
         args.algorithm,
         args.seed,
         args.samples,
@@ -279,7 +290,7 @@ def sweep_main(argv: Sequence[str]) -> int:
     if args.csv:
         Path(args.csv).write_text(text)
     if args.json:
-        meta = {"params": _params(args.params).to_dict(), "seed": args.seed, "argv": list(argv)}
+        meta = {"params": _params(args.params, args.ranks_per_node).to_dict(), "seed": args.seed, "argv": list(argv)}
         write_rows_json(args.json, rows, meta)
     if args.plot:
         plot_auto(rows, args.plot)

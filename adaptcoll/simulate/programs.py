@@ -297,20 +297,26 @@ def _tag_space(cfg: settings_mod.Settings) -> int:
     return min(MPICH_TAG_SPACE, cfg.tag_space) if cfg.tag_space else MPICH_TAG_SPACE
 
 
-def _tree_set(job: Job, kind_spec: str, root: int, rank_ordered: bool) -> tuple[Tree, ...]:
-    """Trees as CommState.trees builds them (topo levels from the settings' topology)."""
+def _tree_set(job: Job, kind_spec: str, root: int, rank_ordered: bool, ranks_per_node: int = 1) -> tuple[Tree, ...]:
+    """Trees as CommState.trees builds them (topo levels from the settings' topology, else from the
+    simulated nodes: what discovery would find, ranks r // ranks_per_node sharing a node)."""
     if rank_ordered:
         return build_all("in_order_binomial", job.size, 0)
     kind, params = parse_algorithm(kind_spec)
     if kind == "topo" and "levels" not in params:
         spec = job.settings.topology
+        if not spec and ranks_per_node > 1:
+            spec = "node=" + ",".join(str(r // ranks_per_node) for r in range(job.size))
         if not spec:
-            raise ValueError("topo trees need a topology: set ADAPTCOLL_TOPOLOGY (e.g. 'nodes=64') for the simulation")
+            raise ValueError(
+                "topo trees need a topology: simulate several ranks per node (--ranks-per-node) or set "
+                "ADAPTCOLL_TOPOLOGY (e.g. 'nodes=64')"
+            )
         params["levels"] = parse_topology(spec, job.size)
     return build_all(kind, job.size, root, **params)
 
 
-def _allreduce_trees(job: Job, kind_spec: str, nseg: int, roots: int) -> tuple[Tree, ...]:
+def _allreduce_trees(job: Job, kind_spec: str, nseg: int, roots: int, ranks_per_node: int = 1) -> tuple[Tree, ...]:
     """CommState.allreduce_trees, but only the trees that carry segments (the others carry nothing).
 
     The library deals segment k to tree k % len(trees); with more trees than segments, trees k >=
@@ -322,7 +328,7 @@ def _allreduce_trees(job: Job, kind_spec: str, nseg: int, roots: int) -> tuple[T
     for k in range(count):
         if len(found) >= nseg:
             break
-        found.extend(_tree_set(job, kind_spec, (k * size) // count, False))
+        found.extend(_tree_set(job, kind_spec, (k * size) // count, False, ranks_per_node))
     return tuple(found[:nseg]) if len(found) > nseg else tuple(found)
 
 
@@ -359,9 +365,9 @@ def prepare(job: Job, ranks_per_node: int = 1) -> Prepared:
         raise ValueError("algorithm 'native' is MPI's own collective: simulate it with --baseline instead")
     try:
         if c == "allreduce":
-            tree_set = _allreduce_trees(job, algorithm, plan.nseg, chosen.roots)
+            tree_set = _allreduce_trees(job, algorithm, plan.nseg, chosen.roots, ranks_per_node)
         else:
-            tree_set = _tree_set(job, algorithm, job.root, False)
+            tree_set = _tree_set(job, algorithm, job.root, False, ranks_per_node)
     except ValueError as exc:
         if "unknown tree kind" not in str(exc):
             raise
