@@ -137,7 +137,7 @@ def test_ranks_per_node_option_and_topo_trees_follow_the_simulated_nodes(tmp_pat
         parent = tree.parent(r)
         if parent is not None and r not in leaders:
             assert parent // 4 == r // 4, (r, parent)
-    _, world, bufs = run_once(job, CostParams(ranks_per_node=4, eager=2048), data=True)
+    bufs = run_once(job, CostParams(ranks_per_node=4, eager=2048), data=True)[2]
     bufs.check()
     with pytest.raises(ValueError, match="--ranks-per-node"):
         prepare(job)
