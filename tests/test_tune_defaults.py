@@ -110,8 +110,9 @@ def test_every_served_measured_size_has_a_measurement_of_the_chosen_configuratio
         (32, 1.0, (4 * M, 8 * M, 8 * M)),
         (64, 1.0, (16 * M, None, None)),  # the simulated cases: Bcast two_tree, Reduce/Allreduce native
         (1024, 2.0, (16 * M, None, None)),
-        (4095, 1.0, (16 * M, None, None)),
-        (4096, 1.0, (64 * M, None, None)),
+        (4096, 1.0, (16 * M, None, None)),
+        (8191, 1.0, (16 * M, None, None)),
+        (8192, 1.0, (64 * M, None, None)),
         (1 << 16, 1.0, (64 * M, None, None)),
     ],
 )
@@ -136,6 +137,7 @@ def test_sixteen_ranks_requirements_of_issue_11():
 # (built-in parameters, quiet; bench/RESULTS.md, "At scale: the rule against the lock-step algorithms").
 SIMULATED = [
     (1024, "bcast", TWO_TREE, {4 * M: 0.911 / 1.217, 8 * M: 1.753 / 1.893, 16 * M: 3.434 / 3.053}),
+    (4096, "bcast", TWO_TREE, {16 * M: 3.446 / 3.321, 64 * M: 13.519 / 9.206}),
     (16384, "bcast", TWO_TREE, {16 * M: 3.457 / 3.512}),
 ]
 
@@ -149,7 +151,7 @@ def test_the_scale_cases_serve_only_configurations_simulated_faster(ranks, colle
 
 def test_describe_names_the_case():
     assert defaults.case(16, 1.0) == "9+ ranks" and defaults.case(4, 2.0) == "shared cores"
-    assert defaults.case(64, 1.0) == "64+ ranks" and defaults.case(16384, 1.0) == "4K+ ranks"
+    assert defaults.case(64, 1.0) == "64+ ranks" and defaults.case(16384, 1.0) == "8K+ ranks"
     text = defaults.describe(2, 1.0)
     assert "case '2 ranks'" in text and "always native" in text
 

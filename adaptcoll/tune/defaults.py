@@ -13,7 +13,18 @@ from __future__ import annotations
 from .config import ServeConfig
 from .table import Band
 
-__all__ = ["SHIPPED", "FINE", "PIPELINE", "SIXTEEN", "TWO_TREE", "SCALE_FROM", "case", "default_bands", "describe"]
+__all__ = [
+    "SHIPPED",
+    "FINE",
+    "PIPELINE",
+    "SIXTEEN",
+    "TWO_TREE",
+    "SCALE_FROM",
+    "HUGE_FROM",
+    "case",
+    "default_bands",
+    "describe",
+]
 
 K, M = 1 << 10, 1 << 20
 
@@ -29,7 +40,7 @@ TWO_TREE = ServeConfig("two_tree", 256 * K, 0, 0)
 """two trees (each rank interior in at most one), 256K segments, no cap: the pipeline at scale."""
 SCALE_FROM = 64
 """Communicators of this many ranks or more use the cases derived from the simulator ('64+ ranks',
-'4K+ ranks'): nothing measured there, and the 16-rank node's choices (chains, binomial trees with
+'8K+ ranks'): nothing measured there, and the 16-rank node's choices (chains, binomial trees with
 few segments) lose 7-50x at 1K ranks (bench/RESULTS.md, "At scale: the rule against the lock-step
 algorithms MPI libraries run")."""
 
@@ -58,21 +69,25 @@ _MANY: _Rule = {
 }
 
 
+HUGE_FROM = 8192
+"""From this many ranks the 'huge' case: between 4K ranks (Bcast 16M two_tree 3.32 ms against 3.45, a
+win) and 16K (3.51 against 3.46, a loss)."""
 _SCALE: _Rule = {"bcast": ((16 * M, TWO_TREE),), "reduce": (), "allreduce": ()}
-"""64 to 4K ranks (simulated with adaptcoll.simulate, built-in parameters, against the best lock-step
-baseline): Bcast 16M two_tree beats scatter + allgather (1K ranks: 3.05 vs 3.43 ms); at 1M-8M the
+"""64 to 8K ranks (simulated with adaptcoll.simulate, built-in parameters, against the best lock-step
+baseline): Bcast 16M two_tree beats scatter + allgather (1K ranks: 3.05 vs 3.43 ms, 4K: 3.32 vs 3.45,
+64M at 4K: 9.21 vs 13.52); at 1M-8M the
 lock-step algorithms win (8M: 1.89 vs 1.75 ms), and Reduce and Allreduce stay native (Allreduce 4M:
 2.83 ms against Rabenseifner's 2.17 ms; Reduce 4M: 2.21 ms against MPICH's reduce-scatter + gather)."""
 _HUGE: _Rule = {"bcast": ((64 * M, TWO_TREE),), "reduce": (), "allreduce": ()}
-"""4K ranks and more: the pipeline's fill grows with the trees' depth (16K ranks, Bcast 16M: 3.51 ms
+"""8K ranks and more: the pipeline's fill grows with the trees' depth (16K ranks, Bcast 16M: 3.51 ms
 against 3.46 ms), so two_tree serves Bcast only from 64M, where the bandwidth term dominates."""
 
 
 def case(comm_size: int, ranks_per_core: float, mpi_library: str = "") -> str:
     """Which case of the rule applies: 'shared cores', '2 ranks' ('2 ranks, Open MPI'), '3-4 ranks',
-    '5-8 ranks', '9+ ranks', '64+ ranks', '4K+ ranks'."""
-    if comm_size >= 4096:
-        return "4K+ ranks"
+    '5-8 ranks', '9+ ranks', '64+ ranks', '8K+ ranks'."""
+    if comm_size >= HUGE_FROM:
+        return "8K+ ranks"
     if comm_size >= SCALE_FROM:
         return "64+ ranks"
     if ranks_per_core > 1.0:
@@ -99,7 +114,7 @@ _CASES: dict[str, _Rule] = {
     "5-8 ranks": _EIGHT,
     "9+ ranks": _MANY,
     "64+ ranks": _SCALE,
-    "4K+ ranks": _HUGE,
+    "8K+ ranks": _HUGE,
 }
 
 
