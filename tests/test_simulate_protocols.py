@@ -111,19 +111,28 @@ def test_cli_says_what_the_rule_chose(tmp_path, capsys):
     assert isinstance(row["library_goes_native"], bool)
 
 
-@pytest.mark.parametrize("ranks", [64, 1024])
-def test_where_the_scale_rule_serves_it_beats_every_lock_step_bcast(ranks):
-    """Bcast 16M at 64 and 1K ranks (built-in parameters, quiet): the rule's two_tree pipeline against
-    every lock-step Bcast the simulator has that is practical there (ring allgathers cost p^2 messages)."""
-    job = Job("bcast", ranks, 16 * M, 0, "", settings.Settings())
+@pytest.mark.parametrize(
+    "collective,ranks,nbytes",
+    [
+        ("bcast", 64, 16 * M),
+        ("bcast", 1024, 16 * M),
+        ("reduce", 64, 4 * M),
+        ("reduce", 64, 16 * M),
+        ("allreduce", 64, 16 * M),
+    ],
+)
+def test_where_the_scale_rule_serves_it_beats_every_lock_step_baseline(collective, ranks, nbytes):
+    """Built-in parameters, quiet: the rule's two_tree pipeline against every lock-step baseline the simulator
+    has for the collective that is practical there (ring allgathers cost p^2 messages)."""
+    job = Job(collective, ranks, nbytes, 0, "", settings.Settings())
     prep = prepare(job)
-    assert prep.choice.serve and prep.protocol == "two_tree" and prep.choice.source == "rule, case '64+ ranks'"
+    assert prep.choice.serve and prep.protocol == "two_tree" and prep.choice.source.startswith("rule, case '")
     ours = run_once(job, P_BUILTIN, prepared=prep)[0].time_s
-    names = [n for n in baseline_names("bcast") if ranks <= 64 or "ring" not in n]
+    names = [n for n in baseline_names(collective) if ranks <= 64 or "ring" not in n]
     assert names
     for name in names:
         theirs = run_once(job, P_BUILTIN, name)[0].time_s
-        assert ours < theirs, (ranks, name, ours, theirs)
+        assert ours < theirs, (collective, ranks, name, ours, theirs)
 
 
 def test_ranks_per_node_option_and_topo_trees_follow_the_simulated_nodes(tmp_path, capsys):
@@ -146,3 +155,14 @@ def test_ranks_per_node_option_and_topo_trees_follow_the_simulated_nodes(tmp_pat
     assert cli.main([*argv, "--ranks-per-node", "8", "--json", str(out)]) == 0
     assert json.loads(out.read_text())["params"]["ranks_per_node"] == 8
     assert cli.main(argv) == 2 and "--ranks-per-node" in capsys.readouterr().err
+
+
+def test_reduce_scatter_gather_reduces_to_every_root():
+    """MPICH's long-message Reduce on real data: every size 1..17, every root (odd, even and excluded ones)."""
+    for size in range(1, 18):
+        for root in range(size):
+            for count in (1, 3 * size + 1, 4099):
+                job = Job("reduce", size, 4 * count, 4096, root=root)
+                _, world, bufs = run_once(job, CostParams(eager=2048), "reduce_scatter_gather", data=True)
+                bufs.check(root)
+                assert world.unmatched == 0, (size, root, count)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from adaptcoll.tune import defaults
-from adaptcoll.tune.defaults import FINE, PIPELINE, SHIPPED, SIXTEEN, TWO_TREE, default_bands
+from adaptcoll.tune.defaults import FINE, PIPELINE, SHIPPED, SIXTEEN, TREE_128K, TWO_TREE, default_bands
 from adaptcoll.tune.table import band_index
 
 K, M = 1 << 10, 1 << 20
@@ -108,10 +108,12 @@ def test_every_served_measured_size_has_a_measurement_of_the_chosen_configuratio
         (8, 1.0, (M, 4 * M, 4 * M)),
         (16, 1.0, (4 * M, 8 * M, 8 * M)),
         (32, 1.0, (4 * M, 8 * M, 8 * M)),
-        (64, 1.0, (16 * M, None, None)),  # the simulated cases: Bcast two_tree, Reduce/Allreduce native
-        (1024, 2.0, (16 * M, None, None)),
-        (4096, 1.0, (16 * M, None, None)),
-        (8191, 1.0, (16 * M, None, None)),
+        (64, 1.0, (16 * M, 4 * M, 16 * M)),  # the simulated cases
+        (511, 1.0, (16 * M, 4 * M, 16 * M)),
+        (512, 1.0, (16 * M, 8 * M, 16 * M)),
+        (1024, 2.0, (16 * M, 8 * M, 16 * M)),
+        (4096, 1.0, (16 * M, 8 * M, 16 * M)),
+        (8191, 1.0, (16 * M, 8 * M, 16 * M)),
         (8192, 1.0, (64 * M, None, None)),
         (1 << 16, 1.0, (64 * M, None, None)),
     ],
@@ -134,9 +136,25 @@ def test_sixteen_ranks_requirements_of_issue_11():
 
 
 # (ranks, collective, config, {size: best lock-step time / adaptcoll time}) simulated with adaptcoll.simulate
-# (built-in parameters, quiet; bench/RESULTS.md, "At scale: the rule against the lock-step algorithms").
+# (built-in parameters, quiet; bench/RESULTS.md, "At scale: the rule against the lock-step algorithms"). The
+# lock-step baselines: scatter + allgather (Bcast), MPICH's reduce-scatter + gather (Reduce), Rabenseifner
+# (Allreduce): the fastest the simulator has at these points (binomial and ring ones are slower there).
 SIMULATED = [
+    (64, "bcast", TWO_TREE, {16 * M: 3.360 / 2.591}),
+    (64, "reduce", TREE_128K, {4 * M: 2.127 / 1.817, 8 * M: 4.205 / 3.039}),
+    (64, "reduce", TWO_TREE, {16 * M: 8.354 / 4.717}),
+    (64, "allreduce", TWO_TREE, {16 * M: 8.357 / 6.987}),
+    (64, "allreduce", TREE_128K, {4 * M: 2.129 / 2.366}),
+    (256, "reduce", TREE_128K, {4 * M: 2.154 / 2.016}),
+    (256, "allreduce", TWO_TREE, {16 * M: 8.441 / 7.389}),
+    (512, "reduce", TREE_128K, {4 * M: 2.162 / 2.118}),
     (1024, "bcast", TWO_TREE, {4 * M: 0.911 / 1.217, 8 * M: 1.753 / 1.893, 16 * M: 3.434 / 3.053}),
+    (1024, "reduce", TREE_128K, {4 * M: 2.168 / 2.210, 8 * M: 4.268 / 3.430}),
+    (1024, "reduce", TWO_TREE, {16 * M: 8.464 / 5.417}),
+    (1024, "allreduce", TREE_128K, {4 * M: 2.171 / 2.833}),
+    (1024, "allreduce", TWO_TREE, {16 * M: 8.468 / 7.824}),
+    (4096, "reduce", TREE_128K, {4 * M: 2.179 / 2.434}),
+    (4096, "reduce", TWO_TREE, {16 * M: 8.479 / 5.808}),
     (4096, "bcast", TWO_TREE, {16 * M: 3.446 / 3.321, 64 * M: 13.519 / 9.206}),
     (16384, "bcast", TWO_TREE, {16 * M: 3.457 / 3.512}),
 ]

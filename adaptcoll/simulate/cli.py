@@ -80,6 +80,11 @@ def _run_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _args_params(args: argparse.Namespace) -> CostParams:
+    """The parameters a subcommand's --params and --ranks-per-node (where it has one) give."""
+    return _params(args.params, getattr(args, "ranks_per_node", 0))
+
+
 def _params(path: Optional[str], ranks_per_node: int = 0) -> CostParams:
     params = load_params(path) if path else DEFAULT_PARAMS
     if ranks_per_node < 0:
@@ -114,7 +119,7 @@ def _print_report(report: dict[str, Any]) -> None:
 
 def run_main(argv: Sequence[str]) -> int:
     args = _run_parser().parse_args(argv)
-    params = _params(args.params, args.ranks_per_node)
+    params = _args_params(args)
     noise = parse_noise(args.noise)
     job = Job(args.collective, args.ranks, args.size, args.segment, args.algorithm)
     wall0 = time.perf_counter()
@@ -197,7 +202,7 @@ def calibrate_main(argv: Sequence[str]) -> int:
     for f in fields or ():
         if f not in PARAM_DOCS or f == "eager":
             raise ValueError(f"--fit: cannot fit {f!r}; choose from {', '.join(k for k in PARAM_DOCS if k != 'eager')}")
-    params, info = calibrate(rows, engine, pingpong, _params(args.params, args.ranks_per_node), fields)
+    params, info = calibrate(rows, engine, pingpong, _args_params(args), fields)
     source = {
         "osu": list(args.osu),
         "engine_cost": args.engine_cost,
@@ -232,7 +237,7 @@ def validate_main(argv: Sequence[str]) -> int:
     p.add_argument("--markdown", metavar="FILE")
     p.add_argument("--plot", metavar="PNG")
     args = p.parse_args(argv)
-    rows = validate(_rows(args, args.impl), _params(args.params, args.ranks_per_node), args.samples, args.seed)
+    rows = validate(_rows(args, args.impl), _args_params(args), args.samples, args.seed)
     noisy = any(r["noise"] for r in rows)
     table = _table(rows, noisy)
     errors = sorted(abs(r["error_pct"]) for r in rows)
@@ -278,7 +283,7 @@ def sweep_main(argv: Sequence[str]) -> int:
         args.segment,
         args.noise,
         args.baseline,
-        _params(args.params, args.ranks_per_node),
+        _args_params(args),
         args.algorithm,
         args.seed,
         args.samples,
@@ -290,7 +295,7 @@ def sweep_main(argv: Sequence[str]) -> int:
     if args.csv:
         Path(args.csv).write_text(text)
     if args.json:
-        meta = {"params": _params(args.params, args.ranks_per_node).to_dict(), "seed": args.seed, "argv": list(argv)}
+        meta = {"params": _args_params(args).to_dict(), "seed": args.seed, "argv": list(argv)}
         write_rows_json(args.json, rows, meta)
     if args.plot:
         plot_auto(rows, args.plot)

@@ -9,6 +9,7 @@ cost model and noise as adaptcoll's protocols; they pay `native_o` per message a
 | name | collectives | MPICH routine it follows |
 |---|---|---|
 | binomial | bcast, reduce | MPIR_Bcast_intra_binomial, MPIR_Reduce_intra_binomial |
+| reduce_scatter_gather | reduce | MPIR_Reduce_intra_reduce_scatter_gather (MPICH's long-message choice) |
 | scatter_allgather | bcast | MPIR_Bcast_intra_scatter_recursive_doubling_allgather (ring if size is not 2^k) |
 | scatter_ring_allgather | bcast | MPIR_Bcast_intra_scatter_ring_allgather (MPICH's choice for long messages) |
 | rabenseifner | allreduce | MPIR_Allreduce_intra_reduce_scatter_allgather |
@@ -240,6 +241,65 @@ def rabenseifner_allreduce(rank: int, size: int, root: int, count: int) -> Itera
         yield [(SEND, rank - 1, 0, count, 8)]
 
 
+def reduce_scatter_gather_reduce(rank: int, size: int, root: int, count: int) -> Iterator[Step]:
+    """MPICH's long-message Reduce for commutative ops (MPIR_Reduce_intra_reduce_scatter_gather): the
+    non-power-of-two pre-step (even rank 2i folds into 2i+1), a reduce-scatter by recursive halving as in
+    Rabenseifner's Allreduce, then a binomial gather of the blocks toward the root, which takes the whole
+    result last. An excluded (even) root is served by its partner, which hands it the result at the end."""
+    pof2 = 1 << (size.bit_length() - 1)
+    rem = size - pof2
+    if rank < 2 * rem and rank % 2 == 0:
+        yield [(SEND, rank + 1, 0, count, 11)]
+        if rank == root:
+            yield [(RECV, rank + 1, 0, count, 13)]
+        return
+    if rank < 2 * rem:
+        yield [(FOLD, rank - 1, 0, count, 11)]
+        newrank = rank // 2
+    else:
+        newrank = rank - rem
+    newroot = root // 2 if root < 2 * rem else root - rem
+    base, extra = divmod(count, pof2)
+
+    def start(i: int) -> int:
+        return i * base + min(i, extra)
+
+    def real(newdst: int) -> int:
+        return newdst * 2 + 1 if newdst < rem else newdst + rem
+
+    kept: list[tuple[int, int]] = []  # block range this rank keeps after each halving step
+    mask, send_idx, recv_idx, last_idx = 1, 0, 0, pof2
+    while mask < pof2:
+        newdst = newrank ^ mask
+        half = pof2 // (mask * 2)
+        if newrank < newdst:
+            send_idx = recv_idx + half
+            s, r = (send_idx, last_idx), (recv_idx, send_idx)
+        else:
+            recv_idx = send_idx + half
+            s, r = (send_idx, recv_idx), (recv_idx, last_idx)
+        yield [(SEND, real(newdst), start(s[0]), start(s[1]), 12), (FOLD, real(newdst), start(r[0]), start(r[1]), 12)]
+        kept.append(r)
+        send_idx = recv_idx
+        mask <<= 1
+        if mask < pof2:
+            last_idx = recv_idx + pof2 // mask
+    for j in range(len(kept) - 1, -1, -1):  # gather: the reverse of the halving, toward newroot
+        mask = 1 << j
+        newdst = newrank ^ mask
+        if (newrank & mask) == (newroot & mask):
+            lo, hi = kept[j][1], kept[j][1] + (kept[j][1] - kept[j][0])
+            if newrank > newdst:
+                lo, hi = kept[j][0] - (kept[j][1] - kept[j][0]), kept[j][0]
+            if hi > lo:
+                yield [(RECV, real(newdst), start(lo), start(min(hi, pof2)), 13)]
+        else:
+            yield [(SEND, real(newdst), start(kept[j][0]), start(kept[j][1]), 13)]
+            return
+    if root < 2 * rem and root % 2 == 0 and rank == root + 1:  # the excluded root takes the result
+        yield [(SEND, root, 0, count, 13)]
+
+
 def ring_allreduce(rank: int, size: int, root: int, count: int) -> Iterator[Step]:
     """Ring reduce-scatter (size - 1 steps), then ring allgather (size - 1 steps), blocks of count/size."""
     chunk = -(-count // size)
@@ -256,6 +316,7 @@ def ring_allreduce(rank: int, size: int, root: int, count: int) -> Iterator[Step
 
 BASELINES: dict[str, dict[str, Schedule]] = {
     "binomial": {"bcast": binomial_bcast, "reduce": binomial_reduce},
+    "reduce_scatter_gather": {"reduce": reduce_scatter_gather_reduce},
     "scatter_allgather": {"bcast": scatter_allgather_bcast},
     "scatter_ring_allgather": {"bcast": scatter_ring_allgather_bcast},
     "rabenseifner": {"allreduce": rabenseifner_allreduce},

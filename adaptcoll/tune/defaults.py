@@ -19,7 +19,9 @@ __all__ = [
     "PIPELINE",
     "SIXTEEN",
     "TWO_TREE",
+    "TREE_128K",
     "SCALE_FROM",
+    "WIDE_FROM",
     "HUGE_FROM",
     "case",
     "default_bands",
@@ -40,7 +42,7 @@ TWO_TREE = ServeConfig("two_tree", 256 * K, 0, 0)
 """two trees (each rank interior in at most one), 256K segments, no cap: the pipeline at scale."""
 SCALE_FROM = 64
 """Communicators of this many ranks or more use the cases derived from the simulator ('64+ ranks',
-'8K+ ranks'): nothing measured there, and the 16-rank node's choices (chains, binomial trees with
+'512+ ranks', '8K+ ranks'): nothing measured there, and the 16-rank node's choices (chains, binomial trees with
 few segments) lose 7-50x at 1K ranks (bench/RESULTS.md, "At scale: the rule against the lock-step
 algorithms MPI libraries run")."""
 
@@ -69,15 +71,30 @@ _MANY: _Rule = {
 }
 
 
+WIDE_FROM = 512
+"""From this many ranks Reduce's 4M band ends (4M two_tree 128K against MPICH's reduce-scatter + gather:
+0.85 at 64 ranks, 0.94 at 256, 0.98 at 512, 1.02 at 1K)."""
 HUGE_FROM = 8192
 """From this many ranks the 'huge' case: between 4K ranks (Bcast 16M two_tree 3.32 ms against 3.45, a
 win) and 16K (3.51 against 3.46, a loss)."""
-_SCALE: _Rule = {"bcast": ((16 * M, TWO_TREE),), "reduce": (), "allreduce": ()}
-"""64 to 8K ranks (simulated with adaptcoll.simulate, built-in parameters, against the best lock-step
-baseline): Bcast 16M two_tree beats scatter + allgather (1K ranks: 3.05 vs 3.43 ms, 4K: 3.32 vs 3.45,
-64M at 4K: 9.21 vs 13.52); at 1M-8M the
-lock-step algorithms win (8M: 1.89 vs 1.75 ms), and Reduce and Allreduce stay native (Allreduce 4M:
-2.83 ms against Rabenseifner's 2.17 ms; Reduce 4M: 2.21 ms against MPICH's reduce-scatter + gather)."""
+TREE_128K = ServeConfig("two_tree", 128 * K, 0, 0)
+"""two trees, 128K segments, no cap: Reduce's pipeline for 4-8 MiB at scale."""
+_SCALE: _Rule = {
+    "bcast": ((16 * M, TWO_TREE),),
+    "reduce": ((4 * M, TREE_128K), (16 * M, TWO_TREE)),
+    "allreduce": ((16 * M, TWO_TREE),),
+}
+"""64 to 511 ranks (simulated with adaptcoll.simulate, built-in parameters, quiet, against the best
+lock-step baseline; ratios adaptcoll / best): Bcast 16M 0.77 at 64 ranks; Reduce 4M 0.85 / 0.94 at 64 /
+256 ranks, 16M 0.56 at 64; Allreduce 16M 0.84 / 0.88 at 64 / 256 ranks (4M loses: 1.11 at 64)."""
+_WIDE: _Rule = {
+    "bcast": ((16 * M, TWO_TREE),),
+    "reduce": ((8 * M, TREE_128K), (16 * M, TWO_TREE)),
+    "allreduce": ((16 * M, TWO_TREE),),
+}
+"""512 to 8191 ranks: Bcast 16M 0.89 / 0.96 at 1K / 4K ranks (64M at 4K: 0.68; 4M / 8M lose: 1.34 /
+1.08 at 1K); Reduce 8M 0.80 at 1K, 16M 0.64 / 0.68 at 1K / 4K (4M loses from 1K: 1.02, 1.12 at 4K);
+Allreduce 16M 0.92 at 1K (4M loses: 2.83 ms against Rabenseifner's 2.17)."""
 _HUGE: _Rule = {"bcast": ((64 * M, TWO_TREE),), "reduce": (), "allreduce": ()}
 """8K ranks and more: the pipeline's fill grows with the trees' depth (16K ranks, Bcast 16M: 3.51 ms
 against 3.46 ms), so two_tree serves Bcast only from 64M, where the bandwidth term dominates."""
@@ -85,9 +102,11 @@ against 3.46 ms), so two_tree serves Bcast only from 64M, where the bandwidth te
 
 def case(comm_size: int, ranks_per_core: float, mpi_library: str = "") -> str:
     """Which case of the rule applies: 'shared cores', '2 ranks' ('2 ranks, Open MPI'), '3-4 ranks',
-    '5-8 ranks', '9+ ranks', '64+ ranks', '8K+ ranks'."""
+    '5-8 ranks', '9+ ranks', '64+ ranks', '512+ ranks', '8K+ ranks'."""
     if comm_size >= HUGE_FROM:
         return "8K+ ranks"
+    if comm_size >= WIDE_FROM:
+        return "512+ ranks"
     if comm_size >= SCALE_FROM:
         return "64+ ranks"
     if ranks_per_core > 1.0:
@@ -114,6 +133,7 @@ _CASES: dict[str, _Rule] = {
     "5-8 ranks": _EIGHT,
     "9+ ranks": _MANY,
     "64+ ranks": _SCALE,
+    "512+ ranks": _WIDE,
     "8K+ ranks": _HUGE,
 }
 
