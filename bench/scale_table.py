@@ -30,7 +30,17 @@ from adaptcoll.simulate.programs import Job, prepare
 from adaptcoll.simulate.run import run_once
 from adaptcoll.simulate.sweep import parse_rank_list
 
-POINTS = ("bcast:16M", "reduce:4M", "allreduce:4M", "bcast:1M", "reduce:1M", "allreduce:1M", "bcast:64K")
+POINTS = (
+    "bcast:16M",
+    "reduce:4M",
+    "allreduce:4M",
+    "reduce:16M",
+    "allreduce:16M",
+    "bcast:1M",
+    "reduce:1M",
+    "allreduce:1M",
+    "bcast:64K",
+)
 NOISES = ("100Hz x 250us", "1kHz x 25us")
 
 

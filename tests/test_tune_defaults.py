@@ -114,8 +114,8 @@ def test_every_served_measured_size_has_a_measurement_of_the_chosen_configuratio
         (1024, 2.0, (16 * M, 8 * M, 16 * M)),
         (4096, 1.0, (16 * M, 8 * M, 16 * M)),
         (8191, 1.0, (16 * M, 8 * M, 16 * M)),
-        (8192, 1.0, (64 * M, None, None)),
-        (1 << 16, 1.0, (64 * M, None, None)),
+        (8192, 1.0, (64 * M, 16 * M, None)),
+        (1 << 16, 1.0, (64 * M, 16 * M, None)),
     ],
 )
 def test_thresholds_by_size_and_ranks_per_core(ranks, per_core, expected):
@@ -157,6 +157,7 @@ SIMULATED = [
     (4096, "reduce", TWO_TREE, {16 * M: 8.479 / 5.808}),
     (4096, "bcast", TWO_TREE, {16 * M: 3.446 / 3.321, 64 * M: 13.519 / 9.206}),
     (16384, "bcast", TWO_TREE, {16 * M: 3.457 / 3.512}),
+    (16384, "reduce", TWO_TREE, {16 * M: 8.490 / 6.183}),
 ]
 
 
