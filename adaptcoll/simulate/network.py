@@ -71,7 +71,14 @@ class FifoLinks:
 
 
 class FairLinks:
-    """Each link shared equally by the messages on it; a message moves at the slower of its two shares."""
+    """Each link shared equally by the messages on it; a message moves at the slower of its two shares.
+
+    A change of load on two links reschedules every message on them (a new finish event each; the
+    one it replaces stays in the heap, stale, and does nothing when popped). Stale entries are
+    counted, and once they are most of the heap they are swept out of it at once (`_sweep`) and
+    counted as processed events, so the heap stays small and the event count stays what it would be
+    had each been popped.
+    """
 
     def __init__(self, world: Any, nodes: int, rpn: int, bytecost: float, latency: float, gap: float,
                  net: Optional[Timeline]) -> None:  # fmt: skip
@@ -84,6 +91,9 @@ class FairLinks:
         self._out: dict[int, list[Any]] = {}  # node -> messages on its outgoing link
         self._in: dict[int, list[Any]] = {}
         self._last_start: dict[int, float] = {}
+        self._stale = 0  # stale finish entries in the heap
+        self._fin = self._finish  # one bound method: heap entries are recognised by identity
+        self._begin_h = self._begin
 
     def depart(self, msg: Any) -> None:
         """The message may leave now (after the sender's minimum gap and any link detour)."""
@@ -98,13 +108,19 @@ class FairLinks:
         if self._net is not None:
             start = self._net.advance(node, start, 0.0)
         if start > now:
-            heapq.heappush(w._heap, (start, w._seq(), self._begin, msg))
+            heapq.heappush(w._heap, (start, w._seq(), self._begin_h, msg))
         else:
             self._begin(msg)
 
     def _begin(self, msg: Any) -> None:
-        now = self._w.now
-        src, dst = msg.src // self._rpn, msg.dst // self._rpn
+        w = self._w
+        now = w.now
+        rpn = self._rpn
+        if rpn == 1:
+            src, dst = msg.src, msg.dst
+        else:
+            src, dst = msg.src // rpn, msg.dst // rpn
+        msg.snode, msg.dnode = src, dst
         msg.start = msg.tupd = now
         msg.rem = msg.n * self._bytecost
         msg.rate = 0.0
@@ -119,44 +135,72 @@ class FairLinks:
         if len(out) == 1 and len(inn) == 1:  # alone on both links: full speed
             msg.rate = 1.0
             msg.ver += 1
-            heapq.heappush(self._w._heap, (now + msg.rem, self._w._seq(), self._finish, (msg, msg.ver)))
+            heapq.heappush(w._heap, (now + msg.rem, w._seq(), self._fin, (msg, msg.ver)))
             return
-        self._reshare(out, inn, now)
+        self._stale += self._reshare(out, inn, src, now) - 1  # every entry but the new message's is now stale
+        if self._stale > 1024 and self._stale > len(w._heap) >> 1:
+            self._sweep()
 
-    def _reshare(self, out: list[Any], inn: list[Any], now: float) -> None:
-        """New shares for the messages on two links whose load just changed; reschedule their ends."""
-        heap, seq, finish = self._w._heap, self._w._seq, self._finish
-        outs, ins, rpn = self._out, self._in, self._rpn
-        seen = set()
-        for flows in (out, inn):
-            for f in flows:
-                if id(f) in seen:
-                    continue
-                seen.add(id(f))
-                f.rem -= f.rate * (now - f.tupd)
-                f.tupd = now
-                n_out = len(outs[f.src // rpn])
-                n_in = len(ins[f.dst // rpn])
-                f.rate = 1.0 / (n_out if n_out > n_in else n_in)
-                f.ver += 1
-                rem = f.rem if f.rem > 0.0 else 0.0
-                heapq.heappush(heap, (now + rem / f.rate, seq(), finish, (f, f.ver)))
+    def _reshare(self, out: list[Any], inn: list[Any], src: int, now: float) -> int:
+        """New shares for the messages on two links whose load just changed (`out`: node `src`'s
+        outgoing link); reschedules their ends and returns how many."""
+        w = self._w
+        heap, seq, finish, ins = w._heap, w._seq, self._fin, self._in
+        push = heapq.heappush
+        n_out = len(out)
+        for f in out:  # n_out: len(out); n_in: its receiver's link
+            f.rem -= f.rate * (now - f.tupd)
+            f.tupd = now
+            n_in = len(ins[f.dnode])
+            f.rate = rate = 1.0 / (n_out if n_out > n_in else n_in)
+            f.ver = ver = f.ver + 1
+            rem = f.rem
+            push(heap, (now + (rem if rem > 0.0 else 0.0) / rate, seq(), finish, (f, ver)))
+        n_in = len(inn)
+        outs = self._out
+        k = n_out
+        for f in inn:
+            if f.snode == src:  # on `out` as well: done above
+                continue
+            k += 1
+            f.rem -= f.rate * (now - f.tupd)
+            f.tupd = now
+            n_out = len(outs[f.snode])
+            f.rate = rate = 1.0 / (n_out if n_out > n_in else n_in)
+            f.ver = ver = f.ver + 1
+            rem = f.rem
+            push(heap, (now + (rem if rem > 0.0 else 0.0) / rate, seq(), finish, (f, ver)))
+        return k
+
+    def _sweep(self) -> None:
+        """Drop the stale finish entries from the heap (in place), counting them as processed events."""
+        w = self._w
+        heap, finish = w._heap, self._fin
+        keep = [e for e in heap if e[2] is not finish or e[3][1] == e[3][0].ver]
+        w._dropped += len(heap) - len(keep)
+        heap[:] = keep
+        heapq.heapify(heap)  # (time, sequence) keys are unique: the pop order is the same
+        self._stale = 0
 
     def _finish(self, arg: tuple[Any, int]) -> None:
         msg, ver = arg
         if ver != msg.ver:  # rescheduled since
+            self._stale -= 1
             return
-        now = self._w.now
-        src, dst = msg.src // self._rpn, msg.dst // self._rpn
+        w = self._w
+        now = w.now
+        src, dst = msg.snode, msg.dnode
         out, inn = self._out[src], self._in[dst]
         out.remove(msg)
         inn.remove(msg)
         msg.end = now
         msg.ver += 1
         if out or inn:
-            self._reshare(out, inn, now)
+            self._stale += self._reshare(out, inn, src, now)
+            if self._stale > 1024 and self._stale > len(w._heap) >> 1:
+                self._sweep()
         if not out:
             del self._out[src]
         if not inn:
             del self._in[dst]
-        self._w._land(msg, now + self._L, msg.start + self._L)
+        w._land(msg, now + self._L, msg.start + self._L)
