@@ -138,7 +138,7 @@ class FairLinks:
             heapq.heappush(w._heap, (now + msg.rem, w._seq(), self._fin, (msg, msg.ver)))
             return
         self._stale += self._reshare(out, inn, src, now) - 1  # every entry but the new message's is now stale
-        if self._stale > 1024 and self._stale > len(w._heap) >> 1:
+        if self._stale > 1024 and self._stale > len(w._heap) >> 2:
             self._sweep()
 
     def _reshare(self, out: list[Any], inn: list[Any], src: int, now: float) -> int:
@@ -197,7 +197,7 @@ class FairLinks:
         msg.ver += 1
         if out or inn:
             self._stale += self._reshare(out, inn, src, now)
-            if self._stale > 1024 and self._stale > len(w._heap) >> 1:
+            if self._stale > 1024 and self._stale > len(w._heap) >> 2:
                 self._sweep()
         if not out:
             del self._out[src]
