@@ -85,6 +85,10 @@ class _Msg:
         "rate",
         "tupd",
         "ver",
+        "snode",
+        "dnode",
+        "tfin",
+        "sq",
     )
 
     def __init__(self, src: int, dst: int, tag: int, n: int, sbuf: Any, scb: Callback, ts: float, eager: bool) -> None:
@@ -97,6 +101,8 @@ class _Msg:
         self.start = self.end = 0.0
         self.rem = self.rate = self.tupd = 0.0
         self.ver = 0
+        self.snode = self.dnode = self.sq = 0
+        self.tfin = 0.0
 
 
 class SimRank(ArrayBackend):
@@ -190,6 +196,7 @@ class World:
         self.cur = -1
         self.cur_tag = -1
         self._heap: list[tuple[float, int, Callable[[Any], None], Any]] = []
+        self._dropped = 0  # events taken out of the heap unpopped (stale link entries): still events
         self._seq = itertools.count().__next__
         self._sends: dict[tuple[int, int, int], list[_Msg]] = {}
         self._recvs: dict[tuple[int, int, int], list[tuple[Any, Callback, float]]] = {}
@@ -206,6 +213,14 @@ class World:
         self.callbacks = 0
         self.messages = 0
         self.bytes = 0
+        # the event handlers, bound once (not one bound-method object per scheduled event)
+        self._wake_h = self._wake
+        self._ready_h = self._ready
+        self._depart_h = self._depart
+        self._arrive_h = self._arrive
+        self._eager_sent_h = self._eager_sent
+        self._late_recv_h = self._late_recv
+        self._callback_h = self._callback_evt
 
     # -- scheduling ------------------------------------------------------------------------------
     def _push(self, t: float, fn: Callable[[Any], None], arg: Any) -> None:
@@ -245,7 +260,10 @@ class World:
         finally:
             if collecting:
                 gc.enable()
-        self.events += n
+        self.events += n + self._dropped
+        self._dropped = 0
+        if self._links.latest > self.now:  # a link event left out of the heap came last (a no-op)
+            self.now = self._links.latest
         if self._left:
             raise Deadlock(self.describe())
         return max(self.finished)
@@ -275,44 +293,46 @@ class World:
     def _complete(self, rank: int, cb: Callback) -> None:
         """A completion for `rank` at time `now`: run its callback now if the CPU is free, else queue it."""
         now = self.now
-        if self._busy[rank] <= now and rank not in self._queued:
+        busy = self._busy
+        queued = self._queued
+        if busy[rank] <= now and rank not in queued:
             self.cur = rank
             cpu = self._cpu
             self.clock = now + self.event_cost if cpu is None else cpu.advance(rank, now, self.event_cost)
             cb()
-            self._busy[rank] = self.clock
+            busy[rank] = self.clock
             self.callbacks += 1
             if self._watches and rank in self._watches:
                 self._poll_watches(rank)
             return
-        queue = self._queued.get(rank)
+        queue = queued.get(rank)
         if queue is None:
-            self._queued[rank] = [cb]
-            heapq.heappush(self._heap, (self._busy[rank], self._seq(), self._wake, rank))
+            queued[rank] = [cb]
+            heapq.heappush(self._heap, (busy[rank], self._seq(), self._wake_h, rank))
         else:
             queue.append(cb)
 
     def _wake(self, rank: int) -> None:
-        if self._busy[rank] > self.now:  # a copy took the CPU meanwhile (transfer "cpu")
-            self._push(self._busy[rank], self._wake, rank)
+        busy = self._busy
+        now = self.now
+        if busy[rank] > now:  # a copy took the CPU meanwhile (transfer "cpu")
+            heapq.heappush(self._heap, (busy[rank], self._seq(), self._wake_h, rank))
             return
         queue = self._queued[rank]
         cb = queue.pop(0)
         if not queue:
             del self._queued[rank]
-        self._run(rank, self.now, cb)
-        if queue:
-            self._push(self._busy[rank], self._wake, rank)
-
-    def _run(self, rank: int, t: float, cb: Callback) -> None:
+        # run it (as _complete does)
         self.cur = rank
         cpu = self._cpu
-        self.clock = t + self.event_cost if cpu is None else cpu.advance(rank, t, self.event_cost)
+        self.clock = now + self.event_cost if cpu is None else cpu.advance(rank, now, self.event_cost)
         cb()
-        self._busy[rank] = self.clock
+        busy[rank] = self.clock
         self.callbacks += 1
         if self._watches and rank in self._watches:
             self._poll_watches(rank)
+        if queue:
+            heapq.heappush(self._heap, (busy[rank], self._seq(), self._wake_h, rank))
 
     def _work(self, seconds: float) -> None:
         """Charge `seconds` of CPU work to the running callback's rank."""
@@ -333,7 +353,7 @@ class World:
         keep = []
         for poll, on_done in pending:
             if poll():
-                self._push(self.clock, self._callback_evt, (rank, on_done))
+                self._push(self.clock, self._callback_h, (rank, on_done))
             else:
                 keep.append((poll, on_done))
         if keep:
@@ -355,24 +375,27 @@ class World:
         cpu = self._cpu
         ts = self.clock = self.clock + self.post_cost if cpu is None else cpu.advance(rank, self.clock, self.post_cost)
         n = len(buf)
-        msg = _Msg(rank, dest, tag, n, buf, cb, ts, not sync and n <= self._eager_elems)
+        eager = not sync and n <= self._eager_elems
+        msg = _Msg(rank, dest, tag, n, buf, cb, ts, eager)
         key = (rank, dest, tag)
-        pending = self._recvs.pop(key, None)
+        recvs = self._recvs
+        pending = recvs.pop(key, None)
         if pending is not None:
-            msg.rbuf, msg.rcb, msg.tr = pending.pop(0)
+            msg.rbuf, msg.rcb, tr = pending.pop(0)
+            msg.tr = tr
             if pending:
-                self._recvs[key] = pending
-            if not msg.eager:
-                tr = msg.tr
-                heapq.heappush(self._heap, ((ts if ts > tr else tr) + self._L, self._seq(), self._ready, msg))
+                recvs[key] = pending
+            if not eager:
+                heapq.heappush(self._heap, ((ts if ts > tr else tr) + self._L, self._seq(), self._ready_h, msg))
+                return
         else:
             found = self._sends.get(key)
             if found is None:
                 self._sends[key] = [msg]
             else:
                 found.append(msg)
-        if msg.eager:
-            heapq.heappush(self._heap, (ts, self._seq(), self._ready, msg))
+        if eager:
+            heapq.heappush(self._heap, (ts, self._seq(), self._ready_h, msg))
 
     def _irecv(self, rank: int, buf: Any, source: int, tag: int, cb: Callback) -> None:
         if rank != self.cur:
@@ -380,17 +403,18 @@ class World:
         cpu = self._cpu
         tr = self.clock = self.clock + self.post_cost if cpu is None else cpu.advance(rank, self.clock, self.post_cost)
         key = (source, rank, tag)
-        found = self._sends.pop(key, None)
+        sends = self._sends
+        found = sends.pop(key, None)
         if found is not None:
             msg = found.pop(0)
             if found:
-                self._sends[key] = found
+                sends[key] = found
             msg.rbuf, msg.rcb, msg.tr = buf, cb, tr
             if not msg.eager:
                 ts = msg.ts
-                heapq.heappush(self._heap, ((ts if ts > tr else tr) + self._L, self._seq(), self._ready, msg))
+                heapq.heappush(self._heap, ((ts if ts > tr else tr) + self._L, self._seq(), self._ready_h, msg))
             elif msg.landed:  # the eager message is already here: complete once the receive is posted
-                self._push(tr, self._late_recv, msg)
+                self._push(tr, self._late_recv_h, msg)
         else:
             pending = self._recvs.get(key)
             if pending is None:
@@ -413,14 +437,14 @@ class World:
                 self._busy[dst] = end
                 msg.start = msg.end = start
                 self._count(msg, start, end, start, end)
-                heapq.heappush(self._heap, (end, self._seq(), self._arrive, msg))
+                heapq.heappush(self._heap, (end, self._seq(), self._arrive_h, msg))
                 return
             # over a NIC the receiver's engine must see the handshake: at its next poll after the callback
             # running now, and not inside a detour
             if cpu is not None:
                 start = cpu.advance(dst, start, 0.0)
             if start > now:
-                heapq.heappush(self._heap, (start, self._seq(), self._depart, msg))
+                heapq.heappush(self._heap, (start, self._seq(), self._depart_h, msg))
                 return
         self._depart(msg)
 
@@ -437,23 +461,31 @@ class World:
 
     def _count(self, msg: _Msg, t0: float, t1: float, r0: float, r1: float) -> None:
         self.messages += 1
-        nbytes = msg.n * self.itemsize
-        self.bytes += nbytes
+        self.bytes += msg.n * self.itemsize
         if self._trace is not None:
-            mid = self.messages
-            self._trace.sends.append((msg.src, msg.dst, msg.tag, nbytes, t0, t1, mid))
-            self._trace.recvs.append((msg.dst, msg.src, msg.tag, nbytes, r0, r1, mid))
+            self._trace_msg(msg, t0, t1, r0, r1)
+
+    def _trace_msg(self, msg: _Msg, t0: float, t1: float, r0: float, r1: float) -> None:
+        """Record the message just counted (the `messages`-th) in the trace."""
+        assert self._trace is not None
+        nbytes = msg.n * self.itemsize
+        mid = self.messages
+        self._trace.sends.append((msg.src, msg.dst, msg.tag, nbytes, t0, t1, mid))
+        self._trace.recvs.append((msg.dst, msg.src, msg.tag, nbytes, r0, r1, mid))
 
     def _land(self, msg: _Msg, arrival: float, rx: float = -1.0) -> None:
         """Schedule the completions of a message whose last byte arrives at `arrival`."""
-        start, end = msg.start, msg.end
         heap, seq = self._heap, self._seq
         if msg.eager:
             if self.data:
                 msg.sbuf = np.array(msg.sbuf, copy=True)  # the sender may reuse its buffer once it has left
-            heapq.heappush(heap, (end, seq(), self._eager_sent, msg))
-        heapq.heappush(heap, (arrival, seq(), self._arrive, msg))
-        self._count(msg, start, end, rx if rx >= 0 else start, arrival)
+            heapq.heappush(heap, (msg.end, seq(), self._eager_sent_h, msg))
+        heapq.heappush(heap, (arrival, seq(), self._arrive_h, msg))
+        self.messages += 1
+        self.bytes += msg.n * self.itemsize
+        if self._trace is not None:
+            start = msg.start
+            self._trace_msg(msg, start, msg.end, rx if rx >= 0 else start, arrival)
 
     def _eager_sent(self, msg: _Msg) -> None:
         self._complete(msg.src, msg.scb)
