@@ -83,7 +83,7 @@ class LockStep:
             self._folds = []
             left = 0
             for kind, peer, lo, hi, tag in ops:  # pre-posted receives first: a step may post and wait one
-                if kind == POST or kind == POSTFOLD:
+                if kind in (POST, POSTFOLD):
                     self._post(kind, peer, lo, hi, tag)
             for kind, peer, lo, hi, tag in ops:
                 if kind <= FOLD:
@@ -454,7 +454,8 @@ def _chain(v: int, size: int, root: int) -> tuple[Optional[int], list[int]]:
 
 def _in_order_bmtree(v: int, size: int, root: int) -> tuple[Optional[int], list[int]]:
     """ompi_coll_base_topo_build_in_order_bmtree: children v + 1, v + 2, v + 4, ... (smallest subtree first)."""
-    children, mask = [], 1
+    children: list[int] = []
+    mask = 1
     while mask < size:
         if v & mask:
             return _abs(v ^ mask, root, size), children
@@ -535,18 +536,18 @@ def _split_bintree_bcast(rank: int, size: int, root: int, count: int, segsize: i
     else:
         for seg in segs[lr]:
             yield [(RECV, parent, *seg, tag)]
-    mine, other = halves[lr], halves[1 - lr]
+    (mlo, mhi), (olo, ohi), (rlo, rhi) = halves[lr], halves[1 - lr], halves[1]
     pair = (rank + 1) % size if lr == 0 else (rank - 1) % size
     if size % 2 and rank != root:
-        yield [(SEND, pair, *mine, 15), (RECV, pair, *other, 15)]
+        yield [(SEND, pair, mlo, mhi, 15), (RECV, pair, olo, ohi, 15)]
     elif size % 2 == 0:
         last = (root + size - 1) % size
         if rank == root:
-            yield [(SEND, last, *halves[1], 15)]
+            yield [(SEND, last, rlo, rhi, 15)]
         elif rank == last:
-            yield [(RECV, root, *halves[1], 15)]
+            yield [(RECV, root, rlo, rhi, 15)]
         else:
-            yield [(SEND, pair, *mine, 15), (RECV, pair, *other, 15)]
+            yield [(SEND, pair, mlo, mhi, 15), (RECV, pair, olo, ohi, 15)]
 
 
 def _split_bintree_segsize(size: int, nbytes: int) -> int:
@@ -683,8 +684,17 @@ _BCAST5 = [  # (communicator size bound, [(bytes bound, alg)], alg above) from o
     (4096, [(262144, 7)], 8),
 ]
 _BCAST5_LAST = ([(8192, 7), (16384, 5), (262144, 7)], 8)
-_BCAST_ALGS = {1: "basic_linear", 2: "chain", 3: "pipeline", 4: "split_binary_tree", 5: "binary_tree",
-               6: "binomial", 7: "knomial", 8: "scatter_allgather", 9: "scatter_allgather_ring"}
+_BCAST_ALGS = {
+    1: "basic_linear",
+    2: "chain",
+    3: "pipeline",
+    4: "split_binary_tree",
+    5: "binary_tree",
+    6: "binomial",
+    7: "knomial",
+    8: "scatter_allgather",
+    9: "scatter_allgather_ring",
+}
 _REDUCE5 = [  # commutative branch of ompi_coll_tuned_reduce_intra_dec_fixed
     (4, [(8, 7), (16, 4), (32, 3), (262144, 1), (524288, 3), (1048576, 2)], 3),
     (8, [(4096, 4), (65536, 2), (262144, 5), (524288, 1), (1048576, 5)], 1),
@@ -696,8 +706,15 @@ _REDUCE5 = [  # commutative branch of ompi_coll_tuned_reduce_intra_dec_fixed
     (4096, [(512, 5), (1024, 6), (8192, 5), (16384, 6)], 5),
 ]
 _REDUCE5_LAST = ([(16, 5), (32, 6), (1024, 5), (2048, 6), (8192, 5), (16384, 6)], 5)
-_REDUCE_ALGS = {1: "linear", 2: "chain", 3: "pipeline", 4: "binary", 5: "binomial", 6: "in-order_binary",
-                7: "rabenseifner"}
+_REDUCE_ALGS = {
+    1: "linear",
+    2: "chain",
+    3: "pipeline",
+    4: "binary",
+    5: "binomial",
+    6: "in-order_binary",
+    7: "rabenseifner",
+}
 _ALLREDUCE5 = [  # commutative branch of ompi_coll_tuned_allreduce_intra_dec_fixed
     (4, [(8, 4), (4096, 3), (8192, 4), (16384, 3), (65536, 4), (262144, 5)], 6),
     (8, [(16, 4), (8192, 3)], 6),
@@ -711,8 +728,14 @@ _ALLREDUCE5 = [  # commutative branch of ompi_coll_tuned_allreduce_intra_dec_fix
     (4096, [(2048, 2), (4096, 5), (16384, 3)], 6),
 ]
 _ALLREDUCE5_LAST = ([(2048, 2), (16384, 5), (32768, 3)], 6)
-_ALLREDUCE_ALGS = {1: "basic_linear", 2: "nonoverlapping", 3: "recursive_doubling", 4: "ring",
-                   5: "segmented_ring", 6: "rabenseifner"}
+_ALLREDUCE_ALGS = {
+    1: "basic_linear",
+    2: "nonoverlapping",
+    3: "recursive_doubling",
+    4: "ring",
+    5: "segmented_ring",
+    6: "rabenseifner",
+}
 
 
 def _tuned5(collective: str, size: int, nbytes: int) -> str:
@@ -779,7 +802,6 @@ def _tuned_schedule(collective: str, version: str) -> Schedule:
 
     schedule.__doc__ = f"What coll/tuned's fixed rule of Open MPI {version} picks for {collective}."
     return schedule
-
 
 
 def baseline_names(collective: str) -> list[str]:
