@@ -14,7 +14,7 @@ from adaptcoll import settings
 from adaptcoll.protocols.pieces import ChildSendQueues, WindowedReceiver
 from adaptcoll.simulate import cli
 from adaptcoll.simulate.calibrate import calibrate, simulated_time
-from adaptcoll.simulate.lockstep import BASELINES
+from adaptcoll.simulate.lockstep import BASELINES, NotModelled
 from adaptcoll.simulate.measured import EngineCost, Measurement, read_measurements
 from adaptcoll.simulate.noise_setup import parse_noise
 from adaptcoll.simulate.params import CostParams, load_params
@@ -161,7 +161,10 @@ def test_lockstep_baselines_compute_the_collective(name):
     for collective in BASELINES[name]:
         for size in range(1, 14):
             job = Job(collective, size, 4 * (1000 + size), 4096)
-            _, world, bufs = run_once(job, CostParams(eager=2048), name, data=True)
+            try:
+                _, world, bufs = run_once(job, CostParams(eager=2048), name, data=True)
+            except NotModelled:  # an Open MPI rule's pick at this point is not modelled
+                continue
             bufs.check(job.root)
             assert world.unmatched == 0
 

@@ -29,7 +29,7 @@ from .noise_setup import parse_noise
 from .params import DEFAULT_PARAMS, PARAM_DOCS, CostParams, load_params, save_params
 from .plots import plot_auto, plot_validation
 from .programs import COLLECTIVES, Job, prepare
-from .run import ADAPTCOLL, compare, run_once
+from .run import ADAPTCOLL, BEST, BEST_MAX_MESSAGES, best_lockstep, compare, run_once
 from .sweep import parse_rank_list, rows_csv, sweep, write_rows_json
 from .trace import trace_events, write_trace
 from .world import TraceLog
@@ -55,6 +55,24 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of every random draw (noise phases, gaps, skew)")
 
 
+def _baseline_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--baseline",
+        action="append",
+        default=[],
+        metavar="NAME",
+        choices=[*sorted(BASELINES), BEST],
+        help="lock-step baseline (repeatable); 'best': every applicable one and the fastest",
+    )
+    p.add_argument(
+        "--best-max-messages",
+        type=int,
+        default=BEST_MAX_MESSAGES,
+        metavar="N",
+        help=f"'best' skips baselines estimated to send more messages (default {BEST_MAX_MESSAGES:,}; 0: no limit)",
+    )
+
+
 def _run_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m adaptcoll.simulate",
@@ -72,7 +90,7 @@ def _run_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--algorithm", default="", help="tree ('binomial', 'knomial:radix=4', ...) or protocol name")
     p.add_argument("--noise", action="append", default=[], metavar="SPEC", help="noise component (repeatable)")
-    p.add_argument("--baseline", action="append", default=[], metavar="NAME", choices=sorted(BASELINES))
+    _baseline_args(p)
     _common(p)
     p.add_argument("--samples", type=int, default=1, help="noise draws per implementation (default 1)")
     p.add_argument("--json", metavar="FILE", help="write the results (deterministic for one seed)")
@@ -115,6 +133,17 @@ def _print_report(report: dict[str, Any]) -> None:
         print(f"{r['impl']:<32}{_fmt_us(r['quiet_us']):>14}{noisy:>18}{slow:>10}{r['messages']:>12,}")
         if r["impl"] == ADAPTCOLL:
             print(f"  {r['segments']} segment(s) of {r['segment_bytes']:,} B on {r['trees']} tree(s): {r['choice']}")
+    best = report.get("best")
+    if best:
+        rows = {r["impl"]: r for r in report["results"]}
+        q = best["quiet_best"]
+        line = f"best lock-step: quiet {q} ({_fmt_us(rows['lockstep:' + q]['quiet_us'])} us)"
+        if best["noisy_best"]:
+            n = best["noisy_best"]
+            line += f", noisy median {n} ({_fmt_us(rows['lockstep:' + n]['median_us'])} us)"
+        print(line)
+        for name, why in best["skipped"].items():
+            print(f"  skipped {name}: {why}")
 
 
 def run_main(argv: Sequence[str]) -> int:
@@ -123,7 +152,16 @@ def run_main(argv: Sequence[str]) -> int:
     noise = parse_noise(args.noise)
     job = Job(args.collective, args.ranks, args.size, args.segment, args.algorithm)
     wall0 = time.perf_counter()
-    report = compare(job, params, noise, tuple(args.baseline), args.seed, args.samples)
+    cache: dict[Any, Any] = {}
+    best = None
+    if BEST in args.baseline:
+        best = best_lockstep(job, params, noise, args.seed, args.samples, args.best_max_messages or None, None, cache)
+    have = {r["impl"] for r in best["results"]} if best else set()
+    names = tuple(b for b in args.baseline if b != BEST and f"lockstep:{b}" not in have)
+    report = compare(job, params, noise, names, args.seed, args.samples, True, cache)
+    if best is not None:
+        report["results"] += best["results"]
+        report["best"] = {k: best[k] for k in ("quiet_best", "noisy_best", "skipped")}
     wall = time.perf_counter() - wall0
     _print_report(report)
     events = sum(r["events"] * (1 + (report["samples"] or 0)) for r in report["results"])
@@ -266,7 +304,7 @@ def sweep_main(argv: Sequence[str]) -> int:
     p.add_argument("--segment", default=0, type=_size("--segment"), help="default: the shipped rule's choice")
     p.add_argument("--algorithm", default="")
     p.add_argument("--noise", action="append", default=[], metavar="CONDITION", help="one condition (repeatable)")
-    p.add_argument("--baseline", action="append", default=[], metavar="NAME", choices=sorted(BASELINES))
+    _baseline_args(p)
     p.add_argument("--no-adaptcoll", action="store_true", help="baselines only")
     _common(p)
     p.add_argument("--samples", type=int, default=3)
@@ -288,6 +326,7 @@ def sweep_main(argv: Sequence[str]) -> int:
         args.seed,
         args.samples,
         not args.no_adaptcoll,
+        best_max_messages=args.best_max_messages or None,
         progress=lambda line: print(line, file=sys.stderr),
     )
     text = rows_csv(rows)

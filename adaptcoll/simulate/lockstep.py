@@ -3,8 +3,9 @@
 Each rank walks a schedule of steps; a step's sends and receives are posted together (a blocking
 Send or Recv is a step of one, a Sendrecv a step of two) and the rank waits for all of them, then
 folds what it received, before it starts the next step. The schedules follow MPICH's algorithms
-(relative ranks, largest subtree first, its chunking), unsegmented, on the same simulated transport,
-cost model and noise as adaptcoll's protocols; they pay `native_o` per message and no engine cost.
+(relative ranks, largest subtree first, its chunking), unsegmented, and Open MPI's segmented ones, on the
+same simulated transport, cost model and noise as adaptcoll's protocols; they pay `native_o` per
+message and no engine cost.
 
 | name | collectives | MPICH routine it follows |
 |---|---|---|
@@ -14,22 +15,44 @@ cost model and noise as adaptcoll's protocols; they pay `native_o` per message a
 | scatter_ring_allgather | bcast | MPIR_Bcast_intra_scatter_ring_allgather (MPICH's choice for long messages) |
 | rabenseifner | allreduce | MPIR_Allreduce_intra_reduce_scatter_allgather |
 | ring | allreduce | ring reduce-scatter + ring allgather (MPIR_Allreduce_intra_ring) |
+
+Open MPI's coll/base algorithms (`ompi_pipeline`, `ompi_split_bintree`, `ompi_binomial`, `ompi_ring`,
+`ompi_ring_segmented`) and the fixed decision rules of tuned (`ompi_tuned`, `ompi40_tuned`) follow
+below; docs/simulate.md lists what each follows.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Optional
 
 from ..transport import Callback
-from .programs import DTYPE, SUM, Buffers, Job
+from .programs import DTYPE, ITEMSIZE, SUM, Buffers, Job
 from .world import SimRank, World
 
-__all__ = ["BASELINES", "LockStep", "baseline_names", "baseline_starter", "SEND", "RECV", "FOLD"]
+__all__ = [
+    "BASELINES",
+    "LockStep",
+    "NotModelled",
+    "baseline_names",
+    "baseline_starter",
+    "check_applicable",
+    "estimated_messages",
+    "ompi_segcount",
+    "ompi_tuned_choice",
+    "SEND",
+    "RECV",
+    "FOLD",
+    "POST",
+    "POSTFOLD",
+    "WAIT",
+]
 
-SEND, RECV, FOLD = 0, 1, 2
+SEND, RECV, FOLD, POST, POSTFOLD, WAIT = 0, 1, 2, 3, 4, 5
 """Step operations: send acc[lo:hi]; receive into acc[lo:hi]; receive into a temporary and fold it
-into acc[lo:hi]."""
+into acc[lo:hi]. POST / POSTFOLD post such a receive without waiting for it; a later step's WAIT with
+the same (peer, lo, hi, tag) waits for it (and folds it): Open MPI's pre-posted receives (irecv of
+segment i+1 before waiting for segment i)."""
 
 Op = tuple[int, int, int, int, int]  # (kind, peer, lo, hi, tag)
 Step = list[Op]
@@ -39,7 +62,7 @@ Schedule = Callable[[int, int, int, int], Iterator[Step]]  # (rank, size, root, 
 class LockStep:
     """One rank of a lock-step collective over `acc` (see the module docstring)."""
 
-    __slots__ = ("_t", "_steps", "_acc", "_dtype", "_on_complete", "_left", "_folds")
+    __slots__ = ("_t", "_steps", "_acc", "_dtype", "_on_complete", "_left", "_folds", "_posted")
 
     def __init__(self, t: SimRank, steps: Iterator[Step], acc: Any, dtype: Any, on_complete: Callback) -> None:
         self._t = t
@@ -49,37 +72,71 @@ class LockStep:
         self._on_complete = on_complete
         self._left = 0
         self._folds: list[tuple[Any, int, int]] = []
+        self._posted: dict[tuple[int, int, int, int], list[Any]] = {}  # key -> [done, waited, tmp]
 
     def start(self) -> None:
         self._step()
 
     def _step(self) -> None:
-        ops = next(self._steps, None)
-        while ops is not None and not ops:
-            ops = next(self._steps, None)
-        if ops is None:
-            self._on_complete()
-            return
         t, acc = self._t, self._acc
-        self._left = len(ops)
-        self._folds = []
-        for kind, peer, lo, hi, tag in ops:
-            if kind == SEND:
-                t.isend(acc[lo:hi], peer, tag, self._one_done)
-            elif kind == RECV:
-                t.irecv(acc[lo:hi], peer, tag, self._one_done)
-            else:
-                tmp = t.empty(hi - lo, self._dtype)
-                self._folds.append((tmp, lo, hi))
-                t.irecv(tmp, peer, tag, self._one_done)
+        while True:  # steps whose waits have all completed already run on at once
+            ops = next(self._steps, None)
+            if ops is None:
+                if self._posted:
+                    raise RuntimeError(f"lock-step schedule left receives posted, never waited: {list(self._posted)}")
+                self._on_complete()
+                return
+            self._folds = []
+            left = 0
+            for kind, peer, lo, hi, tag in ops:  # pre-posted receives first: a step may post and wait one
+                if kind in (POST, POSTFOLD):
+                    self._post(kind, peer, lo, hi, tag)
+            for kind, peer, lo, hi, tag in ops:
+                if kind <= FOLD:
+                    left += 1
+                elif kind == WAIT:
+                    entry = self._posted.pop((peer, lo, hi, tag))
+                    entry[1] = True
+                    if entry[2] is not None:
+                        self._folds.append((entry[2], lo, hi))
+                    if not entry[0]:
+                        left += 1
+            self._left = left
+            for kind, peer, lo, hi, tag in ops:
+                if kind == SEND:
+                    t.isend(acc[lo:hi], peer, tag, self._one_done)
+                elif kind == RECV:
+                    t.irecv(acc[lo:hi], peer, tag, self._one_done)
+                elif kind == FOLD:
+                    tmp = t.empty(hi - lo, self._dtype)
+                    self._folds.append((tmp, lo, hi))
+                    t.irecv(tmp, peer, tag, self._one_done)
+            if left:
+                return
+            self._fold()
+
+    def _post(self, kind: int, peer: int, lo: int, hi: int, tag: int) -> None:
+        tmp = self._t.empty(hi - lo, self._dtype) if kind == POSTFOLD else None
+        entry: list[Any] = [False, False, tmp]
+        self._posted[(peer, lo, hi, tag)] = entry
+
+        def done() -> None:
+            entry[0] = True
+            if entry[1]:
+                self._one_done()
+
+        self._t.irecv(tmp if tmp is not None else self._acc[lo:hi], peer, tag, done)
+
+    def _fold(self) -> None:
+        acc = self._acc
+        for tmp, lo, hi in self._folds:
+            self._t.combine(SUM, tmp, acc[lo:hi], acc[lo:hi])
 
     def _one_done(self) -> None:
         self._left -= 1
         if self._left:
             return
-        acc = self._acc
-        for tmp, lo, hi in self._folds:
-            self._t.combine(SUM, tmp, acc[lo:hi], acc[lo:hi])
+        self._fold()
         self._step()
 
 
@@ -241,65 +298,6 @@ def rabenseifner_allreduce(rank: int, size: int, root: int, count: int) -> Itera
         yield [(SEND, rank - 1, 0, count, 8)]
 
 
-def reduce_scatter_gather_reduce(rank: int, size: int, root: int, count: int) -> Iterator[Step]:
-    """MPICH's long-message Reduce for commutative ops (MPIR_Reduce_intra_reduce_scatter_gather): the
-    non-power-of-two pre-step (even rank 2i folds into 2i+1), a reduce-scatter by recursive halving as in
-    Rabenseifner's Allreduce, then a binomial gather of the blocks toward the root, which takes the whole
-    result last. An excluded (even) root is served by its partner, which hands it the result at the end."""
-    pof2 = 1 << (size.bit_length() - 1)
-    rem = size - pof2
-    if rank < 2 * rem and rank % 2 == 0:
-        yield [(SEND, rank + 1, 0, count, 11)]
-        if rank == root:
-            yield [(RECV, rank + 1, 0, count, 13)]
-        return
-    if rank < 2 * rem:
-        yield [(FOLD, rank - 1, 0, count, 11)]
-        newrank = rank // 2
-    else:
-        newrank = rank - rem
-    newroot = root // 2 if root < 2 * rem else root - rem
-    base, extra = divmod(count, pof2)
-
-    def start(i: int) -> int:
-        return i * base + min(i, extra)
-
-    def real(newdst: int) -> int:
-        return newdst * 2 + 1 if newdst < rem else newdst + rem
-
-    kept: list[tuple[int, int]] = []  # block range this rank keeps after each halving step
-    mask, send_idx, recv_idx, last_idx = 1, 0, 0, pof2
-    while mask < pof2:
-        newdst = newrank ^ mask
-        half = pof2 // (mask * 2)
-        if newrank < newdst:
-            send_idx = recv_idx + half
-            s, r = (send_idx, last_idx), (recv_idx, send_idx)
-        else:
-            recv_idx = send_idx + half
-            s, r = (send_idx, recv_idx), (recv_idx, last_idx)
-        yield [(SEND, real(newdst), start(s[0]), start(s[1]), 12), (FOLD, real(newdst), start(r[0]), start(r[1]), 12)]
-        kept.append(r)
-        send_idx = recv_idx
-        mask <<= 1
-        if mask < pof2:
-            last_idx = recv_idx + pof2 // mask
-    for j in range(len(kept) - 1, -1, -1):  # gather: the reverse of the halving, toward newroot
-        mask = 1 << j
-        newdst = newrank ^ mask
-        if (newrank & mask) == (newroot & mask):
-            lo, hi = kept[j][1], kept[j][1] + (kept[j][1] - kept[j][0])
-            if newrank > newdst:
-                lo, hi = kept[j][0] - (kept[j][1] - kept[j][0]), kept[j][0]
-            if hi > lo:
-                yield [(RECV, real(newdst), start(lo), start(min(hi, pof2)), 13)]
-        else:
-            yield [(SEND, real(newdst), start(kept[j][0]), start(kept[j][1]), 13)]
-            return
-    if root < 2 * rem and root % 2 == 0 and rank == root + 1:  # the excluded root takes the result
-        yield [(SEND, root, 0, count, 13)]
-
-
 def ring_allreduce(rank: int, size: int, root: int, count: int) -> Iterator[Step]:
     """Ring reduce-scatter (size - 1 steps), then ring allgather (size - 1 steps), blocks of count/size."""
     chunk = -(-count // size)
@@ -314,15 +312,502 @@ def ring_allreduce(rank: int, size: int, root: int, count: int) -> Iterator[Step
         yield [(SEND, right, slo, shi, 10), (RECV, left, rlo, rhi, 10)]
 
 
-BASELINES: dict[str, dict[str, Schedule]] = {
-    "binomial": {"bcast": binomial_bcast, "reduce": binomial_reduce},
-    "reduce_scatter_gather": {"reduce": reduce_scatter_gather_reduce},
-    "scatter_allgather": {"bcast": scatter_allgather_bcast},
-    "scatter_ring_allgather": {"bcast": scatter_ring_allgather_bcast},
-    "rabenseifner": {"allreduce": rabenseifner_allreduce},
-    "ring": {"allreduce": ring_allreduce},
+# -- MPICH's reduce-scatter + gather Reduce ------------------------------------------------------------
+def reduce_scatter_gather_reduce(rank: int, size: int, root: int, count: int) -> Iterator[Step]:
+    """MPIR_Reduce_intra_reduce_scatter_gather (commutative ops): odd ranks < 2*rem first send their
+    data to rank - 1; recursive-halving reduce-scatter among pof2 ranks; binomial gather of the blocks
+    to the root (an excluded odd root first gets block 0 from rank 0 and takes its place). With fewer
+    elements than pof2 MPICH's selection takes the binomial Reduce instead, and so does this schedule."""
+    pof2 = 1 << (size.bit_length() - 1)
+    if count < pof2:
+        yield from binomial_reduce(rank, size, root, count)
+        return
+    rem = size - pof2
+    base, extra = divmod(count, pof2)
+
+    def start(i: int) -> int:  # disps[i]: blocks of count/pof2, the first count % pof2 one larger
+        return i * base + min(i, extra)
+
+    def real(newdst: int) -> int:
+        return newdst * 2 if newdst < rem else newdst + rem
+
+    if rank < 2 * rem:
+        if rank % 2:
+            yield [(SEND, rank - 1, 0, count, 11)]
+            newrank = -1
+        else:
+            yield [(FOLD, rank + 1, 0, count, 11)]
+            newrank = rank // 2
+    else:
+        newrank = rank - rem
+    send_idx = recv_idx = 0
+    last_idx = pof2
+    if newrank != -1:
+        mask = 1
+        while mask < pof2:
+            newdst = newrank ^ mask
+            dst = real(newdst)
+            if newrank < newdst:
+                send_idx = recv_idx + pof2 // (mask * 2)
+                s, r = (start(send_idx), start(last_idx)), (start(recv_idx), start(send_idx))
+            else:
+                recv_idx = send_idx + pof2 // (mask * 2)
+                s, r = (start(send_idx), start(recv_idx)), (start(recv_idx), start(last_idx))
+            yield [(SEND, dst, s[0], s[1], 11), (FOLD, dst, r[0], r[1], 11)]
+            send_idx = recv_idx
+            mask <<= 1
+            if mask < pof2:
+                last_idx = recv_idx + pof2 // mask
+    odd_root = root < 2 * rem and root % 2 == 1
+    if odd_root:
+        if rank == root:
+            yield [(RECV, 0, 0, start(1), 12)]
+            newrank, send_idx, last_idx = 0, 0, 2
+        elif newrank == 0:
+            yield [(SEND, root, 0, start(1), 12)]
+            newrank = -1
+        newroot = 0
+    else:
+        newroot = root // 2 if root < 2 * rem else root - rem
+    if newrank == -1:
+        return
+    j = pof2.bit_length() - 2
+    mask = pof2 >> 1
+    while mask > 0:
+        newdst = newrank ^ mask
+        dst = root if newdst == 0 and odd_root else real(newdst)
+        if newrank < newdst:
+            if mask != pof2 // 2:
+                last_idx = last_idx + pof2 // (mask * 2)
+            recv_idx = send_idx + pof2 // (mask * 2)
+            s, r = (start(send_idx), start(recv_idx)), (start(recv_idx), start(last_idx))
+        else:
+            recv_idx = send_idx - pof2 // (mask * 2)
+            s, r = (start(send_idx), start(last_idx)), (start(recv_idx), start(send_idx))
+        if (newdst >> j) == (newroot >> j):
+            yield [(SEND, dst, s[0], s[1], 12)]
+            return
+        yield [(RECV, dst, r[0], r[1], 12)]
+        if newrank > newdst:
+            send_idx = recv_idx
+        mask >>= 1
+        j -= 1
+
+
+# -- Open MPI's coll/base algorithms (ompi/mca/coll/base/coll_base_{bcast,reduce,allreduce}.c) --------
+def ompi_segcount(segsize: int, itemsize: int, count: int) -> int:
+    """COLL_BASE_COMPUTED_SEGCOUNT: elements per segment (segsize rounded to elements; 0: unsegmented)."""
+    if itemsize <= segsize < itemsize * count:
+        seg = segsize // itemsize
+        return seg + 1 if segsize - seg * itemsize > itemsize >> 1 else seg
+    return count
+
+
+def _segments(lo: int, hi: int, segcount: int) -> list[tuple[int, int]]:
+    return [(a, min(a + segcount, hi)) for a in range(lo, hi, segcount)] or [(lo, hi)]
+
+
+def _bcast_generic(parent: Optional[int], children: list[int], segs: list[tuple[int, int]], tag: int) -> Iterator[Step]:
+    """ompi_coll_base_bcast_intra_generic: the root isends segment i to every child and waits for them all;
+    a non-root posts the receive of segment i+1, waits for segment i, then isends it to every child and
+    waits for those sends (children: none for a leaf)."""
+    if parent is None:
+        for lo, hi in segs:
+            yield [(SEND, c, lo, hi, tag) for c in children]
+        return
+    first: Step = [(POST, parent, segs[0][0], segs[0][1], tag)]
+    for i, (lo, hi) in enumerate(segs):
+        step = first + ([(POST, parent, *segs[i + 1], tag)] if i + 1 < len(segs) else [])
+        yield [*step, (WAIT, parent, lo, hi, tag)]
+        first = []
+        if children:
+            yield [(SEND, c, lo, hi, tag) for c in children]
+
+
+def _reduce_generic(
+    parent: Optional[int], children: list[int], segs: list[tuple[int, int]], tag: int
+) -> Iterator[Step]:
+    """ompi_coll_base_reduce_generic (commutative op, max_outstanding_reqs 0): a node with children, per
+    segment and child, posts that receive, then waits for (and folds) the previous one; once the last
+    child's part of segment i is folded it sends segment i to its parent (blocking). A leaf sends its
+    segments with blocking sends."""
+    if not children:
+        if parent is not None:
+            for lo, hi in segs:
+                yield [(SEND, parent, lo, hi, tag)]
+        return
+    prev: Optional[Op] = None
+    for s in range(len(segs) + 1):
+        for i, child in enumerate(children):
+            step: Step = []
+            if s < len(segs):
+                step.append((POSTFOLD, child, *segs[s], tag))
+            if prev is not None:
+                step.append(prev)
+            yield step
+            if i == 0 and s > 0 and parent is not None:
+                yield [(SEND, parent, *segs[s - 1], tag)]
+            if s == len(segs):
+                break
+            prev = (WAIT, child, *segs[s], tag)
+
+
+def _chain(v: int, size: int, root: int) -> tuple[Optional[int], list[int]]:
+    """ompi_coll_base_topo_build_chain(fanout 1): shifted rank v receives from v - 1, sends to v + 1."""
+    parent = None if v == 0 else _abs(v - 1, root, size)
+    return parent, ([_abs(v + 1, root, size)] if v + 1 < size else [])
+
+
+def _in_order_bmtree(v: int, size: int, root: int) -> tuple[Optional[int], list[int]]:
+    """ompi_coll_base_topo_build_in_order_bmtree: children v + 1, v + 2, v + 4, ... (smallest subtree first)."""
+    children: list[int] = []
+    mask = 1
+    while mask < size:
+        if v & mask:
+            return _abs(v ^ mask, root, size), children
+        if v | mask < size:
+            children.append(_abs(v | mask, root, size))
+        mask <<= 1
+    return None, children
+
+
+def _bintree(v: int, size: int, root: int) -> tuple[Optional[int], list[int]]:
+    """ompi_coll_base_topo_build_tree(2): shifted ranks level by level; children v + 2^l, v + 2^(l+1)
+    (level l of v), so odd shifted ranks form the left subtree and even ones the right."""
+    level = (v + 1).bit_length() - 1
+    delta = 1 << level
+    children = [_abs(c, root, size) for c in (v + delta, v + 2 * delta) if c < size]
+    if v == 0:
+        return None, children
+    sparent = v
+    if sparent < 2:
+        sparent = 0
+    else:
+        while sparent >= delta - 1:  # slimit = nodes on the levels above v = 2^level - 1
+            sparent -= delta // 2
+    return _abs(sparent, root, size), children
+
+
+def _pipeline_segsize(size: int, nbytes: int) -> int:
+    """The segment size Open MPI 4.0's fixed Bcast rule gives its pipeline at (size, bytes) (128K/64K/16K/8K)."""
+    if size < 1.6134e-6 * nbytes + 2.1102:
+        return 128 << 10
+    if size < 2.3679e-6 * nbytes + 1.1787:
+        return 64 << 10
+    if size < 3.2118e-6 * nbytes + 8.7936:
+        return 16 << 10
+    return 8 << 10
+
+
+def _pipeline_bcast(rank: int, size: int, root: int, count: int, segsize: int) -> Iterator[Step]:
+    parent, children = _chain((rank - root) % size, size, root)
+    segcount = ompi_segcount(segsize, 1, count)
+    yield from _bcast_generic(parent, children, _segments(0, count, segcount), 13)
+
+
+def ompi_pipeline_bcast(rank: int, size: int, root: int, count: int) -> Iterator[Step]:
+    """ompi_coll_base_bcast_intra_pipeline: bcast_generic down a chain, segments of the size Open MPI
+    4.0's fixed rule gives the pipeline at this (size, bytes) point."""
+    return _pipeline_bcast(rank, size, root, count, _pipeline_segsize(size, count))
+
+
+def _split_bintree_bcast(rank: int, size: int, root: int, count: int, segsize: int) -> Iterator[Step]:
+    if size == 1:
+        return
+    counts = (count - count // 2, count // 2)
+    if counts[0] == 0 or counts[1] == 0 or segsize > counts[0] or segsize > counts[1]:
+        yield from _pipeline_bcast(rank, size, root, count, segsize)  # "call linear version": the chain
+        return
+    segcount = max(segsize, 1) if segsize > 0 else 0
+    halves = ((0, counts[0]), (counts[0], count))
+    segs = [_segments(lo, hi, segcount or hi - lo) for lo, hi in halves]
+    v = (rank - root) % size
+    lr = (v + 1) % 2
+    parent, children = _bintree(v, size, root)
+    tag = 14
+    if parent is None:  # root: blocking sends, alternating between the two halves segment by segment
+        for s in range(len(segs[0])):
+            for i, child in enumerate(children[:2]):
+                if s < len(segs[i]):
+                    yield [(SEND, child, *segs[i][s], tag)]
+    elif children:  # post the next receive, wait for the previous segment, blocking sends to the children
+        mine = segs[lr]
+        first: Step = [(POST, parent, *mine[0], tag)]
+        for s, seg in enumerate(mine):
+            nxt = [(POST, parent, *mine[s + 1], tag)] if s + 1 < len(mine) else []
+            yield [*first, *nxt, (WAIT, parent, *seg, tag)]
+            first = []
+            for child in children:
+                yield [(SEND, child, *seg, tag)]
+    else:
+        for seg in segs[lr]:
+            yield [(RECV, parent, *seg, tag)]
+    (mlo, mhi), (olo, ohi), (rlo, rhi) = halves[lr], halves[1 - lr], halves[1]
+    pair = (rank + 1) % size if lr == 0 else (rank - 1) % size
+    if size % 2 and rank != root:
+        yield [(SEND, pair, mlo, mhi, 15), (RECV, pair, olo, ohi, 15)]
+    elif size % 2 == 0:
+        last = (root + size - 1) % size
+        if rank == root:
+            yield [(SEND, last, rlo, rhi, 15)]
+        elif rank == last:
+            yield [(RECV, root, rlo, rhi, 15)]
+        else:
+            yield [(SEND, pair, mlo, mhi, 15), (RECV, pair, olo, ohi, 15)]
+
+
+def _split_bintree_segsize(size: int, nbytes: int) -> int:
+    """Open MPI 4.0's fixed Bcast rule: split binary tree with 1 KiB segments below 370728 bytes, 8 KiB above."""
+    return 1024 if nbytes < 370728 else 8 << 10
+
+
+def ompi_split_bintree_bcast(rank: int, size: int, root: int, count: int) -> Iterator[Step]:
+    """ompi_coll_base_bcast_intra_split_bintree: each half of the message goes down one subtree of a binary
+    tree (segmented, blocking sends), then each rank swaps halves with its pair in the other subtree."""
+    return _split_bintree_bcast(rank, size, root, count, _split_bintree_segsize(size, count))
+
+
+def _reduce_pipeline_segsize(size: int, nbytes: int) -> int:
+    """The segment size of Open MPI 4.0's fixed Reduce rule for its pipeline branches (1K, 32K, 64K)."""
+    if size > 0.0410 / 1024 * nbytes + 9.7128:
+        return 1024
+    if size > 0.0033 / 1024 * nbytes + 1.6761:
+        return 32 << 10
+    return 64 << 10
+
+
+def _tree_reduce(rank: int, size: int, root: int, count: int, segsize: int, tree: Callable[..., Any]) -> Iterator[Step]:
+    parent, children = tree((rank - root) % size, size, root)
+    segcount = ompi_segcount(segsize, 4, count)
+    yield from _reduce_generic(parent, children, _segments(0, count, segcount), 16)
+
+
+def ompi_pipeline_reduce(rank: int, size: int, root: int, count: int) -> Iterator[Step]:
+    """ompi_coll_base_reduce_intra_pipeline: reduce_generic up a chain, segments as Open MPI 4.0's rule."""
+    return _tree_reduce(rank, size, root, count, _reduce_pipeline_segsize(size, 4 * count), _chain)
+
+
+def ompi_binomial_reduce(rank: int, size: int, root: int, count: int) -> Iterator[Step]:
+    """ompi_coll_base_reduce_intra_binomial, unsegmented (what Open MPI 5's rule passes): reduce_generic on
+    the in-order binomial tree."""
+    return _tree_reduce(rank, size, root, count, 0, _in_order_bmtree)
+
+
+def _blockcount(count: int, blocks: int) -> tuple[int, int, int]:
+    """COLL_BASE_COMPUTE_BLOCKCOUNT: (split index, early count, late count)."""
+    late = count // blocks
+    split = count % blocks
+    return split, late + (1 if split else 0), late
+
+
+def _ring_segmented_allreduce(rank: int, size: int, count: int, segsize: int) -> Iterator[Step]:
+    if size == 1:
+        return
+    segcount = ompi_segcount(segsize, 4, count)
+    if count < size * segcount:
+        phases = 1  # ompi_coll_base_allreduce_intra_ring: the same loop, one phase of whole blocks
+    else:
+        phases = count // (size * segcount)
+        rest = count % (size * segcount)
+        if rest >= size and rest > (size * segcount) // 2:
+            phases += 1
+    split, early, late = _blockcount(count, size)
+
+    def block(b: int) -> tuple[int, int]:
+        return (b * early, early) if b < split else (b * late + split, late)
+
+    def piece(b: int, phase: int) -> tuple[int, int]:
+        off, n = block(b)
+        sp, e, la = _blockcount(n, phases)
+        po = phase * e if phase < sp else phase * la + sp
+        return off + po, off + po + (e if phase < sp else la)
+
+    right, left, tag = (rank + 1) % size, (rank - 1) % size, 17
+    for phase in range(phases):
+        # post the receive of block r-1, send block r; then for k = 2 .. size-1 post the next receive,
+        # wait for and fold block r-k+1, send it on; finally wait for and fold block r+1
+        incoming = piece((rank - 1) % size, phase)
+        yield [(POSTFOLD, left, *incoming, tag), (SEND, right, *piece(rank, phase), tag)]
+        for k in range(2, size):
+            nxt = piece((rank - k) % size, phase)
+            yield [(POSTFOLD, left, *nxt, tag), (WAIT, left, *incoming, tag)]
+            yield [(SEND, right, *incoming, tag)]
+            incoming = nxt
+        yield [(WAIT, left, *incoming, tag)]
+    for k in range(size - 1):  # ring allgather of the reduced blocks, Sendrecv
+        s_off, s_n = block((rank + 1 - k) % size)
+        r_off, r_n = block((rank - k) % size)
+        yield [(SEND, right, s_off, s_off + s_n, 18), (RECV, left, r_off, r_off + r_n, 18)]
+
+
+def ompi_ring_segmented_allreduce(rank: int, size: int, root: int, count: int) -> Iterator[Step]:
+    """ompi_coll_base_allreduce_intra_ring_segmented with the 1 MiB segments of Open MPI 4.0's fixed rule:
+    the ring reduce-scatter runs in phases of size segments (pre-posted receives, blocking sends), then
+    a ring allgather; with count < size * segment elements it is ompi_coll_base_allreduce_intra_ring."""
+    return _ring_segmented_allreduce(rank, size, count, 1 << 20)
+
+
+def ompi_ring_allreduce(rank: int, size: int, root: int, count: int) -> Iterator[Step]:
+    """ompi_coll_base_allreduce_intra_ring: one phase of the segmented ring's loop (whole blocks)."""
+    return _ring_segmented_allreduce(rank, size, count, 0)
+
+
+# -- what Open MPI's coll/tuned fixed rules pick --------------------------------------------------------
+class NotModelled(ValueError):
+    """The rule picks an algorithm this module does not model at that point."""
+
+
+def ompi_tuned_choice(collective: str, size: int, nbytes: int, version: str = "5") -> tuple[str, int]:
+    """(algorithm, segment bytes) that coll/tuned's fixed decision rule picks for a commutative op.
+
+    version "5": ompi/mca/coll/tuned/coll_tuned_decision_fixed.c since Open MPI 4.1 (v5.0.x, main):
+    tables by (communicator size, total bytes), segment size 0 (unsegmented). version "4.0": the same
+    file in v4.0.x: the a/b lines in bytes that pick pipelines and their segment sizes."""
+    if version == "5":
+        return _tuned5(collective, size, nbytes), 0
+    if version == "4.0":
+        return _tuned40(collective, size, nbytes)
+    raise ValueError(f"Open MPI rule version must be '5' or '4.0', got {version!r}")
+
+
+def _first(table: list[tuple[int, Any]], x: int, last: Any) -> Any:
+    for bound, value in table:
+        if x < bound:
+            return value
+    return last
+
+
+_BCAST5 = [  # (communicator size bound, [(bytes bound, alg)], alg above) from ompi_coll_tuned_bcast_intra_dec_fixed
+    (4, [(32, 3), (256, 5), (512, 3), (1024, 7), (32768, 1), (131072, 5), (262144, 2), (524288, 1), (1048576, 6)], 5),
+    (8, [(64, 5), (128, 6), (2048, 5), (8192, 6), (1048576, 1)], 2),
+    (16, [(8, 7), (64, 5), (4096, 7), (16384, 5), (32768, 6)], 1),
+    (32, [(4096, 7), (1048576, 6)], 8),
+    (64, [(2048, 6)], 7),
+    (128, [], 7),
+    (256, [(2, 6), (16384, 5), (32768, 1), (65536, 5)], 7),
+    (1024, [(16384, 7), (32768, 4)], 7),
+    (2048, [(524288, 7)], 8),
+    (4096, [(262144, 7)], 8),
+]
+_BCAST5_LAST = ([(8192, 7), (16384, 5), (262144, 7)], 8)
+_BCAST_ALGS = {
+    1: "basic_linear",
+    2: "chain",
+    3: "pipeline",
+    4: "split_binary_tree",
+    5: "binary_tree",
+    6: "binomial",
+    7: "knomial",
+    8: "scatter_allgather",
+    9: "scatter_allgather_ring",
 }
-"""Baseline name -> collective -> schedule. Add an entry to plug in another lock-step algorithm."""
+_REDUCE5 = [  # commutative branch of ompi_coll_tuned_reduce_intra_dec_fixed
+    (4, [(8, 7), (16, 4), (32, 3), (262144, 1), (524288, 3), (1048576, 2)], 3),
+    (8, [(4096, 4), (65536, 2), (262144, 5), (524288, 1), (1048576, 5)], 1),
+    (16, [(8192, 4)], 5),
+    (32, [(4096, 4)], 5),
+    (256, [], 5),
+    (512, [(8192, 5), (16384, 6)], 5),
+    (2048, [], 5),
+    (4096, [(512, 5), (1024, 6), (8192, 5), (16384, 6)], 5),
+]
+_REDUCE5_LAST = ([(16, 5), (32, 6), (1024, 5), (2048, 6), (8192, 5), (16384, 6)], 5)
+_REDUCE_ALGS = {
+    1: "linear",
+    2: "chain",
+    3: "pipeline",
+    4: "binary",
+    5: "binomial",
+    6: "in-order_binary",
+    7: "rabenseifner",
+}
+_ALLREDUCE5 = [  # commutative branch of ompi_coll_tuned_allreduce_intra_dec_fixed
+    (4, [(8, 4), (4096, 3), (8192, 4), (16384, 3), (65536, 4), (262144, 5)], 6),
+    (8, [(16, 4), (8192, 3)], 6),
+    (16, [(8192, 3)], 6),
+    (32, [(64, 5), (4096, 3)], 6),
+    (64, [(128, 5)], 6),
+    (128, [(262144, 3)], 6),
+    (256, [(131072, 2), (262144, 3)], 6),
+    (512, [(4096, 2)], 6),
+    (2048, [(2048, 2), (16384, 3)], 6),
+    (4096, [(2048, 2), (4096, 5), (16384, 3)], 6),
+]
+_ALLREDUCE5_LAST = ([(2048, 2), (16384, 5), (32768, 3)], 6)
+_ALLREDUCE_ALGS = {
+    1: "basic_linear",
+    2: "nonoverlapping",
+    3: "recursive_doubling",
+    4: "ring",
+    5: "segmented_ring",
+    6: "rabenseifner",
+}
+
+
+def _tuned5(collective: str, size: int, nbytes: int) -> str:
+    tables = {
+        "bcast": (_BCAST5, _BCAST5_LAST, _BCAST_ALGS),
+        "reduce": (_REDUCE5, _REDUCE5_LAST, _REDUCE_ALGS),
+        "allreduce": (_ALLREDUCE5, _ALLREDUCE5_LAST, _ALLREDUCE_ALGS),
+    }
+    rows, last, names = tables[collective]
+    by_bytes, above = _first([(bound, (t, a)) for bound, t, a in rows], size, last)
+    return names[_first(by_bytes, nbytes, above)]
+
+
+def _tuned40(collective: str, size: int, m: int) -> tuple[str, int]:
+    if collective == "bcast":
+        if m < 2048:
+            return "binomial", 0
+        if m < 370728:
+            return "split_binary_tree", 1024
+        if size < 1.6134e-6 * m + 2.1102:
+            return "pipeline", 128 << 10
+        if size < 13:
+            return "split_binary_tree", 8 << 10
+        return "pipeline", _pipeline_segsize(size, m)
+    if collective == "reduce":
+        if size < 8 and m < 512:
+            return "linear", 0
+        if (size < 8 and m < 20480) or m < 2048:
+            return "binomial", 0
+        if size > 0.6016 / 1024 * m + 1.3496:
+            return "binomial", 1024
+        if size > 0.0410 / 1024 * m + 9.7128:
+            return "pipeline", 1024
+        if size > 0.0422 / 1024 * m + 1.1614:
+            return "binary", 32 << 10
+        return "pipeline", _reduce_pipeline_segsize(size, m)
+    if m < 10000:
+        return "recursive_doubling", 0
+    if m // 4 > size:
+        return ("ring", 0) if size * (1 << 20) >= m else ("segmented_ring", 1 << 20)
+    return "nonoverlapping", 0
+
+
+def _tuned_schedule(collective: str, version: str) -> Schedule:
+    itemsize = ITEMSIZE[collective]
+
+    def schedule(rank: int, size: int, root: int, count: int) -> Iterator[Step]:
+        alg, segsize = ompi_tuned_choice(collective, size, count * itemsize, version)
+        if collective == "bcast" and alg == "pipeline":
+            return _pipeline_bcast(rank, size, root, count, segsize)
+        if collective == "bcast" and alg == "split_binary_tree":
+            return _split_bintree_bcast(rank, size, root, count, segsize)
+        if collective == "bcast" and alg == "scatter_allgather" and not size & (size - 1):
+            return scatter_allgather_bcast(rank, size, root, count)
+        if collective == "reduce" and alg in ("pipeline", "binomial"):
+            tree = _chain if alg == "pipeline" else _in_order_bmtree
+            return _tree_reduce(rank, size, root, count, segsize, tree)
+        if collective == "allreduce" and alg in ("ring", "segmented_ring"):
+            return _ring_segmented_allreduce(rank, size, count, segsize)
+        if collective == "allreduce" and alg == "rabenseifner":
+            return rabenseifner_allreduce(rank, size, root, count)
+        where = f"{size} ranks, {count * itemsize} bytes"
+        raise NotModelled(f"Open MPI {version}'s rule picks {collective} {alg!r} at {where}: not modelled")
+
+    schedule.__doc__ = f"What coll/tuned's fixed rule of Open MPI {version} picks for {collective}."
+    return schedule
 
 
 def baseline_names(collective: str) -> list[str]:
@@ -330,17 +815,75 @@ def baseline_names(collective: str) -> list[str]:
     return [name for name, by in BASELINES.items() if collective in by]
 
 
-def baseline_starter(name: str, job: Job, world: World, bufs: Buffers) -> Callable[[int], Callback]:
-    """rank -> the function that starts baseline `name` for `job` on that rank."""
+BASELINES: dict[str, dict[str, Schedule]] = {
+    "binomial": {"bcast": binomial_bcast, "reduce": binomial_reduce},
+    "scatter_allgather": {"bcast": scatter_allgather_bcast},
+    "scatter_ring_allgather": {"bcast": scatter_ring_allgather_bcast},
+    "rabenseifner": {"allreduce": rabenseifner_allreduce},
+    "ring": {"allreduce": ring_allreduce},
+    "reduce_scatter_gather": {"reduce": reduce_scatter_gather_reduce},
+    "ompi_pipeline": {"bcast": ompi_pipeline_bcast, "reduce": ompi_pipeline_reduce},
+    "ompi_split_bintree": {"bcast": ompi_split_bintree_bcast},
+    "ompi_binomial": {"reduce": ompi_binomial_reduce},
+    "ompi_ring": {"allreduce": ompi_ring_allreduce},
+    "ompi_ring_segmented": {"allreduce": ompi_ring_segmented_allreduce},
+    "ompi_tuned": {c: _tuned_schedule(c, "5") for c in ("bcast", "reduce", "allreduce")},
+    "ompi40_tuned": {c: _tuned_schedule(c, "4.0") for c in ("bcast", "reduce", "allreduce")},
+}
+"""Baseline name -> collective -> schedule. Add an entry to plug in another lock-step algorithm."""
+
+
+def _ring_messages(size: int, count: int) -> int:
+    return 2 * size * (size - 1)
+
+
+def _segs(count: int, segsize: int, itemsize: int) -> int:
+    seg = ompi_segcount(segsize, itemsize, count)
+    return -(-count // seg)
+
+
+def estimated_messages(name: str, collective: str, size: int, count: int) -> int:
+    """About how many messages baseline `name` sends (what its simulation costs): ring-type schedules
+    send ~size^2, pipelines size x segments, trees and recursive halving/doubling ~size log size."""
+    log = max(1, (size - 1).bit_length())
+    if name in ("ompi_tuned", "ompi40_tuned"):
+        version = "5" if name == "ompi_tuned" else "4.0"
+        alg, segsize = ompi_tuned_choice(collective, size, count * ITEMSIZE[collective], version)
+        if alg in ("ring", "segmented_ring"):
+            return _ring_messages(size, count) * max(1, _segs(count, segsize, 4) // size)
+        if alg in ("pipeline", "split_binary_tree") or segsize:
+            return size * _segs(count, segsize, ITEMSIZE[collective])
+        return size * log
+    if name in ("ring", "ompi_ring", "scatter_ring_allgather") or (name == "scatter_allgather" and size & (size - 1)):
+        return _ring_messages(size, count)
+    if name == "ompi_ring_segmented":
+        return _ring_messages(size, count) * max(1, _segs(count, 1 << 20, 4) // size)
+    if name == "ompi_pipeline":
+        segsize = _pipeline_segsize(size, count) if collective == "bcast" else _reduce_pipeline_segsize(size, 4 * count)
+        return size * _segs(count, segsize, ITEMSIZE[collective])
+    if name == "ompi_split_bintree":
+        return size * _segs(count, _split_bintree_segsize(size, count), 1) // 2 + size
+    return size * log
+
+
+def check_applicable(name: str, collective: str, size: int, count: int) -> None:
+    """Raise ValueError if baseline `name` has no schedule for this point (unknown name, no such
+    collective, or an Open MPI rule that picks an algorithm not modelled here)."""
     schedules = BASELINES.get(name)
     if schedules is None:
         raise ValueError(f"unknown baseline {name!r}; valid: {', '.join(BASELINES)}")
-    schedule = schedules.get(job.collective)
+    schedule = schedules.get(collective)
     if schedule is None:
         raise ValueError(
-            f"baseline {name!r} has no {job.collective}; valid for {job.collective}: "
-            + ", ".join(baseline_names(job.collective))
+            f"baseline {name!r} has no {collective}; valid for {collective}: " + ", ".join(baseline_names(collective))
         )
+    schedule(0, size, 0, count)  # tuned rules decide (and may refuse) when called
+
+
+def baseline_starter(name: str, job: Job, world: World, bufs: Buffers) -> Callable[[int], Callback]:
+    """rank -> the function that starts baseline `name` for `job` on that rank."""
+    check_applicable(name, job.collective, job.size, job.count)
+    schedule = BASELINES[name][job.collective]
     dtype = DTYPE[job.collective]
     count, size, root = job.count, job.size, job.root
 

@@ -14,15 +14,20 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from .lockstep import baseline_starter
+from .lockstep import baseline_names, baseline_starter, check_applicable, estimated_messages
 from .noise_setup import NoiseSetup, mix_seed
 from .params import CostParams
 from .programs import Buffers, Job, Prepared, make_buffers, prepare
 from .world import TraceLog, World
 
-__all__ = ["ADAPTCOLL", "RunStats", "run_once", "compare", "impl_label"]
+__all__ = ["ADAPTCOLL", "BEST", "BEST_MAX_MESSAGES", "RunStats", "run_once", "compare", "impl_label", "best_lockstep"]
 
 ADAPTCOLL = "adaptcoll"
+BEST = "best"
+"""`--baseline best`: every applicable lock-step baseline, and the fastest (see best_lockstep)."""
+BEST_MAX_MESSAGES = 4_000_000
+"""`best` skips baselines estimated to send more messages than this (ring-type ones cost size^2, pipelines
+size x segments): about a minute of simulation per run on this VM."""
 
 
 @dataclass(frozen=True)
@@ -172,3 +177,42 @@ def compare(
 
 def _settings_dict(job: Job) -> dict[str, Any]:
     return dataclasses.asdict(job.settings)
+
+
+def best_lockstep(
+    job: Job,
+    params: CostParams,
+    noise: NoiseSetup,
+    seed: int = 0,
+    samples: int = 1,
+    max_messages: Optional[int] = BEST_MAX_MESSAGES,
+    names: Optional[tuple[str, ...]] = None,
+    quiet_cache: Optional[dict[Any, RunStats]] = None,
+) -> dict[str, Any]:
+    """Every applicable lock-step baseline for `job` (or `names`) and the fastest, quiet and noisy apart.
+
+    Returns {"results": rows as `compare` gives them (impl "lockstep:NAME"), "skipped": {name: reason}
+    (no schedule at this point, an Open MPI rule's pick not modelled, or more than `max_messages`
+    estimated messages; None: no limit), "quiet_best": name with the smallest quiet time,
+    "noisy_best": name with the smallest noisy median (None without noise)}. Ties go to the first name.
+    """
+    run: list[str] = []
+    skipped: dict[str, str] = {}
+    for name in names if names is not None else tuple(baseline_names(job.collective)):
+        try:
+            check_applicable(name, job.collective, job.size, job.count)
+        except ValueError as exc:
+            skipped[name] = str(exc)
+            continue
+        est = estimated_messages(name, job.collective, job.size, job.count)
+        if max_messages is not None and est > max_messages:
+            skipped[name] = f"about {est:,} messages > {max_messages:,} (impractical to simulate)"
+            continue
+        run.append(name)
+    if not run:
+        raise ValueError(f"no lock-step baseline to run for {job.collective} at {job.size} ranks: {skipped}")
+    report = compare(job, params, noise, tuple(run), seed, samples, False, quiet_cache)
+    rows = report["results"]
+    quiet_best = min(zip(run, rows), key=lambda nr: nr[1]["quiet_us"])[0]
+    noisy_best = None if noise.quiet else min(zip(run, rows), key=lambda nr: nr[1]["median_us"])[0]
+    return {**report, "results": rows, "skipped": skipped, "quiet_best": quiet_best, "noisy_best": noisy_best}

@@ -19,7 +19,7 @@ from ..settings import parse_size
 from .noise_setup import parse_noise
 from .params import CostParams
 from .programs import Job
-from .run import compare
+from .run import BEST, BEST_MAX_MESSAGES, best_lockstep, compare
 
 __all__ = ["parse_rank_list", "split_condition", "sweep", "write_rows_json", "rows_csv", "ROW_FIELDS"]
 
@@ -39,7 +39,12 @@ ROW_FIELDS = (
     "slowdown",
     "slowdown_mean",
     "messages",
+    "best_quiet",
+    "best_noisy",
 )
+"""CSV columns. best_quiet / best_noisy: on `lockstep:best` rows (`--baseline best`), the baselines with the
+smallest quiet time and the smallest noisy median (the row's quiet_us is the first's, median_us,
+mean_us and slowdowns the second's)."""
 
 
 def parse_rank_list(text: str) -> list[int]:
@@ -83,8 +88,14 @@ def sweep(
     samples: Union[int, Callable[[int], int]] = 3,
     adaptcoll: bool = True,
     progress: Optional[Callable[[str], None]] = None,
+    best_max_messages: Optional[int] = BEST_MAX_MESSAGES,
 ) -> list[dict[str, Any]]:
-    """Rows for every (ranks, condition, implementation); `samples` may depend on the rank count."""
+    """Rows for every (ranks, condition, implementation); `samples` may depend on the rank count.
+
+    A baseline named "best" runs every applicable lock-step baseline (run.best_lockstep) and adds a
+    `lockstep:best` row naming the winners; the skipped ones go to `progress`."""
+    want_best = BEST in baselines
+    baselines = [b for b in baselines if b != BEST]
     rows: list[dict[str, Any]] = []
     quiet: dict[Any, Any] = {}
     for n in ranks:
@@ -93,7 +104,28 @@ def sweep(
             job = Job(collective, n, size, segment, algorithm)
             k = samples(n) if callable(samples) else samples
             report = compare(job, params, noise, tuple(baselines), seed, k, adaptcoll, quiet)
-            for res in report["results"]:
+            results = list(report["results"])
+            if want_best:
+                have = {r["impl"] for r in results}
+                best = best_lockstep(job, params, noise, seed, k, best_max_messages, None, quiet)
+                results += [r for r in best["results"] if r["impl"] not in have]
+                by = {r["impl"]: r for r in results}
+                qb, nb = best["quiet_best"], best["noisy_best"] or best["quiet_best"]
+                qrow, nrow = by[f"lockstep:{qb}"], by[f"lockstep:{nb}"]
+                results.append(
+                    {
+                        **{f: nrow[f] for f in ("median_us", "mean_us", "slowdown", "slowdown_mean") if f in nrow},
+                        "impl": "lockstep:best",
+                        "quiet_us": qrow["quiet_us"],
+                        "messages": qrow["messages"],
+                        "best_quiet": qb,
+                        "best_noisy": best["noisy_best"],
+                    }
+                )
+                if progress is not None:
+                    for name, why in best["skipped"].items():
+                        progress(f"{collective} {n} ranks: best skipped {name}: {why}")
+            for res in results:
                 row = {
                     "collective": collective,
                     "ranks": n,
@@ -110,6 +142,8 @@ def sweep(
                     "slowdown": res.get("slowdown", 1.0),
                     "slowdown_mean": res.get("slowdown_mean", 1.0),
                     "messages": res["messages"],
+                    "best_quiet": res.get("best_quiet"),
+                    "best_noisy": res.get("best_noisy"),
                 }
                 rows.append(row)
                 if progress is not None:
