@@ -361,6 +361,28 @@ class World:
         else:
             del self._watches[rank]
 
+    def at(self, t: float, fn: Callable[[Any], None], arg: Any) -> None:
+        """Run `fn(arg)` as an event at time `t` (>= now), outside any rank's CPU (e.g. a flag that
+        becomes visible): it may call `poll`, not post or charge work."""
+        heapq.heappush(self._heap, (t, self._seq(), fn, arg))
+
+    def poll(self, rank: int) -> None:
+        """Poll `rank`'s watches now, from an event (something they wait for may have changed): each one
+        that is ready runs its callback as a completion (queued while the rank's CPU is busy)."""
+        pending = self._watches.get(rank)
+        if pending is None:
+            return
+        keep = []
+        for poll, on_done in pending:
+            if poll():
+                heapq.heappush(self._heap, (self.now, self._seq(), self._callback_h, (rank, on_done)))
+            else:
+                keep.append((poll, on_done))
+        if keep:
+            self._watches[rank] = keep
+        else:
+            del self._watches[rank]
+
     def _callback_evt(self, arg: tuple[int, Callback]) -> None:
         self._complete(arg[0], arg[1])
 
