@@ -14,7 +14,6 @@ something else.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -152,15 +151,13 @@ class _Shared:
         return Span(len(buf), self.dtype, self.meter) if isinstance(buf, range) else buf
 
 
-_RUNS: weakref.WeakKeyDictionary[World, dict[int, _Shared]] = weakref.WeakKeyDictionary()
-
-
 def _shared(setup: NodeSetup, world: World) -> _Shared:
-    """The regions of `setup` in `world`, made at its first rank's start."""
-    per_world = _RUNS.setdefault(world, {})
-    found = per_world.get(id(setup))
+    """The regions of `setup` in `world` (kept by the world: one run), made at its first rank's start."""
+    key = ("node level", id(setup))
+    found = world.shared.get(key)
     if found is None:
-        found = per_world[id(setup)] = _Shared(setup, world)
+        found = world.shared[key] = _Shared(setup, world)
+    assert isinstance(found, _Shared)
     return found
 
 

@@ -103,7 +103,8 @@ TRANSFERS = ("nic", "cpu")
 
 DEFAULT_PARAMS = CostParams()
 """Built-in defaults, a cluster node as seen by one rank: the CPU costs (o, engine, fold) of the 16-core
-node's calibration, rounded; a 10 GB/s RDMA link per rank with 2 us latency (docs/simulate.md)."""
+node's calibration, rounded; a 10 GB/s RDMA link per rank with 2 us latency; the shared-memory node level's
+slot copies at 9 GB/s and flags seen 1 us after their store (docs/simulate.md)."""
 
 _FIELDS = {f.name: f for f in dataclasses.fields(CostParams)}
 _META_KEYS = ("format", "source", "fit", "units", "comment")
