@@ -34,6 +34,7 @@ from ..topology import parse as parse_topology
 from ..transport import Callback
 from ..trees import Tree, build_all, parse_algorithm
 from .choice import Choice, choose
+from .nodelevel import NodeSetup, prepare_node_level, uses_shm
 from .world import World
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
     "make_buffers",
     "library_goes_native",
     "SUM",
+    "TOPO_NEEDS_NODES",
 ]
 
 COLLECTIVES = ("bcast", "reduce", "allreduce")
@@ -272,11 +274,16 @@ class Prepared:
     start_one: StartOne
     protocol: str
     choice: Choice
+    node: Optional[NodeSetup] = None
+    """The shared-memory node level's set-up (`shm`, `topo:intra=shm`), else None."""
 
-    def starter(self, world: World, bufs: Buffers) -> Callable[[int], Callback]:
-        """rank -> the function that starts this call on that rank (run as its first CPU event)."""
+    def starter(self, world: World, bufs: Buffers, op: ReduceOp = SUM) -> Callable[[int], Callback]:
+        """rank -> the function that starts this call on that rank (run as its first CPU event), folding
+        with `op` (float32 SUM unless a test asks for another)."""
         job, plan = self.job, self.plan
         dtype = DTYPE[job.collective]
+        if self.node is not None:
+            self.node.check_op(op)
 
         def for_rank(r: int) -> Callback:
             def start() -> None:
@@ -286,11 +293,17 @@ class Prepared:
                     sim_rank, sim_rank, plan, self.send_window, self.recv_window, self.sync_mode, self.ordered, pool
                 )
                 local, result, finish = bufs.local[r], bufs.result[r], lambda: world.done(r)
-                self.start_one(RankJob(ctx, r, job.size, job.root, local, result, SUM, self.trees, finish))
+                self.start_one(RankJob(ctx, r, job.size, job.root, local, result, op, self.trees, finish))
 
             return start
 
         return for_rank
+
+
+TOPO_NEEDS_NODES = (
+    "topo trees need a topology: simulate several ranks per node (--ranks-per-node) or set "
+    "ADAPTCOLL_TOPOLOGY (e.g. 'nodes=64')"
+)
 
 
 def _tag_space(cfg: settings_mod.Settings) -> int:
@@ -308,10 +321,7 @@ def _tree_set(job: Job, kind_spec: str, root: int, rank_ordered: bool, ranks_per
         if not spec and ranks_per_node > 1:
             spec = "node=" + ",".join(str(r // ranks_per_node) for r in range(job.size))
         if not spec:
-            raise ValueError(
-                "topo trees need a topology: simulate several ranks per node (--ranks-per-node) or set "
-                "ADAPTCOLL_TOPOLOGY (e.g. 'nodes=64')"
-            )
+            raise ValueError(TOPO_NEEDS_NODES)
         params["levels"] = parse_topology(spec, job.size)
     return build_all(kind, job.size, root, **params)
 
@@ -352,6 +362,8 @@ def prepare(job: Job, ranks_per_node: int = 1) -> Prepared:
         plan = plan_segments(job.count, itemsize, chosen.segment, 0, space, chosen.max_segments)
     ordered = c != "bcast" and cfg.reproducible
     send_window, recv_window = cfg.windows(c)
+    if uses_shm(algorithm):
+        return _prepare_node_level(job, chosen, algorithm, ranks_per_node)
     name = algorithm.partition(":")[0]
     custom = _PROTOCOLS.get((c, name))
     if custom is not None and name != "tree":
@@ -384,6 +396,46 @@ def prepare(job: Job, ranks_per_node: int = 1) -> Prepared:
         _PROTOCOLS[(c, "tree")],
         algorithm,
         chosen,
+    )
+
+
+def _prepare_node_level(job: Job, chosen: Choice, algorithm: str, ranks_per_node: int) -> Prepared:
+    """`shm` / `topo:intra=shm`: the node level inside nodes, trees between node leaders (nodelevel)."""
+    cfg = job.settings
+    c = job.collective
+    if algorithm.partition(":")[0].strip() == "topo" and not cfg.topology and ranks_per_node == 1 and job.size > 1:
+        raise ValueError(TOPO_NEEDS_NODES)
+    node = prepare_node_level(
+        c,
+        job.size,
+        job.count,
+        DTYPE[c],
+        job.root,
+        algorithm,
+        job.segment,
+        chosen.roots,
+        cfg,
+        ranks_per_node,
+        _tag_space(cfg),
+    )
+    chosen = replace(chosen, algorithm=algorithm, segment=node.slot_bytes, max_segments=0)
+    send_window, recv_window = cfg.windows(c)
+
+    def start_one(j: RankJob) -> None:
+        node.start(j.ctx, j.rank, j.buf, j.result, j.op, j.on_complete)
+
+    return Prepared(
+        job,
+        node.plan,
+        node.trees,
+        send_window,
+        recv_window,
+        cfg.sync_sends,
+        c != "bcast" and cfg.reproducible,
+        start_one,
+        algorithm,
+        chosen,
+        node,
     )
 
 
