@@ -1,0 +1,80 @@
+"""Block plans: a message made of p blocks (one per rank, any lengths), each cut into whole segments.
+
+Allgather, Reduce_scatter_block and Reduce_scatter move whole blocks (rank r's contribution, rank r's
+result), so every segment lies inside one block: block b (elements [displ_b, displ_b + count_b)) is cut
+into ceil(count_b / seg_count) segments, the last one shorter. Segments are numbered block by block,
+and segment s travels with tag `plan.tag(s)` of a `SegmentPlan` holding one tag per segment (its
+`count` is the number of segments, in unit "segments": `tag_plan`), so the communicator's tag sequence
+and the engine treat such an operation like any other. Plain data, no MPI.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from .plan import SegmentPlan
+
+__all__ = ["BlockSegments", "block_segments", "plan_block_segments", "tag_plan"]
+
+
+class BlockSegments(NamedTuple):
+    """Segments of a message of contiguous blocks: `bounds[s]` = element range [lo, hi) of segment s,
+    `first[b]` = the first segment of block b (`first[p]` = the number of segments), `displs[b]` =
+    where block b starts, `counts[b]` its length."""
+
+    bounds: tuple[tuple[int, int], ...]
+    first: tuple[int, ...]
+    displs: tuple[int, ...]
+    counts: tuple[int, ...]
+    seg_count: int
+
+    @property
+    def nseg(self) -> int:
+        """The number of segments (empty blocks have none)."""
+        return self.first[-1]
+
+    def segments(self, b: int) -> range:
+        """The segments of block b."""
+        return range(self.first[b], self.first[b + 1])
+
+
+@functools.lru_cache(maxsize=256)
+def block_segments(counts: tuple[int, ...], seg_count: int) -> BlockSegments:
+    """Blocks of `counts` elements laid end to end, each cut into segments of `seg_count` elements."""
+    if seg_count < 1:
+        raise ValueError("seg_count must be >= 1")
+    bounds: list[tuple[int, int]] = []
+    first: list[int] = []
+    displs: list[int] = []
+    lo = 0
+    for n in counts:
+        first.append(len(bounds))
+        displs.append(lo)
+        bounds.extend((a, min(a + seg_count, lo + n)) for a in range(lo, lo + n, seg_count))
+        lo += n
+    first.append(len(bounds))
+    return BlockSegments(tuple(bounds), tuple(first), tuple(displs), tuple(counts), seg_count)
+
+
+def plan_block_segments(
+    counts: Sequence[int], itemsize: int, segment_bytes: int, tag_space: int, max_segments: int = 0
+) -> BlockSegments:
+    """Blocks of `counts` elements in segments of about `segment_bytes` bytes (whole elements, at least
+    one), grown until a block has at most `max_segments` segments (0: no cap) and the message at most
+    `tag_space` segments (one tag each)."""
+    if tag_space < len(counts):
+        raise ValueError(f"tag_space {tag_space} is smaller than the {len(counts)} blocks")
+    seg = max(1, segment_bytes // max(1, itemsize))
+    largest = max(counts, default=0)
+    if max_segments > 0 and largest:
+        seg = max(seg, -(-largest // max_segments))
+    while sum(-(-n // seg) for n in counts) > tag_space:
+        seg = max(seg + 1, seg * 2)
+    return block_segments(tuple(int(n) for n in counts), seg)
+
+
+def tag_plan(blocks: BlockSegments, tag_base: int, tag_space: int) -> SegmentPlan:
+    """A SegmentPlan holding one tag per segment of `blocks` (its count is the number of segments)."""
+    return SegmentPlan(blocks.nseg, 1, tag_base % tag_space, tag_space, 1)

@@ -1,0 +1,230 @@
+"""The ring Allgather and ring Reduce-scatter in-process, on the loopback transport: every p in 1..17,
+even and uneven blocks (empty ones included), segments of a few elements, in place and not, random
+completion orders, windows and sync modes, asynchronous out-of-order folds; exact results, inputs
+untouched, one message per segment per link with unique tags, fixed fold order."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from adaptcoll.backends.base import ReduceOp
+from adaptcoll.backends.deferred import DeferredBackend
+from adaptcoll.backends.numpy_backend import UFUNC_BY_OP, NumpyBackend
+from adaptcoll.blockplan import block_segments, plan_block_segments, tag_plan
+from adaptcoll.pool import SegmentPool
+from adaptcoll.protocols.blockring import RingAllgather, RingReduceScatter
+from adaptcoll.protocols.context import OpContext
+from adaptcoll.protocols.operation import Operation
+from adaptcoll.sim import LoopbackWorld
+
+SEG = 3  # elements per segment
+
+
+class RecordingTransport:
+    """Wraps a loopback transport and records every send as (source, dest, tag)."""
+
+    def __init__(self, inner, log):
+        self._inner, self._log = inner, log
+        self.rank, self.size = inner.rank, inner.size
+
+    def isend(self, buf, dest, tag, on_done, synchronous=False):
+        self._log.append((self.rank, dest, tag))
+        self._inner.isend(buf, dest, tag, on_done, synchronous)
+
+    def irecv(self, buf, source, tag, on_done):
+        self._inner.irecv(buf, source, tag, on_done)
+
+    def watch(self, poll, on_done):
+        self._inner.watch(poll, on_done)
+
+
+def _counts(p, k):
+    """Block lengths for case k: even (n = 0, 1, SEG, several segments plus a rest) or uneven with empty blocks."""
+    even = [0, 1, SEG, 2 * SEG + 1, 5 * SEG]
+    if k < len(even):
+        return (even[k],) * p
+    rng = np.random.default_rng(100 * p + k)
+    return tuple(int(x) for x in rng.integers(0, 3 * SEG, p) * rng.integers(0, 2, p))
+
+
+def _data(p, total, dtype, seed):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(-3, 4, total).astype(dtype) for _ in range(p)]
+
+
+def _world(p, seed, window=(2, 3), sync="first", backend=None, log=None, dtype="i8"):
+    world = LoopbackWorld(p, seed)
+    backend = backend or NumpyBackend()
+    pools = [SegmentPool(backend, np.dtype(dtype)) for _ in range(p)]
+
+    def ctx(r, plan):
+        t = world.transports[r] if log is None else RecordingTransport(world.transports[r], log)
+        return OpContext(t, backend, plan, window[0], window[1], sync, False, pools[r])
+
+    return world, ctx, pools
+
+
+def run_allgather(p, counts, seed, in_place=False, **kw):
+    blocks = block_segments(counts, SEG)
+    plan = tag_plan(blocks, 11 * seed, 1 << 15)
+    world, ctx, _ = _world(p, seed, **kw)
+    total = sum(counts)
+    full = _data(1, total, "i8", seed)[0]
+    outs, ops = [], []
+    for r in range(p):
+        lo, hi = blocks.displs[r], blocks.displs[r] + counts[r]
+        out = np.full(total, -99, "i8")
+        local = None
+        if in_place:
+            out[lo:hi] = full[lo:hi]
+        else:
+            local = full[lo:hi].copy()
+        op = Operation()
+        RingAllgather(ctx(r, plan), blocks, local, out, op.complete).start()
+        outs.append(out)
+        ops.append(op)
+    world.run(lambda: all(o.done for o in ops))
+    assert world.unmatched == 0
+    return outs, full
+
+
+def run_reduce_scatter(p, counts, seed, in_place=False, op=ReduceOp("SUM"), dtype="i8", **kw):
+    blocks = block_segments(counts, SEG)
+    plan = tag_plan(blocks, 5 * seed, 1 << 15)
+    world, ctx, pools = _world(p, seed, dtype=dtype, **kw)
+    total = sum(counts)
+    data = _data(p, total, dtype, seed)
+    given = [d.copy() for d in data]
+    outs, ops = [], []
+    for r in range(p):
+        result = data[r][: counts[r]] if in_place else np.full(counts[r], 99, dtype)
+        operation = Operation()
+        RingReduceScatter(ctx(r, plan), blocks, data[r], result, op, operation.complete, in_place).start()
+        outs.append(result)
+        ops.append(operation)
+    world.run(lambda: all(o.done for o in ops))
+    assert world.unmatched == 0
+    for r in range(p):
+        if in_place:  # the rest of the contribution is left as it was (as MPICH leaves it)
+            np.testing.assert_array_equal(data[r][counts[r] :], given[r][counts[r] :])
+        else:
+            np.testing.assert_array_equal(data[r], given[r], err_msg="a contribution was modified")
+    return outs, given, blocks, pools
+
+
+def _sum(given, op):
+    acc = given[0].copy()
+    for x in given[1:]:
+        UFUNC_BY_OP[op.name](acc, x, out=acc)
+    return acc
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+def test_allgather_every_p_and_block_shape(in_place):
+    for p in range(1, 18):
+        for k in range(7):
+            counts = _counts(p, k)
+            outs, full = run_allgather(p, counts, seed=p * 10 + k, in_place=in_place)
+            for r in range(p):
+                np.testing.assert_array_equal(outs[r], full, err_msg=f"p={p} counts={counts} rank {r}")
+
+
+OP_TYPES = [("SUM", "i8"), ("PROD", "i4"), ("MAX", "f4"), ("MIN", "i2"), ("BXOR", "u1"), ("SUM", "f8")]
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+def test_reduce_scatter_every_p_and_block_shape(in_place):
+    for p in range(1, 18):
+        for k in range(7):
+            counts = _counts(p, k)
+            opname, dtype = OP_TYPES[(p + k) % len(OP_TYPES)]
+            op = ReduceOp(opname)
+            outs, given, blocks, _ = run_reduce_scatter(p, counts, p * 10 + k, in_place, op, dtype)
+            expect = _sum(given, op)
+            for r in range(p):
+                lo = blocks.displs[r]
+                np.testing.assert_array_equal(
+                    outs[r], expect[lo : lo + counts[r]], err_msg=f"p={p} counts={counts} {opname} rank {r}"
+                )
+
+
+@pytest.mark.parametrize("window,sync", [((1, 1), "all"), ((2, 3), "none"), ((4, 2), "first")])
+def test_windows_sync_modes_and_reordering(window, sync):
+    for p in (2, 3, 5, 8):
+        for seed in range(4):
+            counts = (4 * SEG + 1,) * p
+            outs, full = run_allgather(p, counts, seed, in_place=seed % 2 == 1, window=window, sync=sync)
+            assert all(np.array_equal(o, full) for o in outs)
+            outs, given, blocks, _ = run_reduce_scatter(p, counts, seed, seed % 2 == 1, window=window, sync=sync)
+            expect = _sum(given, ReduceOp("SUM"))
+            for r in range(p):
+                np.testing.assert_array_equal(outs[r], expect[blocks.displs[r] : blocks.displs[r] + counts[r]])
+
+
+def test_asynchronous_folds_deferred_and_out_of_order():
+    """Folds that finish late and out of order (GPU-like): no buffer is sent or reused before its fold is done."""
+    for p in (2, 3, 4, 7):
+        for seed in range(3):
+            be = DeferredBackend(seed=seed, max_delay_polls=6)
+            counts = (3 * SEG + 2,) * p
+            outs, given, blocks, _ = run_reduce_scatter(p, counts, seed, seed == 1, backend=be)
+            expect = _sum(given, ReduceOp("SUM"))
+            for r in range(p):
+                np.testing.assert_array_equal(outs[r], expect[blocks.displs[r] : blocks.displs[r] + counts[r]])
+            assert be.stats.completed == be.stats.started > 0
+
+
+def test_one_message_per_segment_per_link_with_unique_tags():
+    for p in (2, 3, 6):
+        counts = (2 * SEG + 1,) * p
+        nseg = block_segments(counts, SEG).nseg
+        for run in (run_allgather, run_reduce_scatter):
+            log: list = []
+            run(p, counts, 3, log=log)
+            assert len(log) == (p - 1) * nseg  # every rank sends p-1 blocks
+            assert all(dest == (src + 1) % p for src, dest, _ in log)  # the ring only
+            assert len(set(log)) == len(log)  # a tag is used once per link
+
+
+def test_reduce_scatter_memory_is_one_scratch_array_reused():
+    counts = (4 * SEG,) * 4
+    _, _, _, pools = run_reduce_scatter(4, counts, 1)
+    assert all(pool.allocated == 1 and pool.cached == 1 for pool in pools)
+    _, _, _, pools = run_reduce_scatter(2, counts[:2], 1)  # two ranks, not in place: no scratch at all
+    assert all(pool.allocated == 0 for pool in pools)
+
+
+def test_fixed_fold_order_is_independent_of_timing():
+    counts = (5 * SEG,) * 5
+    first = None
+    for seed in range(4):
+        be = DeferredBackend(seed=seed, max_delay_polls=4) if seed % 2 else None
+        rng = np.random.default_rng(0)
+        data = [rng.standard_normal(sum(counts)) for _ in range(5)]  # floats: the order shows in the bits
+        blocks = block_segments(counts, SEG)
+        world, ctx, _ = _world(5, seed, backend=be, dtype="f8")
+        plan = tag_plan(blocks, 0, 1 << 15)
+        outs, ops = [], []
+        for r in range(5):
+            out = np.zeros(counts[r])
+            operation = Operation()
+            RingReduceScatter(ctx(r, plan), blocks, data[r], out, ReduceOp("SUM"), operation.complete).start()
+            outs.append(out)
+            ops.append(operation)
+        world.run(lambda: all(o.done for o in ops))
+        got = np.concatenate(outs)
+        if first is None:
+            first = got
+        np.testing.assert_array_equal(got, first)
+
+
+def test_plan_block_segments_caps_and_tag_space():
+    blocks = plan_block_segments([10, 0, 7], 8, 16, 1 << 15)
+    assert blocks.seg_count == 2 and blocks.nseg == 5 + 0 + 4
+    assert [blocks.segments(b) for b in range(3)] == [range(0, 5), range(5, 5), range(5, 9)]
+    assert plan_block_segments([10, 7], 8, 16, 1 << 15, max_segments=2).seg_count == 5
+    small = plan_block_segments([1000] * 4, 1, 1, 16)
+    assert small.nseg <= 16
+    with pytest.raises(ValueError):
+        plan_block_segments([1] * 4, 1, 1, 3)
