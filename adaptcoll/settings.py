@@ -49,6 +49,9 @@ TREE_KINDS = (
 ALGORITHMS = TREE_KINDS + ("shm", "native")
 ALLREDUCE_ONLY = ("ring", "rabenseifner")
 """Allreduce algorithms that are not trees (adaptcoll.protocols.algorithms): valid for allreduce only."""
+BLOCK_COLLECTIVES = ("allgather", "reduce_scatter")
+"""Allgather and Reduce_scatter(_block): served by the ring (adaptcoll.blocks), never by trees."""
+BLOCK_COLLECTIVE_ALGORITHMS = ("ring", "native")
 SYNC_MODES = ("first", "all", "none")
 
 
@@ -84,6 +87,10 @@ class Settings:
     shm_segment_size: int = 512 * 1024
     shm_slots: int = 4
     tuning: str = ""
+    allgather_algorithm: str = "ring"
+    reduce_scatter_algorithm: str = "ring"
+    allgather_native_below: int = -1
+    reduce_scatter_native_below: int = -1
     explicit: tuple[str, ...] = ()
     """The fields set explicitly (ADAPTCOLL_* variable, configure(), python -m adaptcoll option): they win
     over the tuning table; the others are chosen per call by the table or the shipped rule (adaptcoll.tune)."""
@@ -291,6 +298,14 @@ def _parse_field(field: str, value: Any, name: str) -> Any:
         return size
     if field == "shm_slots":
         return _parse_window(value, name)
+    if field in ("allgather_algorithm", "reduce_scatter_algorithm"):
+        kind = str(value).strip().partition(":")[0]
+        if kind not in BLOCK_COLLECTIVE_ALGORITHMS:
+            raise ValueError(f"{name}: unknown algorithm {kind!r}; valid choices: {', '.join(BLOCK_COLLECTIVE_ALGORITHMS)}")
+        if kind == "native":
+            return kind
+        block_algorithm(str(value), name)
+        return str(value).strip()
     if field.endswith("_algorithm"):
         return _check_tree(_parse_algorithm(value, name, allreduce=field == "allreduce_algorithm"), name)
     if field.endswith("_segment_size"):
