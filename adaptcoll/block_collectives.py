@@ -36,7 +36,9 @@ __all__ = [
 ]
 
 BLOCKS_BELOW_ATTR = "_adaptcoll_blocks_below"
-"""Attribute of an adaptcoll communicator: (settings, {collective: threshold}) for the fast path."""
+"""Attribute of an adaptcoll communicator: {id(settings): {collective: threshold}}, the fast path's
+thresholds under the settings objects seen (computed once per settings object)."""
+_KEEP_ATTR = "_adaptcoll_blocks_settings"
 
 _IN_PLACE = MPI.IN_PLACE
 _SUM = MPI.SUM
@@ -50,31 +52,49 @@ _MPI_RS = MPI.Intracomm.Reduce_scatter
 _MPI_IRS = MPI.Intracomm.Ireduce_scatter
 
 
+_EMPTY: dict[int, dict[str, int]] = {}
+_current_id = [id(settings.current())]
+"""id() of the settings in force, kept up to date by a settings listener (the fast path reads it)."""
+
+
+def _follow(current: settings.Settings) -> None:
+    _current_id[0] = id(current)
+
+
+settings.on_change(_follow)
+
+
 def _threshold(comm: MPI.Intracomm, collective: str) -> int:
-    """The fast path's threshold for `collective` on `comm` (0 while the tuning is not known)."""
+    """The fast path's threshold for `collective` on `comm` (0 while the tuning is not known), computed
+    once per settings object and cached on the communicator (a few of them: a benchmark switches)."""
     current = settings.current()
-    found = getattr(comm, BLOCKS_BELOW_ATTR, None)
-    if found is not None and found[0] is current:
-        return int(found[1][collective])
     if getattr(comm, BELOW_ATTR, None) is None:  # no tuning yet: the full path sets it up
         return 0
     facts = comm_tuning(comm, False).facts
     below = {c: block_below(facts, c) for c in settings.BLOCK_COLLECTIVES}
-    try:
-        setattr(comm, BLOCKS_BELOW_ATTR, (current, below))
-    except AttributeError:  # a plain mpi4py communicator object
-        return 0
+    cache = getattr(comm, BLOCKS_BELOW_ATTR, None)
+    if cache is None or len(cache) >= 8:
+        cache = {}
+        try:
+            setattr(comm, BLOCKS_BELOW_ATTR, cache)
+            setattr(comm, _KEEP_ATTR, [])
+        except AttributeError:  # a plain mpi4py communicator object
+            return 0
+    getattr(comm, _KEEP_ATTR).append(current)  # the ids stay those of live objects
+    cache[id(current)] = below
     return below[collective]
 
 
-def _nbytes(buf: Any) -> int:
-    return int(buf.nbytes) if type(buf) is _NDARRAY else host_nbytes(buf)
+def _below(comm: MPI.Intracomm, collective: str) -> int:
+    found = getattr(comm, BLOCKS_BELOW_ATTR, _EMPTY).get(_current_id[0])
+    return found[collective] if found is not None else _threshold(comm, collective)
 
 
 # -- allgather ------------------------------------------------------------------------------------
 def allgather(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any) -> None:
     """Allgather (mpi4py's signature and semantics; `MPI.IN_PLACE`: this rank's block is in recvbuf)."""
-    if 0 <= _nbytes(recvbuf) < _threshold(comm, "allgather"):
+    nbytes = recvbuf.nbytes if type(recvbuf) is _NDARRAY else host_nbytes(recvbuf)
+    if 0 <= nbytes < _below(comm, "allgather"):
         _BELOW["Allgather"] += 1
         return _MPI_ALLGATHER(comm, sendbuf, recvbuf)
     key = enter(comm, "Allgather")
@@ -90,7 +110,8 @@ def allgather(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any) -> None:
 
 def iallgather(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any) -> Request:
     """comm.Iallgather(sendbuf, recvbuf): an adaptcoll Request (which keeps the buffers alive)."""
-    if 0 <= _nbytes(recvbuf) < _threshold(comm, "allgather"):
+    nbytes = recvbuf.nbytes if type(recvbuf) is _NDARRAY else host_nbytes(recvbuf)
+    if 0 <= nbytes < _below(comm, "allgather"):
         _BELOW["Iallgather"] += 1
         settle_setup(comm)
         return NativeRequest(_MPI_IALLGATHER(comm, sendbuf, recvbuf), keep=(sendbuf, recvbuf))
@@ -106,14 +127,12 @@ def iallgather(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any) -> Request:
 
 
 # -- reduce-scatter -------------------------------------------------------------------------------
-def _input_nbytes(sendbuf: Any, recvbuf: Any) -> int:
-    return _nbytes(recvbuf if sendbuf is _IN_PLACE else sendbuf)
-
-
 def reduce_scatter_block(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM) -> None:
     """Reduce_scatter_block (mpi4py's signature and semantics; `MPI.IN_PLACE`: the input is recvbuf,
     whose first recvbuf/p elements receive this rank's block)."""
-    if 0 <= _input_nbytes(sendbuf, recvbuf) < _threshold(comm, "reduce_scatter"):
+    data = recvbuf if sendbuf is _IN_PLACE else sendbuf
+    nbytes = data.nbytes if type(data) is _NDARRAY else host_nbytes(data)
+    if 0 <= nbytes < _below(comm, "reduce_scatter"):
         _BELOW["Reduce_scatter_block"] += 1
         return _MPI_RSB(comm, sendbuf, recvbuf, op)
     key = enter(comm, "Reduce_scatter_block")
@@ -130,7 +149,9 @@ def reduce_scatter_block(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: An
 
 def ireduce_scatter_block(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM) -> Request:
     """comm.Ireduce_scatter_block(sendbuf, recvbuf, op): an adaptcoll Request."""
-    if 0 <= _input_nbytes(sendbuf, recvbuf) < _threshold(comm, "reduce_scatter"):
+    data = recvbuf if sendbuf is _IN_PLACE else sendbuf
+    nbytes = data.nbytes if type(data) is _NDARRAY else host_nbytes(data)
+    if 0 <= nbytes < _below(comm, "reduce_scatter"):
         _BELOW["Ireduce_scatter_block"] += 1
         settle_setup(comm)
         return NativeRequest(_MPI_IRSB(comm, sendbuf, recvbuf, op), keep=(sendbuf, recvbuf))
@@ -149,7 +170,9 @@ def ireduce_scatter_block(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: A
 def reduce_scatter(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = _SUM) -> None:
     """Reduce_scatter (mpi4py's signature and semantics: rank r gets recvcounts[r] elements; without
     recvcounts mpi4py gathers the receive counts itself, natively)."""
-    if 0 <= _input_nbytes(sendbuf, recvbuf) < _threshold(comm, "reduce_scatter"):
+    data = recvbuf if sendbuf is _IN_PLACE else sendbuf
+    nbytes = data.nbytes if type(data) is _NDARRAY else host_nbytes(data)
+    if 0 <= nbytes < _below(comm, "reduce_scatter"):
         _BELOW["Reduce_scatter"] += 1
         return _MPI_RS(comm, sendbuf, recvbuf, recvcounts, op)
     key = enter(comm, "Reduce_scatter")
@@ -168,7 +191,9 @@ def ireduce_scatter(
     comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = _SUM
 ) -> Request:
     """comm.Ireduce_scatter(sendbuf, recvbuf, recvcounts, op): an adaptcoll Request."""
-    if 0 <= _input_nbytes(sendbuf, recvbuf) < _threshold(comm, "reduce_scatter"):
+    data = recvbuf if sendbuf is _IN_PLACE else sendbuf
+    nbytes = data.nbytes if type(data) is _NDARRAY else host_nbytes(data)
+    if 0 <= nbytes < _below(comm, "reduce_scatter"):
         _BELOW["Ireduce_scatter"] += 1
         settle_setup(comm)
         return NativeRequest(_MPI_IRS(comm, sendbuf, recvbuf, recvcounts, op), keep=(sendbuf, recvbuf))

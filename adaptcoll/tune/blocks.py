@@ -39,8 +39,6 @@ def _bands(collective: str, facts: CommFacts) -> tuple[tuple[int, ServeConfig], 
 def block_below(facts: CommFacts, collective: str) -> int:
     """Messages below this many bytes go native (the small-message fast path's threshold)."""
     s = settings.current()
-    if s.algorithm(collective) == "native":
-        return NEVER
     if s.threshold_explicit(collective):
         return s.threshold(collective)
     bands = _bands(collective, facts)
