@@ -44,6 +44,7 @@ _IN_PLACE = MPI.IN_PLACE
 _SUM = MPI.SUM
 _NDARRAY = np.ndarray
 _BELOW = counters.below
+_getattr = getattr
 _MPI_ALLGATHER = MPI.Intracomm.Allgather
 _MPI_IALLGATHER = MPI.Intracomm.Iallgather
 _MPI_RSB = MPI.Intracomm.Reduce_scatter_block
@@ -85,16 +86,12 @@ def _threshold(comm: MPI.Intracomm, collective: str) -> int:
     return below[collective]
 
 
-def _below(comm: MPI.Intracomm, collective: str) -> int:
-    found = getattr(comm, BLOCKS_BELOW_ATTR, _EMPTY).get(_current_id[0])
-    return found[collective] if found is not None else _threshold(comm, collective)
-
-
 # -- allgather ------------------------------------------------------------------------------------
 def allgather(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any) -> None:
     """Allgather (mpi4py's signature and semantics; `MPI.IN_PLACE`: this rank's block is in recvbuf)."""
     nbytes = recvbuf.nbytes if type(recvbuf) is _NDARRAY else host_nbytes(recvbuf)
-    if 0 <= nbytes < _below(comm, "allgather"):
+    found = _getattr(comm, BLOCKS_BELOW_ATTR, _EMPTY).get(_current_id[0])
+    if 0 <= nbytes < (found["allgather"] if found is not None else _threshold(comm, "allgather")):
         _BELOW["Allgather"] += 1
         return _MPI_ALLGATHER(comm, sendbuf, recvbuf)
     key = enter(comm, "Allgather")
@@ -111,7 +108,8 @@ def allgather(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any) -> None:
 def iallgather(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any) -> Request:
     """comm.Iallgather(sendbuf, recvbuf): an adaptcoll Request (which keeps the buffers alive)."""
     nbytes = recvbuf.nbytes if type(recvbuf) is _NDARRAY else host_nbytes(recvbuf)
-    if 0 <= nbytes < _below(comm, "allgather"):
+    found = _getattr(comm, BLOCKS_BELOW_ATTR, _EMPTY).get(_current_id[0])
+    if 0 <= nbytes < (found["allgather"] if found is not None else _threshold(comm, "allgather")):
         _BELOW["Iallgather"] += 1
         settle_setup(comm)
         return NativeRequest(_MPI_IALLGATHER(comm, sendbuf, recvbuf), keep=(sendbuf, recvbuf))
@@ -132,7 +130,8 @@ def reduce_scatter_block(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: An
     whose first recvbuf/p elements receive this rank's block)."""
     data = recvbuf if sendbuf is _IN_PLACE else sendbuf
     nbytes = data.nbytes if type(data) is _NDARRAY else host_nbytes(data)
-    if 0 <= nbytes < _below(comm, "reduce_scatter"):
+    found = _getattr(comm, BLOCKS_BELOW_ATTR, _EMPTY).get(_current_id[0])
+    if 0 <= nbytes < (found["reduce_scatter"] if found is not None else _threshold(comm, "reduce_scatter")):
         _BELOW["Reduce_scatter_block"] += 1
         return _MPI_RSB(comm, sendbuf, recvbuf, op)
     key = enter(comm, "Reduce_scatter_block")
@@ -151,7 +150,8 @@ def ireduce_scatter_block(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: A
     """comm.Ireduce_scatter_block(sendbuf, recvbuf, op): an adaptcoll Request."""
     data = recvbuf if sendbuf is _IN_PLACE else sendbuf
     nbytes = data.nbytes if type(data) is _NDARRAY else host_nbytes(data)
-    if 0 <= nbytes < _below(comm, "reduce_scatter"):
+    found = _getattr(comm, BLOCKS_BELOW_ATTR, _EMPTY).get(_current_id[0])
+    if 0 <= nbytes < (found["reduce_scatter"] if found is not None else _threshold(comm, "reduce_scatter")):
         _BELOW["Ireduce_scatter_block"] += 1
         settle_setup(comm)
         return NativeRequest(_MPI_IRSB(comm, sendbuf, recvbuf, op), keep=(sendbuf, recvbuf))
@@ -172,7 +172,8 @@ def reduce_scatter(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, recvcounts: 
     recvcounts mpi4py gathers the receive counts itself, natively)."""
     data = recvbuf if sendbuf is _IN_PLACE else sendbuf
     nbytes = data.nbytes if type(data) is _NDARRAY else host_nbytes(data)
-    if 0 <= nbytes < _below(comm, "reduce_scatter"):
+    found = _getattr(comm, BLOCKS_BELOW_ATTR, _EMPTY).get(_current_id[0])
+    if 0 <= nbytes < (found["reduce_scatter"] if found is not None else _threshold(comm, "reduce_scatter")):
         _BELOW["Reduce_scatter"] += 1
         return _MPI_RS(comm, sendbuf, recvbuf, recvcounts, op)
     key = enter(comm, "Reduce_scatter")
@@ -187,13 +188,12 @@ def reduce_scatter(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, recvcounts: 
         leave(key)
 
 
-def ireduce_scatter(
-    comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = _SUM
-) -> Request:
+def ireduce_scatter(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = _SUM) -> Request:
     """comm.Ireduce_scatter(sendbuf, recvbuf, recvcounts, op): an adaptcoll Request."""
     data = recvbuf if sendbuf is _IN_PLACE else sendbuf
     nbytes = data.nbytes if type(data) is _NDARRAY else host_nbytes(data)
-    if 0 <= nbytes < _below(comm, "reduce_scatter"):
+    found = _getattr(comm, BLOCKS_BELOW_ATTR, _EMPTY).get(_current_id[0])
+    if 0 <= nbytes < (found["reduce_scatter"] if found is not None else _threshold(comm, "reduce_scatter")):
         _BELOW["Ireduce_scatter"] += 1
         settle_setup(comm)
         return NativeRequest(_MPI_IRS(comm, sendbuf, recvbuf, recvcounts, op), keep=(sendbuf, recvbuf))

@@ -99,7 +99,9 @@ def _prepare(
 
 
 # -- allgather ------------------------------------------------------------------------------------
-def allgather(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, name: str = "Allgather", blocking: bool = False) -> Decision:
+def allgather(
+    comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, name: str = "Allgather", blocking: bool = False
+) -> Decision:
     """Decide (locally, from arguments every rank shares), then set up a ring allgather."""
     if _explicitly_native("allgather"):
         return ALGORITHM_NATIVE
@@ -225,6 +227,4 @@ def reduce_scatter(
     def run(ctx: OpContext, done: _Callback) -> None:
         RingReduceScatter(ctx, blocks, local, result, rop, done, in_place).start()
 
-    return _prepare(
-        st, blocks, dtype, call, False, run, (sendbuf, recvbuf), name, [msg.load], [rmsg.store], error
-    )
+    return _prepare(st, blocks, dtype, call, False, run, (sendbuf, recvbuf), name, [msg.load], [rmsg.store], error)

@@ -301,7 +301,9 @@ def _parse_field(field: str, value: Any, name: str) -> Any:
     if field in ("allgather_algorithm", "reduce_scatter_algorithm"):
         kind = str(value).strip().partition(":")[0]
         if kind not in BLOCK_COLLECTIVE_ALGORITHMS:
-            raise ValueError(f"{name}: unknown algorithm {kind!r}; valid choices: {', '.join(BLOCK_COLLECTIVE_ALGORITHMS)}")
+            raise ValueError(
+                f"{name}: unknown algorithm {kind!r}; valid choices: {', '.join(BLOCK_COLLECTIVE_ALGORITHMS)}"
+            )
         if kind == "native":
             return kind
         block_algorithm(str(value), name)

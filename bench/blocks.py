@@ -1,13 +1,15 @@
 """Allgather and Reduce_scatter_block: adaptcoll's ring against native MPI, interleaved, over launches.
 
-    flock -x /tmp/adaptcoll-machine.lock python bench/blocks.py --ranks 2 --launches 3 \\
-        --impls served,rule --markdown bench/results/blocks_2ranks.md --json bench/results/blocks_2ranks.json
+    flock -x /tmp/adaptcoll-machine.lock python bench/blocks.py --ranks 2 --launches 3 --sizes 64K:64M \\
+        --budget 1.0 --impls served,rule --segments 32M \\
+        --markdown bench/results/blocks_2ranks.md --json bench/results/blocks_2ranks.json
 
 Each launch (`mpiexec -n RANKS -bind-to core`) runs, per collective and size (the whole array: the
-Allgather's result, the Reduce-scatter's input; float64), the implementations interleaved A B C A B C
-..., every call after a barrier: `native` (mpi4py on COMM_WORLD), `served` (adaptcoll's ring at every
-size, `ring:segment_size=...` per `--segments`) and `rule` (adaptcoll with its defaults: the shipped
-rule). A call's time is the slowest rank's. Per launch the median per implementation; over launches
+Allgather's result, the Reduce-scatter's input; float64), the implementations interleaved in rounds
+(A B C, B C A, C A B, ...: the order rotates so that no implementation always follows the same one),
+every call after a barrier, on the same buffers: `native` (mpi4py's method called on the same
+communicator object), `served` (adaptcoll's ring at every size, `ring:segment_size=...` per
+`--segments`) and `rule` (adaptcoll with its defaults: the shipped rule). A call's time is the slowest rank's. Per launch the median per implementation; over launches
 the median of those, and the ratio native / implementation (> 1: faster than native).
 """
 
@@ -54,6 +56,19 @@ def fmt(n: int) -> str:
 
 
 # -- one launch (every rank) ------------------------------------------------------------------------
+def one_call(MPI: Any, comm: Any, c: Any, coll: str, send: Any, recv: Any) -> None:
+    """One call of `coll`: on adaptcoll communicator `c`, or natively (c None: mpi4py's method on `comm`)."""
+    if c is None:
+        if coll == "allgather":
+            MPI.Intracomm.Allgather(comm, send, recv)
+        else:
+            MPI.Intracomm.Reduce_scatter_block(comm, send, recv, MPI.SUM)
+    elif coll == "allgather":
+        c.Allgather(send, recv)
+    else:
+        c.Reduce_scatter_block(send, recv, MPI.SUM)
+
+
 def worker(args: argparse.Namespace) -> None:
     import numpy as np
     from mpi4py import MPI
@@ -64,7 +79,7 @@ def worker(args: argparse.Namespace) -> None:
     comm = adaptcoll.Intracomm(world)
     p, rank = world.Get_size(), world.Get_rank()
     defaults = adaptcoll.settings.current()
-    impls: list[tuple[str, Any, Any]] = [("native", world, None)]
+    impls: list[tuple[str, Any, Any]] = [("native", None, None)]
     for name in args.impls.split(","):
         if name == "rule":
             impls.append(("rule", comm, defaults))
@@ -84,21 +99,18 @@ def worker(args: argparse.Namespace) -> None:
             send = np.arange(count if coll == "reduce_scatter_block" else count // p, dtype="f8") + rank
             recv = np.zeros(count if coll == "allgather" else count // p)
 
-            def call(c: Any) -> None:
-                if coll == "allgather":
-                    c.Allgather(send, recv)
-                else:
-                    c.Reduce_scatter_block(send, recv, MPI.SUM)
+            spent: list[list[float]] = [[] for _ in impls]
 
-            spent = [[] for _ in impls]
-
-            def round_once(record: bool) -> None:
-                for k, (_, c, st) in enumerate(impls):
+            def round_once(record: bool, shift: int = 0, coll: str = coll, send: Any = send, recv: Any = recv,
+                           spent: list[list[float]] = spent) -> None:  # fmt: skip
+                for j in range(len(impls)):  # rotated each round: every impl takes every position alike
+                    k = (j + shift) % len(impls)
+                    _, c, st = impls[k]
                     if st is not None:
                         adaptcoll.settings.use(st)
                     world.Barrier()
                     t0 = time.perf_counter()
-                    call(c)
+                    one_call(MPI, comm, c, coll, send, recv)
                     dt = time.perf_counter() - t0
                     if record:
                         spent[k].append(dt)
@@ -110,8 +122,8 @@ def worker(args: argparse.Namespace) -> None:
             round_once(True)
             per_round = world.allreduce(time.perf_counter() - t0, op=MPI.MAX)
             rounds = max(args.min_rounds, min(args.max_rounds, int(args.budget / max(per_round, 1e-9))))
-            for _ in range(rounds - 1):
-                round_once(True)
+            for i in range(1, rounds):
+                round_once(True, i)
             times = np.array(spent)
             slowest = np.empty_like(times)
             world.Allreduce(times, slowest, op=MPI.MAX)

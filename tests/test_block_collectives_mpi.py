@@ -116,7 +116,7 @@ def _error(fn):
     return None
 
 
-@pytest.mark.mpi(ranks=[2, 3], timeout=90)
+@pytest.mark.mpi(ranks=[3], timeout=90)
 def test_bad_input_raises_native_error_on_every_rank_and_native_reasons(mpi_ranks):
     world = MPI.COMM_WORLD
     comm = adaptcoll.Intracomm(world)

@@ -212,7 +212,7 @@ def test_fixed_fold_order_is_independent_of_timing():
             RingReduceScatter(ctx(r, plan), blocks, data[r], out, ReduceOp("SUM"), operation.complete).start()
             outs.append(out)
             ops.append(operation)
-        world.run(lambda: all(o.done for o in ops))
+        world.run(lambda ops=ops: all(o.done for o in ops))
         got = np.concatenate(outs)
         if first is None:
             first = got

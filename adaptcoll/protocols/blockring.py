@@ -57,7 +57,9 @@ def ring_block_layout(p: int, r: int, blocks: BlockSegments, shift: int) -> Ring
     out_index = {s: i for i, s in enumerate(out_segs)}
     last = set(blocks.segments(in_blocks[-1])) if in_blocks else set()
     forward = tuple(-1 if s in last else out_index[s] for s in in_segs)
-    return RingBlockLayout(tuple(out_segs), tuple(in_segs), forward, len(blocks.segments(out_blocks[0])) if p > 1 else 0)
+    return RingBlockLayout(
+        tuple(out_segs), tuple(in_segs), forward, len(blocks.segments(out_blocks[0])) if p > 1 else 0
+    )
 
 
 class RingAllgather:
@@ -100,9 +102,9 @@ class RingAllgather:
         self._join.part_done()
 
     def start(self) -> None:
-        if self._local is not None and len(self._own):
-            self._be.copy(self._own, self._local)
         if self._trivial:
+            if self._local is not None and len(self._own):
+                self._be.copy(self._own, self._local)
             self._on_complete()
             return
         self._in.start()
@@ -114,6 +116,8 @@ class RingAllgather:
             pieces = [self._local[a - base : b - base] for a, b in (self._bounds[s] for s in segs[: self._lay.n_first])]
         for i, piece in enumerate(pieces):  # step 0: this rank's own block
             ready(i, piece)
+        if self._local is not None and len(self._own):  # while the first messages move
+            self._be.copy(self._own, self._local)
         self._join.start()
 
     def _arrived(self, i: int, buf: Any) -> None:
@@ -149,7 +153,9 @@ class RingReduceScatter:
         self._trivial = p == 1 or blocks.nseg == 0
         if self._trivial:
             return
-        self._pool: Any = ctx.pool
+        if ctx.pool is None:
+            raise ValueError("a ring reduce-scatter needs a segment pool in its context (ctx.pool)")
+        self._pool = ctx.pool
         total = blocks.displs[-1] + blocks.counts[-1]
         self._scratch: Optional[Any] = self._pool.take(total) if (p > 2 or in_place) else None
         lay = ring_block_layout(p, r, blocks, 1)

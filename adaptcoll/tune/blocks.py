@@ -15,21 +15,28 @@ from __future__ import annotations
 
 from .. import settings
 from ..native import ALGORITHM_NATIVE, BELOW_THRESHOLD, Native
-from .config import CallConfig, ServeConfig
+from .config import CallConfig, ServeConfig, format_bytes
 from .defaults import case
 from .policy import NEVER, TUNED_NATIVE, CommFacts
 
-__all__ = ["RING", "BLOCK_RULE", "choose_block", "block_below", "describe_blocks"]
+__all__ = ["RING", "WHOLE_BLOCKS", "BLOCK_RULE", "choose_block", "block_below", "describe_blocks"]
 
 K, M = 1 << 10, 1 << 20
 
-RING = ServeConfig("ring", 1 * M, 0, 0)
-"""The ring, 1M segments, no cap on their number."""
+RING = ServeConfig("ring", 4 * M, 0, 0)
+"""The ring, 4M segments, no cap: what an explicit threshold serves with unless the algorithm setting
+gives `segment_size` / `max_segments` (the ring allreduce's defaults)."""
+WHOLE_BLOCKS = ServeConfig("ring", 32 * M, 0, 0)
+"""The ring, 32M segments: one segment per block up to 64 MiB at 2 ranks (measured best there: the
+local copy overlaps the one exchange, the fold waits for nothing else)."""
 
 BLOCK_RULE: dict[str, dict[str, tuple[tuple[int, ServeConfig], ...]]] = {
-    "2 ranks": {"allgather": (), "reduce_scatter": ()},
+    "2 ranks": {"allgather": ((16 * M, WHOLE_BLOCKS),), "reduce_scatter": ((4 * M, WHOLE_BLOCKS),)},
 }
-"""Case -> collective -> served size bands (start, config); a case or collective not listed: native."""
+"""Case -> collective -> served size bands (start, config); a case or collective not listed: native.
+2 ranks, MPICH 5.0.2, one core each (bench/results/blocks_2ranks.md): Reduce_scatter_block wins from
+4 MiB (1.3x at 4M, 3x at 16M and 64M: MPICH's is slow there) and loses below (0.7 at 1M);
+Allgather only breaks even (1.0-1.1 from 16M, 0.6-0.9 below). Nothing else was measured: native."""
 
 
 def _bands(collective: str, facts: CommFacts) -> tuple[tuple[int, ServeConfig], ...]:
@@ -71,7 +78,7 @@ def choose_block(facts: CommFacts, collective: str, nbytes: int) -> CallConfig:
     cap = params.get("max_segments", config.max_segments)
     source = "settings" if explicit_alg and explicit_thr else "defaults+settings" if explicit_alg else "defaults"
     send_window, recv_window = s.windows(collective)
-    label = f"ring seg={segment} max_segments={cap} [{source}]"
+    label = f"ring seg={format_bytes(segment)} max_segments={cap} [{source}]"
     return CallConfig(
         serve, "ring", segment, cap, 0, send_window, recv_window, s.sync_sends, s.reproducible, source, native, label
     )
