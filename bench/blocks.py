@@ -9,8 +9,9 @@ Allgather's result, the Reduce-scatter's input; float64), the implementations in
 (A B C, B C A, C A B, ...: the order rotates so that no implementation always follows the same one),
 every call after a barrier, on the same buffers: `native` (mpi4py's method called on the same
 communicator object), `served` (adaptcoll's ring at every size, `ring:segment_size=...` per
-`--segments`) and `rule` (adaptcoll with its defaults: the shipped rule). A call's time is the slowest rank's. Per launch the median per implementation; over launches
-the median of those, and the ratio native / implementation (> 1: faster than native).
+`--segments`) and `rule` (adaptcoll with its defaults: the shipped rule). A call's time is the
+slowest rank's. Per launch the median per implementation; over launches the median of those, and the
+ratio native / implementation (> 1: faster than native).
 """
 
 from __future__ import annotations
