@@ -6,7 +6,8 @@
 
 Each launch (`mpiexec -n RANKS -bind-to core`) runs, per collective and size (the whole array: the
 Allgather's result, the Reduce-scatter's input; float64), the implementations interleaved in rounds
-(A B C, B C A, C A B, ...: the order rotates so that no implementation always follows the same one),
+(every permutation in turn: A B C, A C B, B A C, ..., so that no implementation always follows the
+same one),
 every call after a barrier, on the same buffers: `native` (mpi4py's method called on the same
 communicator object), `served` (adaptcoll's ring at every size, `ring:segment_size=...` per
 `--segments`) and `rule` (adaptcoll with its defaults: the shipped rule). A call's time is the
@@ -17,6 +18,7 @@ ratio native / implementation (> 1: faster than native).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -92,6 +94,7 @@ def worker(args: argparse.Namespace) -> None:
                     reduce_scatter_native_below=0,
                 ):  # fmt: skip
                     impls.append((f"served seg={seg}", comm, adaptcoll.settings.current()))
+    orders = list(itertools.permutations(range(len(impls))))
     comm.Allreduce(MPI.IN_PLACE, np.zeros(1))  # sets the communicator's tuning up (first blocking call)
     rows = []
     for coll in args.collectives.split(","):
@@ -104,8 +107,7 @@ def worker(args: argparse.Namespace) -> None:
 
             def round_once(record: bool, shift: int = 0, coll: str = coll, send: Any = send, recv: Any = recv,
                            spent: list[list[float]] = spent) -> None:  # fmt: skip
-                for j in range(len(impls)):  # rotated each round: every impl takes every position alike
-                    k = (j + shift) % len(impls)
+                for k in orders[shift % len(orders)]:  # every order in turn: no impl always follows the same one
                     _, c, st = impls[k]
                     if st is not None:
                         adaptcoll.settings.use(st)

@@ -31,12 +31,13 @@ WHOLE_BLOCKS = ServeConfig("ring", 32 * M, 0, 0)
 local copy overlaps the one exchange, the fold waits for nothing else)."""
 
 BLOCK_RULE: dict[str, dict[str, tuple[tuple[int, ServeConfig], ...]]] = {
-    "2 ranks": {"allgather": ((16 * M, WHOLE_BLOCKS),), "reduce_scatter": ((4 * M, WHOLE_BLOCKS),)},
+    "2 ranks": {"allgather": (), "reduce_scatter": ((4 * M, WHOLE_BLOCKS),)},
 }
 """Case -> collective -> served size bands (start, config); a case or collective not listed: native.
 2 ranks, MPICH 5.0.2, one core each (bench/results/blocks_2ranks.md): Reduce_scatter_block wins from
-4 MiB (1.3x at 4M, 3x at 16M and 64M: MPICH's is slow there) and loses below (0.7 at 1M);
-Allgather only breaks even (1.0-1.1 from 16M, 0.6-0.9 below). Nothing else was measured: native."""
+4 MiB (1.1-1.3x at 4M, about 3x at 16M and 4x at 64M, where MPICH's is slow) and loses below (0.6 at
+1M); the Allgather ring only breaks even from 16M (0.93-1.10 over runs) and loses below (0.6-0.8), so
+it stays native. Nothing else was measured: native."""
 
 
 def _bands(collective: str, facts: CommFacts) -> tuple[tuple[int, ServeConfig], ...]:
