@@ -228,3 +228,31 @@ def test_plan_block_segments_caps_and_tag_space():
     assert small.nseg <= 16
     with pytest.raises(ValueError):
         plan_block_segments([1] * 4, 1, 1, 3)
+
+
+def test_settings_and_the_shipped_rule():
+    from adaptcoll import settings
+    from adaptcoll.tune.blocks import block_below, choose_block
+    from adaptcoll.tune.policy import NEVER, CommFacts
+
+    with pytest.raises(ValueError, match="ADAPTCOLL_ALLGATHER_ALGORITHM"):
+        settings.from_environ({"ADAPTCOLL_ALLGATHER_ALGORITHM": "binomial"})
+    with pytest.raises(ValueError, match="ADAPTCOLL_REDUCE_SCATTER_ALGORITHM"):
+        settings.from_environ({"ADAPTCOLL_REDUCE_SCATTER_ALGORITHM": "ring:radix=2"})
+    two = CommFacts(2, 1, 2, 1.0, "MPICH 5.0.2")
+    four = CommFacts(4, 1, 4, 1.0, "MPICH 5.0.2")
+    with settings.configured():
+        assert block_below(two, "reduce_scatter") == 4 << 20 and block_below(two, "allgather") == NEVER
+        assert block_below(four, "reduce_scatter") == NEVER
+        call = choose_block(two, "reduce_scatter", 16 << 20)
+        assert call.serve and call.segment_size == 32 << 20 and call.source == "defaults"
+        assert not choose_block(two, "reduce_scatter", 1 << 20).serve
+        assert not choose_block(two, "allgather", 64 << 20).serve
+    with settings.configured(native_below=0, reduce_scatter_algorithm="ring:segment_size=1K,max_segments=3"):
+        assert block_below(four, "reduce_scatter") == 0
+        call = choose_block(four, "reduce_scatter", 10)
+        assert call.serve and (call.segment_size, call.max_segments) == (1024, 3)
+        assert choose_block(four, "allgather", 10).serve
+    with settings.configured(native_below=0, allgather_algorithm="native"):
+        call = choose_block(four, "allgather", 1 << 30)
+        assert not call.serve and call.native is not None and call.native.reason == "algorithm=native"
