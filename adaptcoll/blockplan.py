@@ -3,8 +3,8 @@
 Allgather, Reduce_scatter_block and Reduce_scatter move whole blocks (rank r's contribution, rank r's
 result), so every segment lies inside one block: block b (elements [displ_b, displ_b + count_b)) is cut
 into ceil(count_b / seg_count) segments, the last one shorter. Segments are numbered block by block,
-and segment s travels with tag `plan.tag(s)` of a `SegmentPlan` holding one tag per segment (its
-`count` is the number of segments, in unit "segments": `tag_plan`), so the communicator's tag sequence
+and segment s travels with tag `plan.tag(s)` of a `SegmentPlan` holding one tag per segment
+(`tag_plan`: nseg segments of seg_count elements, as if every one were full), so the communicator's tag sequence
 and the engine treat such an operation like any other. Plain data, no MPI.
 """
 
@@ -66,8 +66,8 @@ def plan_block_segments(
     `tag_space` segments (one tag each)."""
     if tag_space < len(counts):
         raise ValueError(f"tag_space {tag_space} is smaller than the {len(counts)} blocks")
-    seg = max(1, segment_bytes // max(1, itemsize))
     largest = max(counts, default=0)
+    seg = max(1, min(segment_bytes // max(1, itemsize), largest))  # no segment larger than a block
     if max_segments > 0 and largest:
         seg = max(seg, -(-largest // max_segments))
     while sum(-(-n // seg) for n in counts) > tag_space:
@@ -76,5 +76,6 @@ def plan_block_segments(
 
 
 def tag_plan(blocks: BlockSegments, tag_base: int, tag_space: int) -> SegmentPlan:
-    """A SegmentPlan holding one tag per segment of `blocks` (its count is the number of segments)."""
-    return SegmentPlan(blocks.nseg, 1, tag_base % tag_space, tag_space, 1)
+    """A SegmentPlan holding one tag per segment of `blocks`: `nseg` segments of `seg_count` elements (its
+    `count` is nseg x seg_count, as if every segment were full: only its tags and sizes are used)."""
+    return SegmentPlan(blocks.nseg * blocks.seg_count, blocks.seg_count, tag_base % tag_space, tag_space, 1)

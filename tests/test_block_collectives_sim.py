@@ -256,3 +256,31 @@ def test_settings_and_the_shipped_rule():
     with settings.configured(native_below=0, allgather_algorithm="native"):
         call = choose_block(four, "allgather", 1 << 30)
         assert not call.serve and call.native is not None and call.native.reason == "algorithm=native"
+
+
+def test_simulator_runs_the_ring_allgather_and_reduce_scatter_on_real_data():
+    """The simulator's Allgather / Reduce_scatter_block: the real protocols on 1..17 simulated ranks, with
+    real data (fair and FIFO links, shared nodes, noise), and what the shipped rule would do."""
+    from adaptcoll import settings
+    from adaptcoll.simulate.noise_setup import parse_noise
+    from adaptcoll.simulate.params import CostParams
+    from adaptcoll.simulate.programs import Job, library_goes_native, prepare
+    from adaptcoll.simulate.run import run_once
+
+    noise = parse_noise(["1kHz x 40us, poisson", "skew: uniform:50us"])
+    transfers = [CostParams(eager=2048), CostParams(eager=2048, links="fifo"), CostParams(ranks_per_node=3)]
+    for coll in ("allgather", "reduce_scatter_block"):
+        for size in range(1, 18):
+            for i, n in enumerate((0, 1, 70 + size)):
+                job = Job(coll, size, 4 * max(1, n * size), 64, "", settings.Settings())
+                _, world, bufs = run_once(
+                    job, transfers[(size + i) % 3], noise=noise if i == 1 else None, seed=size, data=True
+                )
+                bufs.check()
+                assert world.unmatched == 0, (coll, size, n)
+    served = prepare(Job("reduce_scatter_block", 2, 16 << 20, 0))
+    assert served.choice.serve and served.plan.nseg == 2  # the rule at 2 ranks: one segment per block
+    assert not library_goes_native(Job("reduce_scatter_block", 2, 16 << 20, 0))
+    assert library_goes_native(Job("allgather", 2, 16 << 20, 0))
+    with pytest.raises(ValueError, match="ring only"):
+        prepare(Job("allgather", 4, 1 << 20, 0, "binomial"))

@@ -22,11 +22,13 @@ import numpy as np
 
 from .. import settings as settings_mod
 from ..backends.base import ReduceOp
+from ..blockplan import plan_block_segments, tag_plan
 from ..plan import SegmentPlan, plan_blocks, plan_segments
 from ..pool import SegmentPool
 from ..protocols.algorithms import ALLREDUCE_ALGORITHMS
 from ..protocols.allreduce import Allreduce
 from ..protocols.bcast import Bcast
+from ..protocols.blockring import RingAllgather, RingReduceScatter
 from ..protocols.context import OpContext
 from ..protocols.links import start_on_links, tree_links
 from ..protocols.reduce import Reduce
@@ -51,12 +53,17 @@ __all__ = [
     "library_goes_native",
     "SUM",
     "TOPO_NEEDS_NODES",
+    "BLOCK_COLLECTIVES",
 ]
 
-COLLECTIVES = ("bcast", "reduce", "allreduce")
-ITEMSIZE = {"bcast": 1, "reduce": 4, "allreduce": 4}
-"""Bytes per element: Bcast moves bytes, Reduce/Allreduce float32 with SUM (as bench/osu.py)."""
-DTYPE = {"bcast": np.dtype(np.uint8), "reduce": np.dtype(np.float32), "allreduce": np.dtype(np.float32)}
+COLLECTIVES = ("bcast", "reduce", "allreduce", "allgather", "reduce_scatter_block")
+BLOCK_COLLECTIVES = {"allgather": "allgather", "reduce_scatter_block": "reduce_scatter"}
+"""The ring's collectives (adaptcoll.protocols.blockring) -> their settings' name. Their message is the
+whole array (p blocks of size // p // itemsize elements: the Allgather's result, the Reduce-scatter's
+input)."""
+ITEMSIZE = {"bcast": 1, "reduce": 4, "allreduce": 4, "allgather": 4, "reduce_scatter_block": 4}
+"""Bytes per element: Bcast moves bytes, the others float32 with SUM (as bench/osu.py)."""
+DTYPE = {c: np.dtype(np.uint8) if c == "bcast" else np.dtype(np.float32) for c in COLLECTIVES}
 SUM = ReduceOp("SUM")
 MPICH_TAG_SPACE = 1 << 30
 """Tags available to the simulated library when the settings do not cap them (MPICH's TAG_UB is larger)."""
@@ -100,7 +107,12 @@ class Job:
 
     @property
     def algorithm_setting(self) -> str:
-        return self.algorithm or self.settings.algorithm(self.collective)
+        return self.algorithm or self.settings.algorithm(BLOCK_COLLECTIVES.get(self.collective, self.collective))
+
+    @property
+    def block(self) -> int:
+        """Elements per block of an Allgather / Reduce_scatter_block (0 for the other collectives)."""
+        return self.count // self.size if self.collective in BLOCK_COLLECTIVES else 0
 
 
 @dataclass(frozen=True)
@@ -227,15 +239,21 @@ class Buffers:
         ranks = [root] if self.collective == "reduce" else range(len(self.result))
         for r in ranks:
             got = self.result[r]
-            if not np.array_equal(got, self.expected):
-                bad = int(np.flatnonzero(got != self.expected)[0])
+            expected = self.expected
+            if self.collective == "reduce_scatter_block":  # rank r's block of the reduction
+                expected = expected[r * len(got) : (r + 1) * len(got)]
+            if not np.array_equal(got, expected):
+                bad = int(np.flatnonzero(got != expected)[0])
                 raise AssertionError(
-                    f"{self.collective}: rank {r} element {bad} is {got[bad]!r}, expected {self.expected[bad]!r}"
+                    f"{self.collective}: rank {r} element {bad} is {got[bad]!r}, expected {expected[bad]!r}"
                 )
 
 
 def make_buffers(collective: str, size: int, count: int, root: int = 0, data: bool = False, seed: int = 0) -> Buffers:
-    """The buffers of one call: `range` stand-ins (sizes only), or real data whose result is known."""
+    """The buffers of one call: `range` stand-ins (sizes only), or real data whose result is known.
+    Allgather / Reduce_scatter_block: `count` // size elements per block."""
+    if collective in BLOCK_COLLECTIVES:
+        return _block_buffers(collective, size, count // size, data, seed)
     if not data:
         contribution, target = range(count), range(count)
         if collective == "bcast":
@@ -257,6 +275,24 @@ def make_buffers(collective: str, size: int, count: int, root: int = 0, data: bo
     else:
         result = [np.full(count, -1.0, np.float32) for _ in range(size)]
     return Buffers(collective, local, result, expected)
+
+
+def _block_buffers(collective: str, size: int, n: int, data: bool, seed: int) -> Buffers:
+    """Allgather: each rank's block (n) into the whole array (n x size); Reduce_scatter_block: the
+    whole input (n x size) into each rank's block."""
+    gather = collective == "allgather"
+    if not data:
+        mine, whole = range(n), range(n * size)
+        return Buffers(collective, [mine if gather else whole] * size, [whole if gather else mine] * size)
+    rng = np.random.default_rng(seed)
+    if gather:
+        expected = rng.integers(0, 8, n * size).astype(np.float32)
+        local: list[Any] = [expected[r * n : (r + 1) * n].copy() for r in range(size)]
+        result: list[Any] = [np.full(n * size, -1.0, np.float32) for _ in range(size)]
+        return Buffers(collective, local, result, expected)
+    local = [rng.integers(0, 8, n * size).astype(np.float32) for _ in range(size)]
+    expected = np.asarray(np.sum(np.stack(local), axis=0, dtype=np.float64), dtype=np.float32)
+    return Buffers(collective, local, [np.full(n, -1.0, np.float32) for _ in range(size)], expected)
 
 
 # -- adaptcoll set-up (mirrors adaptcoll.decide) -----------------------------------------------------
@@ -351,6 +387,8 @@ def prepare(job: Job, ranks_per_node: int = 1) -> Prepared:
     c = job.collective
     itemsize = job.itemsize
     space = _tag_space(cfg)
+    if c in BLOCK_COLLECTIVES:
+        return _prepare_blocks(job, ranks_per_node)
     chosen = choose(c, job.size, job.nbytes, job.segment, cfg, ranks_per_node)
     algorithm = job.algorithm or chosen.algorithm
     if job.algorithm:
@@ -437,6 +475,25 @@ def _prepare_node_level(job: Job, chosen: Choice, algorithm: str, ranks_per_node
         chosen,
         node,
     )
+def _prepare_blocks(job: Job, ranks_per_node: int) -> Prepared:
+    """An Allgather / Reduce_scatter_block set up as adaptcoll.block_decide does: blocks of job.block
+    elements in segments (plan_block_segments), one tag per segment, the ring protocol on every rank."""
+    if job.algorithm not in ("", "ring"):
+        raise ValueError(f"{job.collective} runs the ring only (algorithm 'ring'), got {job.algorithm!r}")
+    cfg = job.settings
+    chosen = choose(job.collective, job.size, job.nbytes, job.segment, cfg, ranks_per_node)
+    space = _tag_space(cfg)
+    blocks = plan_block_segments((job.block,) * job.size, job.itemsize, chosen.segment, space, chosen.max_segments)
+    send_window, recv_window = cfg.windows(BLOCK_COLLECTIVES[job.collective])
+
+    def start_one(j: RankJob) -> None:
+        if job.collective == "allgather":
+            RingAllgather(j.ctx, blocks, j.buf, j.result, j.on_complete).start()
+        else:
+            RingReduceScatter(j.ctx, blocks, j.buf, j.result, j.op, j.on_complete).start()
+
+    plan = tag_plan(blocks, 0, space)
+    return Prepared(job, plan, (), send_window, recv_window, cfg.sync_sends, False, start_one, "ring", chosen)
 
 
 def library_goes_native(job: Job, ranks_per_node: int = 1) -> bool:
