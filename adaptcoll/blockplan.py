@@ -2,9 +2,11 @@
 
 Allgather, Reduce_scatter_block and Reduce_scatter move whole blocks (rank r's contribution, rank r's
 result), so every segment lies inside one block: block b (elements [displ_b, displ_b + count_b)) is cut
-into ceil(count_b / seg_count) segments, the last one shorter. Segments are numbered block by block,
-and segment s travels with tag `plan.tag(s)` of a `SegmentPlan` holding one tag per segment
-(`tag_plan`: nseg segments of seg_count elements, as if every one were full), so the communicator's tag sequence
+into ceil(count_b / seg_count) segments, the last one shorter. Segments are numbered block by block;
+segment j of block b travels with tag offset j x p + b (`tag_offsets`) of a `SegmentPlan` holding p x
+(the most segments of a block) tags (`tag_plan`), so that a tag means the same piece of the same block
+on every rank: when ranks disagree about a block's length, a receive meets a message of another size
+(MessageSizeError on every rank) rather than a piece of another block. The communicator's tag sequence
 and the engine treat such an operation like any other. Plain data, no MPI.
 """
 
@@ -29,6 +31,10 @@ class BlockSegments(NamedTuple):
     displs: tuple[int, ...]
     counts: tuple[int, ...]
     seg_count: int
+    tag_offsets: tuple[int, ...]
+    """Segment j of block b travels with tag offset j x p + b (see the module docstring)."""
+    ntags: int
+    """Tags the operation holds: p x the most segments of one block (at least one)."""
 
     @property
     def nseg(self) -> int:
@@ -48,34 +54,40 @@ def block_segments(counts: tuple[int, ...], seg_count: int) -> BlockSegments:
     bounds: list[tuple[int, int]] = []
     first: list[int] = []
     displs: list[int] = []
+    offsets: list[int] = []
+    p = len(counts)
     lo = 0
-    for n in counts:
+    for b, n in enumerate(counts):
         first.append(len(bounds))
         displs.append(lo)
         bounds.extend((a, min(a + seg_count, lo + n)) for a in range(lo, lo + n, seg_count))
+        offsets.extend(j * p + b for j in range(len(bounds) - first[-1]))
         lo += n
     first.append(len(bounds))
-    return BlockSegments(tuple(bounds), tuple(first), tuple(displs), tuple(counts), seg_count)
+    most = max((first[b + 1] - first[b] for b in range(p)), default=0)
+    return BlockSegments(
+        tuple(bounds), tuple(first), tuple(displs), tuple(counts), seg_count, tuple(offsets), max(1, most * p)
+    )
 
 
 def plan_block_segments(
     counts: Sequence[int], itemsize: int, segment_bytes: int, tag_space: int, max_segments: int = 0
 ) -> BlockSegments:
     """Blocks of `counts` elements in segments of about `segment_bytes` bytes (whole elements, at least
-    one), grown until a block has at most `max_segments` segments (0: no cap) and the message at most
-    `tag_space` segments (one tag each)."""
+    one), grown until a block has at most `max_segments` segments (0: no cap) and the tags (p x the
+    most segments of a block) fit in `tag_space`."""
     if tag_space < len(counts):
         raise ValueError(f"tag_space {tag_space} is smaller than the {len(counts)} blocks")
     largest = max(counts, default=0)
     seg = max(1, min(segment_bytes // max(1, itemsize), largest))  # no segment larger than a block
     if max_segments > 0 and largest:
         seg = max(seg, -(-largest // max_segments))
-    while sum(-(-n // seg) for n in counts) > tag_space:
+    while max(-(-n // seg) for n in counts) * len(counts) > tag_space:
         seg = max(seg + 1, seg * 2)
     return block_segments(tuple(int(n) for n in counts), seg)
 
 
 def tag_plan(blocks: BlockSegments, tag_base: int, tag_space: int) -> SegmentPlan:
-    """A SegmentPlan holding one tag per segment of `blocks`: `nseg` segments of `seg_count` elements (its
-    `count` is nseg x seg_count, as if every segment were full: only its tags and sizes are used)."""
-    return SegmentPlan(blocks.nseg * blocks.seg_count, blocks.seg_count, tag_base % tag_space, tag_space, 1)
+    """A SegmentPlan holding the tags of `blocks` (`ntags` segments of `seg_count` elements, as if every
+    block had the most segments and every segment were full: only its tags and sizes are used)."""
+    return SegmentPlan(blocks.ntags * blocks.seg_count, blocks.seg_count, tag_base % tag_space, tag_space, 1)

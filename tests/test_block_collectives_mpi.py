@@ -157,6 +157,19 @@ def test_bad_input_raises_native_error_on_every_rank_and_native_reasons(mpi_rank
         got = np.zeros(2)
         comm.Reduce_scatter(np.ones(2 * p), got)  # mpi4py gathers the counts itself
         assert (got == p).all() and _native("Reduce_scatter", "Reduce_scatter without recvcounts") >= 1
+        # counts that differ across ranks: MessageSizeError on every rank, never wrong data or a hang (the
+        # segment counts differ too, so that communicator is out of step afterwards: a duplicate, freed)
+        n = 100 if rank == 0 else 200
+        for call in (
+            lambda c: c.Allgather(np.ones(n), np.zeros(n * p)),
+            lambda c: c.Reduce_scatter_block(np.ones(n * p), np.zeros(n)),
+        ):
+            dup = comm.Dup()
+            try:
+                with pytest.raises(adaptcoll.MessageSizeError):
+                    call(dup)
+            finally:
+                dup.Free()
     # the shipped rule on this machine: small messages go native through the fast path, counted as below
     adaptcoll.reset_stats()
     comm.Allreduce(MPI.IN_PLACE, np.zeros(1))  # the communicator's tuning (first blocking call)

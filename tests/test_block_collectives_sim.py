@@ -284,3 +284,28 @@ def test_simulator_runs_the_ring_allgather_and_reduce_scatter_on_real_data():
     assert library_goes_native(Job("allgather", 2, 16 << 20, 0))
     with pytest.raises(ValueError, match="ring only"):
         prepare(Job("allgather", 4, 1 << 20, 0, "binomial"))
+
+
+@pytest.mark.parametrize("run", ["allgather", "reduce_scatter"])
+def test_block_lengths_that_differ_across_ranks_meet_a_message_of_another_size(run):
+    """A tag means the same piece of the same block on every rank, so ranks that disagree about the
+    block length meet a message of the wrong size (an error), never a piece of another block."""
+    from adaptcoll.sim import SizeMismatch
+
+    p = 3
+    world, ctx, _ = _world(p, 0, dtype="f8")
+    ops = []
+    for r in range(p):
+        n = 10 if r == 0 else 20  # 4 segments of 3, 1 (rank 0) against 7 of 3, 2
+        blocks = block_segments((n,) * p, SEG)
+        plan = tag_plan(blocks, 0, 1 << 15)
+        operation = Operation()
+        if run == "allgather":
+            RingAllgather(ctx(r, plan), blocks, np.ones(n), np.zeros(n * p), operation.complete).start()
+        else:
+            RingReduceScatter(
+                ctx(r, plan), blocks, np.ones(n * p), np.zeros(n), ReduceOp("SUM"), operation.complete
+            ).start()
+        ops.append(operation)
+    with pytest.raises(SizeMismatch):
+        world.run(lambda: all(o.done for o in ops))

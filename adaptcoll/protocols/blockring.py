@@ -18,7 +18,8 @@ once, so no receive ever waits for a send. The last step folds straight into the
 place (the result is the front of the contribution, still being read), into the scratch, copied to
 the result once everything has been read.
 
-On a link every segment travels at most once, so one tag per segment (`blockplan.tag_plan`).
+On a link every segment travels at most once, so one tag per segment (`blockplan.tag_plan`: segment j
+of block b has tag offset j x p + b, the same piece of the same block on every rank).
 """
 
 from __future__ import annotations
@@ -84,12 +85,13 @@ class RingAllgather:
         self._res = res = [result[a:b] for a, b in blocks.bounds]
         self._res_base = lo
         self._bounds = blocks.bounds
+        offsets = blocks.tag_offsets
         tags = ctx.plan.tags
-        self._out = SendStream(ctx, (r + 1) % p, tags(lay.out_segs), None, self._part_done)
+        self._out = SendStream(ctx, (r + 1) % p, tags([offsets[s] for s in lay.out_segs]), None, self._part_done)
         self._in = RecvStream(
             ctx,
             (r - 1) % p,
-            tags(lay.in_segs),
+            tags([offsets[s] for s in lay.in_segs]),
             [res[s] for s in lay.in_segs],
             [len(res[s]) for s in lay.in_segs],
             b"\x01" * len(lay.in_segs),
@@ -177,12 +179,13 @@ class RingReduceScatter:
         self._base = base
         self._bounds = blocks.bounds
         self._folds_left = len(lay.in_segs)
+        offsets = blocks.tag_offsets
         tags = ctx.plan.tags
-        self._out = SendStream(ctx, (r + 1) % p, tags(lay.out_segs), None, self._part_done)
+        self._out = SendStream(ctx, (r + 1) % p, tags([offsets[s] for s in lay.out_segs]), None, self._part_done)
         self._in = RecvStream(
             ctx,
             (r - 1) % p,
-            tags(lay.in_segs),
+            tags([offsets[s] for s in lay.in_segs]),
             [self._part[s] for s in lay.in_segs],
             [len(self._loc[s]) for s in lay.in_segs],
             b"\x01" * len(lay.in_segs),
