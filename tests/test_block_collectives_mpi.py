@@ -5,6 +5,11 @@ One launch loops over many cases (a launch costs seconds on 2 cores)."""
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from exact_values import exact_data
@@ -185,3 +190,24 @@ def test_bad_input_raises_native_error_on_every_rank_and_native_reasons(mpi_rank
         out = np.zeros(3)
         comm.Reduce_scatter_block(np.ones(3 * p), out)
         assert (out == p).all()
+
+
+def test_stats_of_python_m_adaptcoll_name_them():
+    """`python -m adaptcoll --stats` counts the new calls under their own names (an unchanged program)."""
+    code = (
+        "from mpi4py import MPI; import numpy as np; c = MPI.COMM_WORLD; p = c.size; "
+        "c.Allgather(np.ones(4), np.zeros(4 * p)); c.Reduce_scatter_block(np.ones(4 * p), np.zeros(4)); "
+        "c.Ireduce_scatter(np.ones(4 * p), np.zeros(4), [4] * p).Wait(); print('ok')"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ADAPTCOLL_", "PYTEST_"))}
+    env["MPIEXEC_TIMEOUT"] = "55"
+    run = subprocess.run(
+        ["mpiexec", "-n", "2", sys.executable, "-m", "adaptcoll", "--native-below", "0", "--stats", "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0 and run.stdout.split() == ["ok", "ok"], run.stdout + run.stderr
+    rows = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s+\d+", run.stderr, re.M)}
+    assert rows == {"Allgather": 1, "Reduce_scatter_block": 1, "Ireduce_scatter": 1}, run.stderr
