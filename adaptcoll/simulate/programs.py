@@ -475,6 +475,8 @@ def _prepare_node_level(job: Job, chosen: Choice, algorithm: str, ranks_per_node
         chosen,
         node,
     )
+
+
 def _prepare_blocks(job: Job, ranks_per_node: int) -> Prepared:
     """An Allgather / Reduce_scatter_block set up as adaptcoll.block_decide does: blocks of job.block
     elements in segments (plan_block_segments), one tag per segment, the ring protocol on every rank."""
