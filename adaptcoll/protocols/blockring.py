@@ -113,7 +113,7 @@ class RingAllgather:
         ready, segs = self._out.ready, self._lay.out_segs
         if self._local is None:  # in place: this rank's block is in the result already
             pieces = [self._res[s] for s in segs[: self._lay.n_first]]
-        else:  # step 0 sends from `local` itself (copied to the result above, but read from the source)
+        else:  # step 0 sends from `local` itself; its copy into the result (below) overlaps these sends
             base = self._res_base
             pieces = [self._local[a - base : b - base] for a, b in (self._bounds[s] for s in segs[: self._lay.n_first])]
         for i, piece in enumerate(pieces):  # step 0: this rank's own block
