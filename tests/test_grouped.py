@@ -1,0 +1,152 @@
+"""Grouped Allreduce in one process: the layout (which arrays go alone, which are packed, in which
+buckets) for every group size 1..17, packing through MPI datatypes against NumPy's own copies,
+argument errors, the layout cache, and the calls on one rank (the result is each rank's own data)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import adaptcoll
+from adaptcoll.grouped import cache
+from adaptcoll.grouped.args import parse_group
+from adaptcoll.grouped.layout import plan_units
+from adaptcoll.grouped.packing import HostPacker
+
+KINDS = ("<f4", "<f8", "<i4")
+
+
+@pytest.mark.parametrize("n", range(1, 18))
+def test_layout_covers_every_array_once(n):
+    rng = np.random.default_rng(n)
+    for pack_below, bucket in ((0, 0), (64, 0), (64, 100), (1 << 20, 48), (1 << 20, 1 << 20)):
+        nbytes = [int(x) for x in rng.integers(0, 160, n)]
+        kinds = [KINDS[int(k)] for k in rng.integers(0, 3, n)]
+        packable = [bool(p) for p in rng.random(n) < 0.85]
+        units = plan_units(nbytes, kinds, pack_below, bucket, packable)
+        seen = sorted(i for u in units for i in u.arrays)
+        assert seen == list(range(n))
+        for u in units:
+            assert list(u.arrays) == sorted(u.arrays)
+            if not u.packed:
+                (i,) = u.arrays
+                assert nbytes[i] >= pack_below or not packable[i]
+                continue
+            assert all(nbytes[i] < pack_below and packable[i] for i in u.arrays)
+            assert {kinds[i] for i in u.arrays} == {u.kind}
+            assert u.nbytes == sum(nbytes[i] for i in u.arrays)
+            if bucket and len(u.arrays) > 1:
+                assert u.nbytes <= bucket
+        # same inputs, same layout (every rank computes it alone)
+        assert plan_units(nbytes, kinds, pack_below, bucket, packable) == units
+
+
+def _arrays(n: int, seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        shape = tuple(int(x) for x in rng.integers(0, 5, 1 + i % 3))
+        a = rng.integers(-100, 100, shape).astype("f4")
+        out.append(np.asfortranarray(a) if i % 4 == 3 else a)
+    return out
+
+
+@pytest.mark.parametrize("n", range(1, 18))
+def test_packer_round_trip(n):
+    arrays = _arrays(n, n)
+    total = sum(a.size for a in arrays)
+    packer = HostPacker(arrays)
+    buf = np.full(total + 3, -7, "f4")
+    packer.pack(buf)
+    expected = np.concatenate([a.ravel(order="K") for a in arrays]) if total else np.zeros(0, "f4")
+    assert np.array_equal(buf[:total], expected)
+    assert np.all(buf[total:] == -7)
+    copies = [a.copy(order="K") for a in arrays]
+    for a in arrays:
+        a[...] = 0
+    packer.unpack(buf)
+    assert all(np.array_equal(a, c) for a, c in zip(arrays, copies))
+    packer.free()
+
+
+def test_argument_errors():
+    a, b = np.zeros(4, "f4"), np.zeros(4, "f4")
+    with pytest.raises(ValueError, match="2 sendbufs but 1 recvbufs"):
+        parse_group([a, b], [a], MPI.SUM)
+    with pytest.raises(ValueError, match=r"sendbufs\[0\] is float64 but recvbufs\[0\] is float32"):
+        parse_group([np.zeros(4)], [b], MPI.SUM)
+    with pytest.raises(ValueError, match=r"sendbufs\[1\] has 5 elements but recvbufs\[1\] has 4"):
+        parse_group([a, np.zeros(5, "f4")], [np.zeros(4, "f4"), b], MPI.SUM)
+    with pytest.raises(BufferError, match=r"recvbufs\[0\] is not contiguous"):
+        parse_group([a[::2]], [np.zeros(8, "f4")[::2]], MPI.SUM)
+    with pytest.raises(BufferError, match=r"sendbufs\[0\] is not contiguous"):
+        parse_group(None if False else [np.zeros(8, "f4")[::2]], [np.zeros(4, "f4")], MPI.SUM)
+    ro = np.zeros(4, "f4")
+    ro.flags.writeable = False
+    with pytest.raises(BufferError, match=r"recvbufs\[0\] is read-only"):
+        parse_group([a], [ro], MPI.SUM)
+    with pytest.raises(BufferError, match=r"sendbufs\[0\] is read-only"):
+        parse_group([ro], None, MPI.SUM)
+    with pytest.raises(TypeError, match="list or tuple"):
+        parse_group(a, None, MPI.SUM)
+    with pytest.raises(TypeError, match="op"):
+        parse_group([a], None, "sum")
+    with pytest.raises(TypeError, match=r"sendbufs\[1\] is None"):
+        parse_group([a, None], None, MPI.SUM)
+    g = parse_group([a, MPI.IN_PLACE], [b, a], MPI.SUM)
+    assert g.in_place == (False, True) and g.sends[1] is a
+    g = parse_group(MPI.IN_PLACE, [a, b], MPI.SUM)
+    assert g.in_place == (True, True) and g.sends == g.recvs
+
+
+@pytest.fixture
+def comm():
+    c = adaptcoll.Intracomm(MPI.COMM_SELF.Dup())
+    yield c
+    cache.clear()
+    c.Free()
+
+
+@pytest.mark.parametrize("settings", [{}, {"multi_pack_below": 0, "native_below": 0}, {"multi_bucket_size": 40}])
+def test_one_rank_forms(comm, settings):
+    with adaptcoll.configured(**settings):
+        for n in (1, 5, 17):
+            sends = _arrays(n, 100 + n) + [np.arange(7, dtype="f8"), np.arange(3, dtype="i4")]
+            recvs = [np.full_like(s, 99) for s in sends]
+            comm.Allreduce_multi(sends, recvs, MPI.SUM)
+            assert all(np.array_equal(r, s) for r, s in zip(recvs, sends))
+            copies = [s.copy() for s in sends]
+            comm.Allreduce_multi(sends)  # in place
+            assert all(np.array_equal(r, s) for r, s in zip(copies, sends))
+            req = comm.Iallreduce_multi(MPI.IN_PLACE, recvs, MPI.MAX)
+            assert len(req.requests) == len(recvs)
+            adaptcoll.Request.Waitall(req.requests)
+            req.Wait()
+            preq = comm.Allreduce_multi_init(sends, recvs)
+            for _ in range(2):
+                for r in recvs:
+                    r[...] = 5
+                preq.Start()
+                preq.Wait()
+                assert all(np.array_equal(r, s) for r, s in zip(recvs, sends))
+            preq.Free()
+    assert adaptcoll.stats()["Allreduce_multi"]["native"] + adaptcoll.stats()["Allreduce_multi"]["adaptcoll"] > 0
+
+
+def test_cache_reuses_and_drops(comm):
+    cache.clear()
+    arrays = [np.ones(3, "f4"), np.ones(5, "f4")]
+    comm.Allreduce_multi(arrays)
+    key = next(iter(cache._entries))
+    entry = cache.lookup(key)
+    assert entry is not None
+    comm.Allreduce_multi(arrays)
+    assert cache.lookup(key) is entry  # same arrays: same layout and datatypes
+    arrays[1] = arrays[1].view("i4")  # a different object: a different key
+    comm.Allreduce_multi(arrays)
+    assert len(cache._entries) == 2
+    for k in range(cache.MAX_ENTRIES + 2):
+        comm.Allreduce_multi([np.ones(k + 1, "f4")])
+    assert len(cache._entries) == cache.MAX_ENTRIES
+    assert entry.evicted and entry.packers == []
