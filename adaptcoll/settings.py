@@ -83,7 +83,7 @@ class Settings:
     shm_bytes: int = 64 << 20
     shm_segment_size: int = 512 * 1024
     shm_slots: int = 4
-    multi_pack_below: int = -1  # grouped Allreduce: arrays below this many bytes are packed; -1: the Allreduce threshold
+    multi_pack_below: int = 128 << 10  # grouped Allreduce: arrays below this many bytes are packed together
     multi_bucket_size: int = 4 << 20  # grouped Allreduce: at most this many bytes per packed buffer (0: no cap)
     tuning: str = ""
     explicit: tuple[str, ...] = ()
@@ -293,9 +293,7 @@ def _parse_field(field: str, value: Any, name: str) -> Any:
         return size
     if field == "shm_slots":
         return _parse_window(value, name)
-    if field == "multi_pack_below":
-        return -1 if str(value).strip() == "-1" else parse_size(value, name)
-    if field == "multi_bucket_size":
+    if field in ("multi_pack_below", "multi_bucket_size"):
         return parse_size(value, name)
     if field.endswith("_algorithm"):
         return _check_tree(_parse_algorithm(value, name, allreduce=field == "allreduce_algorithm"), name)

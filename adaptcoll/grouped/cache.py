@@ -7,8 +7,8 @@ NumPy from resizing them in place); at most `MAX_ENTRIES` are kept."""
 from __future__ import annotations
 
 from collections import OrderedDict
-from operator import attrgetter
 from collections.abc import Hashable, Sequence
+from operator import attrgetter
 from typing import Any, Optional
 
 from .args import Group

@@ -21,7 +21,6 @@ from ..persistent import Prequest, _prequest
 from ..requests import NativeRequest, Request
 from ..state import settle_setup
 from ..threads import enter, leave
-from ..tune.choose import comm_tuning
 from . import cache, scratch
 from .args import NAME, Group, parse_group
 from .cache import Entry
@@ -30,7 +29,7 @@ from .layout import plan_units
 from .packing import HostPacker
 from .requests import MultiRequest, Unit
 
-__all__ = ["NAME", "iallreduce_multi", "allreduce_multi", "allreduce_multi_init", "MultiPrequest", "pack_below"]
+__all__ = ["NAME", "iallreduce_multi", "allreduce_multi", "allreduce_multi_init", "MultiPrequest"]
 
 _IN_PLACE = MPI.IN_PLACE
 _SUM = MPI.SUM
@@ -38,16 +37,9 @@ _MPI_IALLREDUCE = MPI.Intracomm.Iallreduce
 PACKED_NOTE = "packed unit (several arrays in one Allreduce)"
 
 
-def pack_below(comm: MPI.Intracomm, blocking: bool) -> int:
-    """Arrays below this many bytes are packed: the setting, or (unset) the communicator's Allreduce
-    threshold from the tuning table or the shipped rule (what would go native alone is packed)."""
-    value = settings.current().multi_pack_below
-    return value if value >= 0 else comm_tuning(comm, blocking).below["allreduce"]
-
-
-def _layout(comm: MPI.Intracomm, group: Group, blocking: bool) -> list[LayoutUnit]:
+def _layout(group: Group) -> list[LayoutUnit]:
     s = settings.current()
-    return plan_units(group.nbytes, group.kinds, pack_below(comm, blocking), s.multi_bucket_size, group.packable)
+    return plan_units(group.nbytes, group.kinds, s.multi_pack_below, s.multi_bucket_size, group.packable)
 
 
 def _start_one(comm: MPI.Intracomm, send: Any, recv: Any, op: MPI.Op, blocking: bool) -> Request:
@@ -69,11 +61,12 @@ def _packers(group: Group, unit: LayoutUnit) -> Optional[tuple[HostPacker, HostP
     return HostPacker([group.sends[i] for i in unit.arrays]), dst
 
 
-def _prepare(comm: MPI.Intracomm, sendbufs: Any, recvbufs: Any, op: Any, blocking: bool) -> Entry:
+def _prepare(sendbufs: Any, recvbufs: Any, op: Any) -> Entry:
     """The checked group, its layout and packers: from the cache when the same arrays come again."""
     if not isinstance(op, MPI.Op):
         raise TypeError(f"Argument 'op' has incorrect type (expected mpi4py.MPI.Op, got {type(op).__name__})")
-    below, bucket = pack_below(comm, blocking), settings.current().multi_bucket_size
+    s = settings.current()
+    below, bucket = s.multi_pack_below, s.multi_bucket_size
     key: Optional[tuple[Any, ...]] = None
     if isinstance(sendbufs, (list, tuple)) and (recvbufs is None or isinstance(recvbufs, (list, tuple))):
         key = (tuple(map(id, sendbufs)), None if recvbufs is None else tuple(map(id, recvbufs)), below, bucket)
@@ -128,7 +121,7 @@ def iallreduce_multi(
     """comm.Iallreduce_multi(sendbufs, recvbufs=None, op=SUM): a MultiRequest (`.requests`: one per array)."""
     key = enter(comm, NAME)
     try:
-        entry = _prepare(comm, sendbufs, recvbufs, op, blocking)
+        entry = _prepare(sendbufs, recvbufs, op)
         group = entry.group
         units = []
         for unit, pair in zip(entry.units, entry.packers):
@@ -255,6 +248,6 @@ def _init_part(comm: MPI.Intracomm, group: Group, unit: LayoutUnit, op: MPI.Op) 
 def allreduce_multi_init(comm: MPI.Intracomm, sendbufs: Any, recvbufs: Any = None, op: Any = _SUM) -> MultiPrequest:
     """comm.Allreduce_multi_init(sendbufs, recvbufs=None, op=SUM): a persistent grouped Allreduce."""
     group = parse_group(sendbufs, recvbufs, op)
-    plan = _layout(comm, group, False)
+    plan = _layout(group)
     parts = [_init_part(comm, group, u, op) for u in plan]
     return MultiPrequest(comm, parts, _of_array(plan, len(group)))
