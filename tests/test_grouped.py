@@ -25,19 +25,23 @@ def test_layout_covers_every_array_once(n):
         kinds = [KINDS[int(k)] for k in rng.integers(0, 3, n)]
         packable = [bool(p) for p in rng.random(n) < 0.85]
         units = plan_units(nbytes, kinds, pack_below, bucket, packable)
+        lone = 0  # small arrays alone: a bucket of one (at most one open bucket per kind at the end, or capped)
         seen = sorted(i for u in units for i in u.arrays)
         assert seen == list(range(n))
         for u in units:
             assert list(u.arrays) == sorted(u.arrays)
             if not u.packed:
                 (i,) = u.arrays
-                assert nbytes[i] >= pack_below or not packable[i]
+                lone += nbytes[i] < pack_below and packable[i]
                 continue
+            assert len(u.arrays) > 1
             assert all(nbytes[i] < pack_below and packable[i] for i in u.arrays)
             assert {kinds[i] for i in u.arrays} == {u.kind}
             assert u.nbytes == sum(nbytes[i] for i in u.arrays)
             if bucket and len(u.arrays) > 1:
                 assert u.nbytes <= bucket
+        if not bucket:
+            assert lone <= len(KINDS)
         # same inputs, same layout (every rank computes it alone)
         assert plan_units(nbytes, kinds, pack_below, bucket, packable) == units
 

@@ -37,6 +37,13 @@ class Unit:
         return self.nbytes // self.dtype.itemsize
 
 
+def _bucket(members: list[int], kind: str, size: int) -> Unit:
+    """A closed bucket: packed, unless it holds one array (a copy would buy nothing)."""
+    if len(members) == 1:
+        return Unit((members[0],), False)
+    return Unit(tuple(members), True, kind, size)
+
+
 def plan_units(
     nbytes: Sequence[int], kinds: Sequence[str], pack_below: int, bucket_bytes: int, packable: Sequence[bool]
 ) -> list[Unit]:
@@ -46,6 +53,7 @@ def plan_units(
     otherwise it joins the open bucket of its kind (dtype), in call order, which closes once adding
     the next array would take it past `bucket_bytes` (0: no cap). A unit is emitted when its
     bucket closes or its lone array comes; open buckets follow at the end, in order of first array.
+    A bucket of one array is that array alone.
     """
     units: list[Unit] = []
     open_: dict[str, tuple[list[int], int]] = {}
@@ -55,10 +63,10 @@ def plan_units(
             continue
         members, size = open_.get(kind, ([], 0))
         if members and bucket_bytes > 0 and size + n > bucket_bytes:
-            units.append(Unit(tuple(members), True, kind, size))
+            units.append(_bucket(members, kind, size))
             members, size = [], 0
         members.append(i)
         open_[kind] = (members, size + n)
     rest = sorted(((m, n, k) for k, (m, n) in open_.items() if m), key=lambda mnk: mnk[0][0])
-    units.extend(Unit(tuple(members), True, kind, size) for members, size, kind in rest)
+    units.extend(_bucket(members, kind, size) for members, size, kind in rest)
     return units

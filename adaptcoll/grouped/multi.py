@@ -34,7 +34,7 @@ __all__ = ["NAME", "iallreduce_multi", "allreduce_multi", "allreduce_multi_init"
 _IN_PLACE = MPI.IN_PLACE
 _SUM = MPI.SUM
 _MPI_IALLREDUCE = MPI.Intracomm.Iallreduce
-PACKED_NOTE = "packed unit (several arrays in one Allreduce)"
+PACKED_NOTE = "packed unit"
 
 
 def _layout(group: Group) -> list[LayoutUnit]:
