@@ -102,6 +102,18 @@ def _errors_on_every_rank(world: MPI.Intracomm, comm: adaptcoll.Intracomm) -> No
             comm.Allreduce_multi(*args)
         with pytest.raises(error, match=text):
             comm.Iallreduce_multi(*args)
+    # a bad array on one rank only: that rank takes part with a copy and raises, the others finish
+    rank, size = world.Get_rank(), world.Get_size()
+    mine = np.full(5, rank + 1.0)
+    if rank == size - 1:
+        mine.flags.writeable = False
+        with pytest.raises(BufferError, match=r"sendbufs\[1\] is read-only"):
+            comm.Allreduce_multi([np.ones(3), mine])
+        assert np.all(mine == rank + 1.0)
+    else:
+        ones = np.ones(3)
+        comm.Allreduce_multi([ones, mine])
+        assert np.all(ones == size) and np.all(mine == size * (size + 1) / 2)
     # the communicator still works afterwards, on every rank
     x = [np.full(3, world.Get_rank() + 1.0)]
     comm.Allreduce_multi(x)

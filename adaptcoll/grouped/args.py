@@ -1,16 +1,17 @@
 """Reading the arguments of a grouped Allreduce: which arrays, in place or not, and their errors.
 
-Errors are raised before anything is sent, with the same type and message on every rank that passes
-the same arguments (mpi4py's kinds: TypeError for what is not a sequence of buffers or not an op,
-ValueError for lengths, sizes or dtypes that do not match, BufferError for non-contiguous or
-read-only arrays).
+Errors have mpi4py's kinds: TypeError for what is not a list of buffers or not an op, ValueError for
+lengths, sizes or dtypes that do not match, BufferError for non-contiguous or read-only arrays. Those
+that leave no buffer to take part with (not a list, lists of different lengths, a None entry, a bad
+op) are raised before anything is sent; for a bad array this rank takes part with a copy in its
+place (so no other rank waits for it) and raises once the call is done, like the single-buffer calls.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 from mpi4py import MPI
@@ -34,6 +35,8 @@ class Group:
     """bytes of each packable array (0 for the others)"""
     kinds: tuple[str, ...]
     """dtype of each packable array ("" for the others)"""
+    error: Optional[BaseException] = None
+    """an error of this rank's own arrays, raised once the call is done (stand-ins took their place)"""
 
     def __len__(self) -> int:
         return len(self.recvs)
@@ -45,37 +48,39 @@ def _sequence(value: Any, what: str) -> Sequence[Any]:
     raise TypeError(f"{NAME}: {what} must be a list or tuple of arrays, got {type(value).__name__}")
 
 
-def _check_array(a: Any, what: str, writable: bool) -> bool:
-    """Checks one buffer; True if it is a host NumPy array (packable)."""
+def _stand_in(a: Any, what: str, writable: bool) -> tuple[Any, Optional[BaseException]]:
+    """The buffer this rank takes part with, and the error to raise once the others have their data
+    (None: `a` itself, fine). A non-contiguous or read-only array is replaced by a contiguous copy."""
     if isinstance(a, np.ndarray):
         if not (a.flags.c_contiguous or a.flags.f_contiguous):
-            raise BufferError(f"{NAME}: {what} is not contiguous")
+            return np.array(a, order="C"), BufferError(f"{NAME}: {what} is not contiguous")
         if writable and not a.flags.writeable:
-            raise BufferError(f"{NAME}: {what} is read-only")
-        return True
+            return a.copy(), BufferError(f"{NAME}: {what} is read-only")
+        return a, None
     if a is None or a is _IN_PLACE:
         raise TypeError(f"{NAME}: {what} is {'None' if a is None else 'MPI.IN_PLACE'}, not a buffer")
-    return False  # device arrays and other buffer specifications: decided and checked one by one
+    return a, None  # device arrays and other buffer specifications: decided and checked one by one
 
 
-def _matches(s: Any, r: Any, i: int) -> None:
+def _mismatch(s: Any, r: Any, i: int) -> Optional[BaseException]:
     if isinstance(s, np.ndarray) and isinstance(r, np.ndarray):
         if s.dtype != r.dtype:
-            raise ValueError(f"{NAME}: sendbufs[{i}] is {s.dtype} but recvbufs[{i}] is {r.dtype}")
+            return ValueError(f"{NAME}: sendbufs[{i}] is {s.dtype} but recvbufs[{i}] is {r.dtype}")
         if s.size != r.size:
-            raise ValueError(f"{NAME}: sendbufs[{i}] has {s.size} elements but recvbufs[{i}] has {r.size}")
+            return ValueError(f"{NAME}: sendbufs[{i}] has {s.size} elements but recvbufs[{i}] has {r.size}")
+    return None
 
 
 def _fast_in_place(arrays: Sequence[Any], name: str) -> Group:
     """In place on host NumPy arrays only: one tight loop (the common training-loop call)."""
     nd = np.ndarray
     nbytes, kinds = [], []
-    for i, a in enumerate(arrays):
+    for a in arrays:
         if type(a) is not nd:
             return _general(arrays, arrays, True, name)
         f = a.flags
         if not (f.contiguous or f.f_contiguous) or not f.writeable:
-            _check_array(a, f"{name}[{i}]", True)
+            return _general(arrays, arrays, True, name)
         nbytes.append(a.nbytes)
         kinds.append(a.dtype.str)
     t = tuple(arrays)
@@ -84,22 +89,32 @@ def _fast_in_place(arrays: Sequence[Any], name: str) -> Group:
 
 
 def _general(sends: Sequence[Any], recvs: Sequence[Any], all_in_place: bool, name: str) -> Group:
-    out_sends, in_place, packable, nbytes, kinds = [], [], [], [], []
+    """Any mix of arrays and forms; this rank's own bad arrays are replaced by stand-ins (`Group.error`)."""
+    out_sends, out_recvs, in_place, packable, nbytes, kinds = [], [], [], [], [], []
+    first: Optional[BaseException] = None
     for i, (s, r) in enumerate(zip(sends, recvs)):
-        host_r = _check_array(r, f"{name if all_in_place else 'recvbufs'}[{i}]", True)
+        r2, error = _stand_in(r, f"{name if all_in_place else 'recvbufs'}[{i}]", True)
+        first = first or error
         if all_in_place or s is _IN_PLACE or s is r:
-            out_sends.append(r)
-            in_place.append(True)
-            packable.append(host_r)
+            s2, own = r2, True
         else:
-            host_s = _check_array(s, f"sendbufs[{i}]", False)
-            _matches(s, r, i)
-            out_sends.append(s)
-            in_place.append(False)
-            packable.append(host_r and host_s)
-        nbytes.append(r.nbytes if packable[-1] else 0)
-        kinds.append(r.dtype.str if packable[-1] else "")
-    return Group(tuple(out_sends), tuple(recvs), tuple(in_place), tuple(packable), tuple(nbytes), tuple(kinds))
+            s2, error = _stand_in(s, f"sendbufs[{i}]", False)
+            first = first or error
+            error = _mismatch(s2, r2, i)
+            if error is not None:
+                first = first or error
+                s2 = np.zeros(r2.shape, r2.dtype) if isinstance(r2, np.ndarray) else r2
+            own = s2 is r2
+        host = isinstance(r2, np.ndarray) and isinstance(s2, np.ndarray)
+        out_sends.append(s2)
+        out_recvs.append(r2)
+        in_place.append(own)
+        packable.append(host)
+        nbytes.append(r2.nbytes if host else 0)
+        kinds.append(r2.dtype.str if host else "")
+    return Group(
+        tuple(out_sends), tuple(out_recvs), tuple(in_place), tuple(packable), tuple(nbytes), tuple(kinds), first
+    )
 
 
 def _fast(sends: Sequence[Any], recvs: Sequence[Any]) -> Group:

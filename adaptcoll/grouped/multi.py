@@ -77,7 +77,7 @@ def _prepare(sendbufs: Any, recvbufs: Any, op: Any) -> Entry:
         group = parse_group(sendbufs, recvbufs, op)
         units = plan_units(group.nbytes, group.kinds, below, bucket, group.packable)
         entry = Entry(group, units, [_packers(group, u) for u in units])
-        if key is not None:
+        if key is not None and group.error is None:
             cache.store(key, entry)
     return entry
 
@@ -134,7 +134,11 @@ def iallreduce_multi(
                 units.append(_start_packed(comm, unit, pair, op, blocking, entry.release))
     finally:
         leave(key)
-    return MultiRequest(units, entry.of_array)
+    req = MultiRequest(units, entry.of_array)
+    if group.error is not None:  # stand-ins took part for this rank's bad arrays: now report
+        req.Wait()
+        raise group.error
+    return req
 
 
 def allreduce_multi(comm: MPI.Intracomm, sendbufs: Any, recvbufs: Any = None, op: Any = _SUM) -> None:
@@ -187,12 +191,15 @@ class MultiPrequest(MultiRequest):
     and unpack, the scratch buffers and every unit's persistent request are made once; each Start()
     packs and starts. Start(), Wait()/Test() any number of times, Free() when done."""
 
-    __slots__ = ("_parts", "_comm")
+    __slots__ = ("_parts", "_comm", "_error")
 
-    def __init__(self, comm: MPI.Intracomm, parts: Sequence[_Part], of_array: Sequence[int]) -> None:
+    def __init__(
+        self, comm: MPI.Intracomm, parts: Sequence[_Part], of_array: Sequence[int], error: Optional[BaseException]
+    ) -> None:
         super().__init__((), of_array)
         self._parts: Optional[tuple[_Part, ...]] = tuple(parts)
         self._comm = comm
+        self._error = error
         self._reported = True  # inactive until started
 
     def Start(self) -> None:
@@ -204,6 +211,9 @@ class MultiPrequest(MultiRequest):
         self._units = tuple(p.start() for p in self._parts)
         self._requests = None
         self._reported = False
+        if self._error is not None:  # stand-ins took part for this rank's bad arrays: now report
+            self.Wait()
+            raise self._error
 
     def Free(self) -> None:
         """Release the request (waits for an active run to finish first)."""
@@ -250,4 +260,4 @@ def allreduce_multi_init(comm: MPI.Intracomm, sendbufs: Any, recvbufs: Any = Non
     group = parse_group(sendbufs, recvbufs, op)
     plan = _layout(group)
     parts = [_init_part(comm, group, u, op) for u in plan]
-    return MultiPrequest(comm, parts, _of_array(plan, len(group)))
+    return MultiPrequest(comm, parts, _of_array(plan, len(group)), group.error)
