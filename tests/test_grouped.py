@@ -179,3 +179,45 @@ def test_cache_reuses_and_drops(comm):
         comm.Allreduce_multi([np.ones(k + 1, "f4")])
     assert len(cache._entries) == cache.MAX_ENTRIES
     assert entry.evicted and entry.packers == []
+
+
+def test_device_arrays_go_alone_on_fake_device_memory(monkeypatch):
+    """Device arrays (host memory posing as CUDA memory, tests/fake_device.py) are never packed: each
+    is reduced alone like Iallreduce on it (staged below the device threshold, served above), beside
+    packed host arrays, in every form."""
+    import sys
+
+    import fake_device as fd
+
+    from adaptcoll.backends import cupy_backend
+    from adaptcoll.device import staged as staged_native
+
+    cupy, cupyx = fd.fake_cupy(seed=5)
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monkeypatch.setitem(sys.modules, "cupyx", cupyx)
+    monkeypatch.setattr(cupy_backend, "_MODULES", {})
+    monkeypatch.setattr(cupy_backend, "_KERNELS", {})
+    monkeypatch.setattr(staged_native, "_STAGING", {})
+    monkeypatch.setenv("ADAPTCOLL_CUDA_AWARE", "0")
+    comm = adaptcoll.Intracomm(MPI.COMM_SELF.Dup())
+    adaptcoll.reset_stats()
+    try:
+        for device_native_below in (1 << 20, 0):
+            with adaptcoll.configured(device_native_below=device_native_below):
+                hosts = [np.arange(n, dtype="f4") for n in (3, 50, 7)]
+                dev_src = [np.arange(n, dtype="f8") + 1 for n in (40, 5)]
+                devs = [fd.CAIBuffer(h) for h in dev_src]
+                out_h = [np.zeros_like(h) for h in hosts]
+                out_d = [fd.CAIBuffer(np.zeros_like(h)) for h in dev_src]
+                comm.Allreduce_multi(hosts + devs, out_h + out_d, MPI.SUM)
+                assert all(np.array_equal(o, h) for o, h in zip(out_h, hosts))
+                assert all(np.array_equal(o.get(), h) for o, h in zip(out_d, dev_src))
+                req = comm.Iallreduce_multi([*hosts, *out_d], None, MPI.MAX)  # in place, mixed
+                adaptcoll.Request.Waitall(req.requests)
+                assert all(np.array_equal(o.get(), h) for o, h in zip(out_d, dev_src))
+        row = adaptcoll.stats()["Allreduce_multi"]
+        assert row["adaptcoll"] >= 4  # the device arrays above their threshold, served
+        assert row["native_reasons"].get("native (staged): below native_below", 0) >= 4
+    finally:
+        cache.clear()
+        comm.Free()
