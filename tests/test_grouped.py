@@ -169,16 +169,18 @@ def test_cache_reuses_and_drops(comm):
     comm.Allreduce_multi(arrays)
     key = next(iter(cache._entries))
     entry = cache.lookup(key)
-    assert entry is not None
+    assert entry is not None and entry.busy == 1  # held by lookup
+    entry.release()
     comm.Allreduce_multi(arrays)
     assert cache.lookup(key) is entry  # same arrays: same layout and datatypes
+    entry.release()
     arrays[1] = arrays[1].view("i4")  # a different object: a different key
     comm.Allreduce_multi(arrays)
     assert len(cache._entries) == 2
     for k in range(cache.MAX_ENTRIES + 2):
         comm.Allreduce_multi([np.ones(k + 1, "f4")])
     assert len(cache._entries) == cache.MAX_ENTRIES
-    assert entry.evicted and entry.packers == []
+    assert entry.evicted and entry.packers == [] and entry.busy == 0
 
 
 def test_device_arrays_go_alone_on_fake_device_memory(monkeypatch):

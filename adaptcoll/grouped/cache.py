@@ -6,6 +6,7 @@ NumPy from resizing them in place); at most `MAX_ENTRIES` are kept."""
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from operator import attrgetter
@@ -46,18 +47,24 @@ class Entry:
         hosts += [a for a, p, ip in zip(group.sends, group.packable, group.in_place) if p and not ip]
         self._hosts = hosts
         self._dtypes = _dtypes(hosts)
-        self.busy = 0
+        self.busy = 1  # the creator's hold: released once it has started its operations
         self.evicted = False
 
     def still_valid(self) -> bool:
         """The host arrays have the dtypes they had when the entry was made."""
         return _dtypes(self._hosts) == self._dtypes
 
+    def acquire(self) -> None:
+        """One more operation uses the packers."""
+        with _lock:
+            self.busy += 1
+
     def release(self) -> None:
         """One operation using the packers finished: free them if the entry was evicted meanwhile."""
-        self.busy -= 1
-        if self.evicted and self.busy == 0:
-            self._free()
+        with _lock:
+            self.busy -= 1
+            if self.evicted and self.busy == 0:
+                self._free()
 
     def _free(self) -> None:
         for pair in self.packers:
@@ -70,6 +77,7 @@ class Entry:
 
 
 _entries: OrderedDict[Hashable, Entry] = OrderedDict()
+_lock = threading.Lock()  # collectives on different communicators may run in several threads
 
 
 def _evict(entry: Entry) -> None:
@@ -79,28 +87,37 @@ def _evict(entry: Entry) -> None:
 
 
 def lookup(key: Hashable) -> Optional[Entry]:
-    """The entry for `key` if its arrays are unchanged (a changed one is dropped)."""
-    entry = _entries.get(key)
-    if entry is None:
-        return None
-    if not entry.still_valid():
-        del _entries[key]
-        _evict(entry)
-        return None
-    _entries.move_to_end(key)
-    return entry
+    """The entry for `key` if its arrays are unchanged (a changed one is dropped), held for the caller
+    (`release()` it once its operations are started)."""
+    with _lock:
+        entry = _entries.get(key)
+        if entry is None:
+            return None
+        if not entry.still_valid():
+            del _entries[key]
+            _evict(entry)
+            return None
+        _entries.move_to_end(key)
+        entry.busy += 1
+        return entry
 
 
-def store(key: Hashable, entry: Entry) -> None:
-    """Keep `entry`, dropping the least recently used beyond MAX_ENTRIES."""
-    _entries[key] = entry
-    while len(_entries) > MAX_ENTRIES:
-        _, old = _entries.popitem(last=False)
-        _evict(old)
+def store(key: Optional[Hashable], entry: Entry) -> None:
+    """Keep `entry` (None: do not keep it, its packers are freed once released), dropping the least
+    recently used beyond MAX_ENTRIES."""
+    if key is None:
+        entry.evicted = True
+        return
+    with _lock:
+        _entries[key] = entry
+        while len(_entries) > MAX_ENTRIES:
+            _, old = _entries.popitem(last=False)
+            _evict(old)
 
 
 def clear() -> None:
     """Drop every entry (tests; freeing arrays early)."""
-    while _entries:
-        _, old = _entries.popitem()
-        _evict(old)
+    with _lock:
+        while _entries:
+            _, old = _entries.popitem()
+            _evict(old)

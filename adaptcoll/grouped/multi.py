@@ -77,8 +77,7 @@ def _prepare(sendbufs: Any, recvbufs: Any, op: Any) -> Entry:
         group = parse_group(sendbufs, recvbufs, op)
         units = plan_units(group.nbytes, group.kinds, below, bucket, group.packable)
         entry = Entry(group, units, [_packers(group, u) for u in units])
-        if key is not None and group.error is None:
-            cache.store(key, entry)
+        cache.store(key if group.error is None else None, entry)
     return entry
 
 
@@ -124,14 +123,17 @@ def iallreduce_multi(
         entry = _prepare(sendbufs, recvbufs, op)
         group = entry.group
         units = []
-        for unit, pair in zip(entry.units, entry.packers):
-            if pair is None:
-                i = unit.arrays[0]
-                send = _IN_PLACE if group.in_place[i] else group.sends[i]
-                units.append(Unit(_start_one(comm, send, group.recvs[i], op, blocking)))
-            else:
-                entry.busy += 1
-                units.append(_start_packed(comm, unit, pair, op, blocking, entry.release))
+        try:
+            for unit, pair in zip(entry.units, entry.packers):
+                if pair is None:
+                    i = unit.arrays[0]
+                    send = _IN_PLACE if group.in_place[i] else group.sends[i]
+                    units.append(Unit(_start_one(comm, send, group.recvs[i], op, blocking)))
+                else:
+                    entry.acquire()
+                    units.append(_start_packed(comm, unit, pair, op, blocking, entry.release))
+        finally:
+            entry.release()
     finally:
         leave(key)
     req = MultiRequest(units, entry.of_array)
