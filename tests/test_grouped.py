@@ -156,6 +156,10 @@ def test_bad_array_raises_after_the_call(comm):
     good = np.ones(2, "f4")
     with pytest.raises(BufferError, match=r"recvbufs\[1\] is read-only"):
         comm.Allreduce_multi([good, good.copy()], [np.zeros(2, "f4"), ro])
+    out = [np.zeros(2, "f4"), np.full(2, 9, "f8")]
+    with pytest.raises(ValueError, match=r"sendbufs\[1\] is float32 but recvbufs\[1\] is float64"):
+        comm.Allreduce_multi([good, good.copy()], out)
+    assert np.all(out[0] == 1) and np.all(out[1] == 9)  # the good pair reduced, the bad one untouched
     with pytest.raises(BufferError, match="read-only"):
         comm.Iallreduce_multi([ro])
     with pytest.raises(BufferError, match="read-only"):

@@ -101,9 +101,10 @@ def _general(sends: Sequence[Any], recvs: Sequence[Any], all_in_place: bool, nam
             s2, error = _stand_in(s, f"sendbufs[{i}]", False)
             first = first or error
             error = _mismatch(s2, r2, i)
-            if error is not None:
+            if error is not None:  # zeros take part, into a scratch receive: recvbufs[i] stays untouched
                 first = first or error
-                s2 = np.zeros(r2.shape, r2.dtype) if isinstance(r2, np.ndarray) else r2
+                s2 = np.zeros(r2.shape, r2.dtype)
+                r2 = np.zeros(r2.shape, r2.dtype)
             own = s2 is r2
         host = isinstance(r2, np.ndarray) and isinstance(s2, np.ndarray)
         out_sends.append(s2)
