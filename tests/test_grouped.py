@@ -150,6 +150,17 @@ def test_one_rank_forms(comm, settings):
     assert adaptcoll.stats()["Allreduce_multi"]["native"] + adaptcoll.stats()["Allreduce_multi"]["adaptcoll"] > 0
 
 
+def test_empty_groups(comm):
+    comm.Allreduce_multi([])
+    assert comm.Iallreduce_multi([], []).Test()
+    empties = [np.zeros(0, "f4"), np.zeros((0, 3), "f8"), np.zeros(0, "f4")]
+    comm.Allreduce_multi(empties)
+    preq = comm.Allreduce_multi_init([])
+    preq.Start()
+    preq.Wait()
+    preq.Free()
+
+
 def test_bad_array_raises_after_the_call(comm):
     ro = np.ones(3, "f4")
     ro.flags.writeable = False

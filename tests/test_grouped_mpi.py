@@ -13,7 +13,7 @@ from mpi4py import MPI
 import adaptcoll
 from adaptcoll.grouped import cache
 
-DTYPES = ("f4", "f8", "i4", "f4", "i8")
+DTYPES = ("f4", "f8", "i4", "f4", "i8")  # 1 rank: tests/test_grouped.py, in process
 SETTINGS = (
     {},  # shipped rule: all small here, packed and native
     {"native_below": 0, "multi_pack_below": 64, "multi_bucket_size": 200},  # served alone and in buckets
@@ -43,7 +43,7 @@ def _same(got: list[np.ndarray], ref: list[np.ndarray]) -> bool:
     return all(g.dtype == r.dtype and np.array_equal(g, r) for g, r in zip(got, ref))
 
 
-@pytest.mark.mpi(ranks=[2, 3, 5], timeout=180)
+@pytest.mark.mpi(ranks=[2, 3, 4, 5], timeout=180)
 def test_grouped_equals_native(mpi_ranks):
     world = MPI.COMM_WORLD
     comm = adaptcoll.Intracomm(world.Dup())
