@@ -183,19 +183,45 @@ def test_cache_reuses_and_drops(comm):
     arrays = [np.ones(3, "f4"), np.ones(5, "f4")]
     comm.Allreduce_multi(arrays)
     key = next(iter(cache._entries))
-    entry = cache.lookup(key)
-    assert entry is not None and entry.busy == 1  # held by lookup
+    found = cache.lookup(key)
+    assert found is not None
+    entry = found[0]
+    assert entry.busy == 1  # held by lookup
     entry.release()
     comm.Allreduce_multi(arrays)
-    assert cache.lookup(key) is entry  # same arrays: same layout and datatypes
+    found = cache.lookup(key)
+    assert found is not None and found[0] is entry  # same arrays: same layout and datatypes
     entry.release()
     arrays[1] = arrays[1].view("i4")  # a different object: a different key
     comm.Allreduce_multi(arrays)
     assert len(cache._entries) == 2
-    for k in range(cache.MAX_ENTRIES + 2):
-        comm.Allreduce_multi([np.ones(k + 1, "f4")])
+    alive = [[np.ones(k + 1, "f4"), np.ones(2, "f4")] for k in range(cache.MAX_ENTRIES + 2)]
+    for group in alive:
+        comm.Allreduce_multi(group)
     assert len(cache._entries) == cache.MAX_ENTRIES
     assert entry.evicted and entry.packers == [] and entry.busy == 0
+
+
+def test_cache_keeps_no_array_alive(comm):
+    """Entries hold weak references: arrays made anew every step are freed, their entries stop matching."""
+    import gc
+    import weakref
+
+    cache.clear()
+    arrays = [np.ones(3, "f4"), np.ones(5, "f4")]
+    comm.Allreduce_multi(arrays)
+    key = next(iter(cache._entries))
+    watch = weakref.ref(arrays[0])
+    del arrays
+    gc.collect()
+    assert watch() is None
+    assert cache.lookup(key) is None and not cache._entries  # the stale entry is dropped
+    arrays = [np.ones(3, "f4"), np.ones(5, "f4")]
+    arrays[1] = arrays[1].view("i4")  # a dtype that changed in place is not taken for the old one
+    comm.Allreduce_multi(arrays)
+    key = next(iter(cache._entries))
+    arrays[0].dtype = np.dtype("i4")
+    assert cache.lookup(key) is None
 
 
 def test_device_arrays_go_alone_on_fake_device_memory(monkeypatch):

@@ -61,8 +61,9 @@ def _packers(group: Group, unit: LayoutUnit) -> Optional[tuple[HostPacker, HostP
     return HostPacker([group.sends[i] for i in unit.arrays]), dst
 
 
-def _prepare(sendbufs: Any, recvbufs: Any, op: Any) -> Entry:
-    """The checked group, its layout and packers: from the cache when the same arrays come again."""
+def _prepare(sendbufs: Any, recvbufs: Any, op: Any) -> tuple[Entry, Group]:
+    """The layout and packers (held: release the entry once started) and the checked group: from the
+    cache when the same arrays come again."""
     if not isinstance(op, MPI.Op):
         raise TypeError(f"Argument 'op' has incorrect type (expected mpi4py.MPI.Op, got {type(op).__name__})")
     s = settings.current()
@@ -72,13 +73,14 @@ def _prepare(sendbufs: Any, recvbufs: Any, op: Any) -> Entry:
         key = (tuple(map(id, sendbufs)), None if recvbufs is None else tuple(map(id, recvbufs)), below, bucket)
     elif sendbufs is _IN_PLACE and isinstance(recvbufs, (list, tuple)):
         key = (None, tuple(map(id, recvbufs)), below, bucket)
-    entry = cache.lookup(key) if key is not None else None
-    if entry is None:
-        group = parse_group(sendbufs, recvbufs, op)
-        units = plan_units(group.nbytes, group.kinds, below, bucket, group.packable)
-        entry = Entry(group, units, [_packers(group, u) for u in units])
-        cache.store(key if group.error is None else None, entry)
-    return entry
+    found = cache.lookup(key) if key is not None else None
+    if found is not None:
+        return found
+    group = parse_group(sendbufs, recvbufs, op)
+    units = plan_units(group.nbytes, group.kinds, below, bucket, group.packable)
+    entry = Entry(group, units, [_packers(group, u) for u in units])
+    cache.store(key if group.error is None else None, entry)
+    return entry, group
 
 
 def _start_packed(
@@ -120,8 +122,7 @@ def iallreduce_multi(
     """comm.Iallreduce_multi(sendbufs, recvbufs=None, op=SUM): a MultiRequest (`.requests`: one per array)."""
     key = enter(comm, NAME)
     try:
-        entry = _prepare(sendbufs, recvbufs, op)
-        group = entry.group
+        entry, group = _prepare(sendbufs, recvbufs, op)
         units = []
         try:
             for unit, pair in zip(entry.units, entry.packers):
@@ -136,7 +137,7 @@ def iallreduce_multi(
             entry.release()
     finally:
         leave(key)
-    req = MultiRequest(units, entry.of_array)
+    req = MultiRequest(units, entry.of_array, keep=group)
     if group.error is not None:  # stand-ins took part for this rank's bad arrays: now report
         req.Wait()
         raise group.error
@@ -196,9 +197,14 @@ class MultiPrequest(MultiRequest):
     __slots__ = ("_parts", "_comm", "_error")
 
     def __init__(
-        self, comm: MPI.Intracomm, parts: Sequence[_Part], of_array: Sequence[int], error: Optional[BaseException]
+        self,
+        comm: MPI.Intracomm,
+        parts: Sequence[_Part],
+        of_array: Sequence[int],
+        error: Optional[BaseException],
+        keep: Any = None,
     ) -> None:
-        super().__init__((), of_array)
+        super().__init__((), of_array, keep)
         self._parts: Optional[tuple[_Part, ...]] = tuple(parts)
         self._comm = comm
         self._error = error
@@ -229,6 +235,7 @@ class MultiPrequest(MultiRequest):
                 p.packed.free()
         self._parts = None
         self._units = ()
+        self._keep = None
 
     @classmethod
     def Startall(cls, requests: Sequence[Any]) -> None:
@@ -262,4 +269,4 @@ def allreduce_multi_init(comm: MPI.Intracomm, sendbufs: Any, recvbufs: Any = Non
     group = parse_group(sendbufs, recvbufs, op)
     plan = _layout(group)
     parts = [_init_part(comm, group, u, op) for u in plan]
-    return MultiPrequest(comm, parts, _of_array(plan, len(group)), group.error)
+    return MultiPrequest(comm, parts, _of_array(plan, len(group)), group.error, keep=group)

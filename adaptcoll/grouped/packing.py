@@ -26,13 +26,13 @@ def _element_type(arrays: Sequence[Any]) -> tuple[MPI.Datatype, int]:
 
 
 class HostPacker:
-    """Copies between `arrays` (contiguous host arrays, kept alive) and a packed byte buffer, in order."""
+    """Copies between `arrays` (contiguous host arrays) and a packed buffer, in order. It keeps only
+    their addresses: the caller keeps the arrays alive while it packs or unpacks."""
 
-    __slots__ = ("_dt", "_mem", "_keep", "nbytes")
+    __slots__ = ("_dt", "_mem", "nbytes")
 
     def __init__(self, arrays: Sequence[Any]) -> None:
         nonempty = [a for a in arrays if a.nbytes]
-        self._keep = nonempty
         self.nbytes = sum(a.nbytes for a in nonempty)
         self._dt: MPI.Datatype | None = None
         if not nonempty:
@@ -61,4 +61,3 @@ class HostPacker:
         if self._dt is not None:
             self._dt.Free()
             self._dt = None
-        self._keep = []

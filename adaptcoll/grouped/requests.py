@@ -5,7 +5,7 @@ packed arrays, once they are unpacked)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Optional
+from typing import Any, Optional
 
 from mpi4py import MPI
 
@@ -59,9 +59,10 @@ class ArrayRequest(Request):
 class MultiRequest(Request):
     """The request of a whole grouped call; `requests[i]` is array i's own request."""
 
-    __slots__ = ("_units", "_of_array", "_requests")
+    __slots__ = ("_units", "_of_array", "_requests", "_keep")
 
-    def __init__(self, units: Sequence[Unit], of_array: Sequence[int]) -> None:
+    def __init__(self, units: Sequence[Unit], of_array: Sequence[int], keep: Any = None) -> None:
+        self._keep = keep  # the arrays, alive until the request is (the packers hold only addresses)
         self._units = tuple(units)
         self._of_array = tuple(of_array)
         self._requests: Optional[list[ArrayRequest]] = None
