@@ -183,13 +183,13 @@ def test_cache_reuses_and_drops(comm):
     arrays = [np.ones(3, "f4"), np.ones(5, "f4")]
     comm.Allreduce_multi(arrays)
     key = next(iter(cache._entries))
-    found = cache.lookup(key)
+    found = cache.lookup(key, arrays, arrays)
     assert found is not None
     entry = found[0]
     assert entry.busy == 1  # held by lookup
     entry.release()
     comm.Allreduce_multi(arrays)
-    found = cache.lookup(key)
+    found = cache.lookup(key, arrays, arrays)
     assert found is not None and found[0] is entry  # same arrays: same layout and datatypes
     entry.release()
     arrays[1] = arrays[1].view("i4")  # a different object: a different key
@@ -215,13 +215,14 @@ def test_cache_keeps_no_array_alive(comm):
     del arrays
     gc.collect()
     assert watch() is None
-    assert cache.lookup(key) is None and not cache._entries  # the stale entry is dropped
+    again = [np.ones(3, "f4"), np.ones(5, "f4")]
+    assert cache.lookup(key, again, again) is None and not cache._entries  # the stale entry is dropped
     arrays = [np.ones(3, "f4"), np.ones(5, "f4")]
     arrays[1] = arrays[1].view("i4")  # a dtype that changed in place is not taken for the old one
     comm.Allreduce_multi(arrays)
     key = next(iter(cache._entries))
     arrays[0].dtype = np.dtype("i4")
-    assert cache.lookup(key) is None
+    assert cache.lookup(key, arrays, arrays) is None
 
 
 def test_device_arrays_go_alone_on_fake_device_memory(monkeypatch):

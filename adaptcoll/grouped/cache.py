@@ -11,8 +11,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
-from functools import partial
-from operator import attrgetter, is_
+from operator import attrgetter
 from typing import Any, Optional
 
 from .args import Group
@@ -23,7 +22,6 @@ __all__ = ["Entry", "lookup", "store", "clear", "MAX_ENTRIES"]
 
 MAX_ENTRIES = 4
 _DTYPE = attrgetter("dtype")
-_IS_NONE = partial(is_, None)
 
 
 def _dtypes(arrays: Sequence[Any]) -> list[Any]:
@@ -36,7 +34,20 @@ class Entry:
     """A checked group (its arrays weakly), its layout and, per packed unit, its packers (source,
     destination)."""
 
-    __slots__ = ("units", "packers", "of_array", "_meta", "_sends", "_recvs", "_hosts", "_dtypes", "busy", "evicted")
+    __slots__ = (
+        "units",
+        "packers",
+        "of_array",
+        "_meta",
+        "_refs",
+        "_hosts_r",
+        "_hosts_s",
+        "_dtypes",
+        "stale",
+        "busy",
+        "evicted",
+        "__weakref__",
+    )
 
     def __init__(self, group: Group, units: list[Unit], packers: list[Optional[tuple[HostPacker, HostPacker]]]) -> None:
         self.units = units
@@ -47,33 +58,32 @@ class Entry:
             for i in u.arrays:
                 self.of_array[i] = k
         self._meta = (group.in_place, group.packable, group.nbytes, group.kinds)
-        self._recvs: Optional[list[Any]] = None
-        self._sends: list[Any] = []
-        self._hosts = [i for i, p in enumerate(group.packable) if p]
-        self._dtypes = _dtypes([group.recvs[i] for i in self._hosts] + [group.sends[i] for i in self._hosts])
+        self._hosts_r = [i for i, p in enumerate(group.packable) if p]
+        self._hosts_s = [i for i in self._hosts_r if not group.in_place[i]]
+        self._dtypes = self._host_dtypes(group.sends, group.recvs)
+        self.stale = False
+        """set when an array of the group has been freed (its id may now name another object)"""
+        dead = _Stale(self)
         try:
-            self._recvs = [weakref.ref(r) for r in group.recvs]
-            self._sends = [r if ip else weakref.ref(s) for r, s, ip in zip(self._recvs, group.sends, group.in_place)]
+            self._refs: list[Any] = [weakref.ref(r, dead) for r in group.recvs]
+            self._refs += [weakref.ref(group.sends[i], dead) for i in range(len(group)) if not group.in_place[i]]
         except TypeError:  # an object without weak references: the entry is never found again
-            self._recvs = None
+            self.stale = True
         self.busy = 1  # the creator's hold: released once it has started its operations
         self.evicted = False
+
+    def _host_dtypes(self, sends: Sequence[Any], recvs: Sequence[Any]) -> list[Any]:
+        return _dtypes([recvs[i] for i in self._hosts_r]) + _dtypes([sends[i] for i in self._hosts_s])
 
     @property
     def cacheable(self) -> bool:
         """Whether every object of the group takes a weak reference."""
-        return self._recvs is not None
+        return not self.stale
 
-    def group(self) -> Optional[Group]:
-        """The group again if all its arrays are alive with their dtypes (None: the entry is stale)."""
-        if self._recvs is None:
-            return None
-        recvs = [r() for r in self._recvs]
-        sends = [s() for s in self._sends]
-        if any(map(_IS_NONE, recvs)) or any(map(_IS_NONE, sends)):  # (`None in` would compare arrays)
-            return None
-        hosts = self._hosts
-        if _dtypes([recvs[i] for i in hosts] + [sends[i] for i in hosts]) != self._dtypes:
+    def group(self, sends: Sequence[Any], recvs: Sequence[Any]) -> Optional[Group]:
+        """The group of a call with the same objects (`sends[i]`, `recvs[i]`: the call's lists, in
+        place ones alike), if none of them was freed since and the arrays have their dtypes."""
+        if self.stale or self._host_dtypes(sends, recvs) != self._dtypes:
             return None
         return Group(tuple(sends), tuple(recvs), *self._meta)
 
@@ -99,6 +109,20 @@ class Entry:
         self.packers = []
 
 
+class _Stale:
+    """The weak references' callback: marks its entry stale (holding the entry weakly in turn)."""
+
+    __slots__ = ("_entry",)
+
+    def __init__(self, entry: Entry) -> None:
+        self._entry = weakref.ref(entry)
+
+    def __call__(self, _ref: Any) -> None:
+        entry = self._entry()
+        if entry is not None:
+            entry.stale = True
+
+
 _entries: OrderedDict[Hashable, Entry] = OrderedDict()
 _lock = threading.Lock()  # collectives on different communicators may run in several threads
 
@@ -109,14 +133,15 @@ def _evict(entry: Entry) -> None:
         entry._free()
 
 
-def lookup(key: Hashable) -> Optional[tuple[Entry, Group]]:
-    """The entry for `key` and its group if its arrays are alive and unchanged (a stale entry is
-    dropped), held for the caller (`release()` it once its operations are started)."""
+def lookup(key: Hashable, sends: Sequence[Any], recvs: Sequence[Any]) -> Optional[tuple[Entry, Group]]:
+    """The entry for `key` (the ids of the call's `sends`, `recvs`) and its group if its arrays are
+    alive and unchanged (a stale entry is dropped), held for the caller (`release()` it once its
+    operations are started)."""
     with _lock:
         entry = _entries.get(key)
         if entry is None:
             return None
-        group = entry.group()
+        group = entry.group(sends, recvs)
         if group is None:
             del _entries[key]
             _evict(entry)

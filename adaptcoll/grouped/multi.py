@@ -69,13 +69,17 @@ def _prepare(sendbufs: Any, recvbufs: Any, op: Any) -> tuple[Entry, Group]:
     s = settings.current()
     below, bucket = s.multi_pack_below, s.multi_bucket_size
     key: Optional[tuple[Any, ...]] = None
-    if isinstance(sendbufs, (list, tuple)) and (recvbufs is None or isinstance(recvbufs, (list, tuple))):
+    lists = (list, tuple)
+    if isinstance(sendbufs, lists) and (recvbufs is None or isinstance(recvbufs, lists)):
+        sends, recvs = sendbufs, sendbufs if recvbufs is None else recvbufs
         key = (tuple(map(id, sendbufs)), None if recvbufs is None else tuple(map(id, recvbufs)), below, bucket)
-    elif sendbufs is _IN_PLACE and isinstance(recvbufs, (list, tuple)):
+    elif sendbufs is _IN_PLACE and isinstance(recvbufs, lists):
+        sends = recvs = recvbufs
         key = (None, tuple(map(id, recvbufs)), below, bucket)
-    found = cache.lookup(key) if key is not None else None
-    if found is not None:
-        return found
+    if key is not None and len(sends) == len(recvs):
+        found = cache.lookup(key, sends, recvs)
+        if found is not None:
+            return found
     group = parse_group(sendbufs, recvbufs, op)
     units = plan_units(group.nbytes, group.kinds, below, bucket, group.packable)
     entry = Entry(group, units, [_packers(group, u) for u in units])
