@@ -220,7 +220,11 @@ class MultiPrequest(MultiRequest):
             raise ValueError("Start() on a freed persistent request")
         if not self._finished():
             raise RuntimeError("Start() on an active persistent request (Wait for it first)")
-        self._units = tuple(p.start() for p in self._parts)
+        key = enter(self._comm, "Start")  # the concurrent-collective check, as Prequest.Start
+        try:
+            self._units = tuple(p.start() for p in self._parts)
+        finally:
+            leave(key)
         self._requests = None
         self._reported = False
         if self._error is not None:  # stand-ins took part for this rank's bad arrays: now report
