@@ -19,7 +19,7 @@ from typing import Any, Optional
 
 from mpi4py import MPI
 
-from . import collectives, grouped, persistent, pickled
+from . import block_collectives, collectives, grouped, persistent, pickled
 from .persistent import Prequest
 from .requests import Request
 
@@ -90,6 +90,25 @@ class Intracomm(MPI.Intracomm):
     def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM) -> Request:  # type: ignore[override]
         """Nonblocking allreduce; returns an adaptcoll Request (which keeps the buffers alive)."""
         return collectives.iallreduce(self, sendbuf, recvbuf, op)
+
+    # Allgather and Reduce-scatter: the ring (adaptcoll.block_collectives), same signatures as mpi4py's
+    Allgather = block_collectives.allgather
+    Reduce_scatter_block = block_collectives.reduce_scatter_block
+    Reduce_scatter = block_collectives.reduce_scatter
+
+    def Iallgather(self, sendbuf: Any, recvbuf: Any) -> Request:  # type: ignore[override]
+        """Nonblocking allgather; returns an adaptcoll Request (which keeps the buffers alive)."""
+        return block_collectives.iallgather(self, sendbuf, recvbuf)
+
+    def Ireduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM) -> Request:  # type: ignore[override]
+        """Nonblocking reduce-scatter of equal blocks; returns an adaptcoll Request."""
+        return block_collectives.ireduce_scatter_block(self, sendbuf, recvbuf, op)
+
+    def Ireduce_scatter(  # type: ignore[override]
+        self, sendbuf: Any, recvbuf: Any, recvcounts: Optional[Sequence[int]] = None, op: MPI.Op = MPI.SUM
+    ) -> Request:
+        """Nonblocking reduce-scatter with recvcounts; returns an adaptcoll Request."""
+        return block_collectives.ireduce_scatter(self, sendbuf, recvbuf, recvcounts, op)
 
     # -- persistent collectives ------------------------------------------------------------------
     def Bcast_init(self, buf: Any, root: int = 0, info: MPI.Info = MPI.INFO_NULL) -> Prequest:  # type: ignore[override]

@@ -105,11 +105,11 @@ def reset_stats() -> None:
 def format_table(data: dict[str, dict[str, Any]] | None = None) -> str:
     """A plain-text table of stats() (for --stats and logs)."""
     data = stats() if data is None else data
-    lines = [f"{'collective':<16}{'adaptcoll':>10}{'native':>8}  native reasons"]
+    lines = [f"{'collective':<22}{'adaptcoll':>10}{'native':>8}  native reasons"]
     for name, row in data.items():
         why = ", ".join(f"{k} x{v}" for k, v in {**row["native_reasons"], **row.get("notes", {})}.items())
-        lines.append(f"{name:<16}{row['adaptcoll']:>10}{row['native']:>8}  {why}")
+        lines.append(f"{name:<22}{row['adaptcoll']:>10}{row['native']:>8}  {why}")
         for label, n in row.get("configs", {}).items():
-            lines.append(f"{'':<16}{n:>10}{'':>8}  served with {label}")
+            lines.append(f"{'':<22}{n:>10}{'':>8}  served with {label}")
     lines.extend(f"tuning: {text}" for text in tuning_notes())
     return "\n".join(lines)

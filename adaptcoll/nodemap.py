@@ -14,7 +14,16 @@ from typing import Any
 from .protocols.links import Link, tree_links
 from .trees import SHAPES, Tree, build, parse_algorithm
 
-__all__ = ["NodeMap", "inner_shape"]
+__all__ = ["NodeMap", "inner_shape", "uses_shm"]
+
+
+def uses_shm(algorithm: str) -> bool:
+    """Whether an algorithm setting asks for the shared-memory node level (`shm`, `topo:...intra=shm`)."""
+    kind, _, params = algorithm.partition(":")
+    kind = kind.strip()
+    if kind == "shm":
+        return True
+    return kind == "topo" and any(p.replace(" ", "") == "intra=shm" for p in params.split(","))
 
 
 def inner_shape(algorithm: str) -> tuple[str, dict[str, Any]]:

@@ -49,6 +49,9 @@ TREE_KINDS = (
 ALGORITHMS = TREE_KINDS + ("shm", "native")
 ALLREDUCE_ONLY = ("ring", "rabenseifner")
 """Allreduce algorithms that are not trees (adaptcoll.protocols.algorithms): valid for allreduce only."""
+BLOCK_COLLECTIVES = ("allgather", "reduce_scatter")
+"""Allgather and Reduce_scatter(_block): served by the ring (adaptcoll.blocks), never by trees."""
+BLOCK_COLLECTIVE_ALGORITHMS = ("ring", "native")
 SYNC_MODES = ("first", "all", "none")
 
 
@@ -86,6 +89,10 @@ class Settings:
     multi_pack_below: int = 128 << 10  # grouped Allreduce: arrays below this many bytes are packed together
     multi_bucket_size: int = 4 << 20  # grouped Allreduce: at most this many bytes per packed buffer (0: no cap)
     tuning: str = ""
+    allgather_algorithm: str = "ring"
+    reduce_scatter_algorithm: str = "ring"
+    allgather_native_below: int = -1
+    reduce_scatter_native_below: int = -1
     explicit: tuple[str, ...] = ()
     """The fields set explicitly (ADAPTCOLL_* variable, configure(), python -m adaptcoll option): they win
     over the tuning table; the others are chosen per call by the table or the shipped rule (adaptcoll.tune)."""
@@ -295,6 +302,16 @@ def _parse_field(field: str, value: Any, name: str) -> Any:
         return _parse_window(value, name)
     if field in ("multi_pack_below", "multi_bucket_size"):
         return parse_size(value, name)
+    if field in ("allgather_algorithm", "reduce_scatter_algorithm"):
+        kind = str(value).strip().partition(":")[0]
+        if kind not in BLOCK_COLLECTIVE_ALGORITHMS:
+            raise ValueError(
+                f"{name}: unknown algorithm {kind!r}; valid choices: {', '.join(BLOCK_COLLECTIVE_ALGORITHMS)}"
+            )
+        if kind == "native":
+            return kind
+        block_algorithm(str(value), name)
+        return str(value).strip()
     if field.endswith("_algorithm"):
         return _check_tree(_parse_algorithm(value, name, allreduce=field == "allreduce_algorithm"), name)
     if field.endswith("_segment_size"):

@@ -29,8 +29,8 @@ from mpi4py import MPI
 
 from . import settings
 from .engine import engine
-from .nodemap import NodeMap
-from .protocols.slots import FLAG_KINDS, SlotRing
+from .nodemap import NodeMap, uses_shm
+from .protocols.slots import FLAG_KINDS, SlotRing, slot_geometry
 from .state import CommState
 from .topology import parse as parse_topology
 
@@ -51,30 +51,6 @@ _ALIGN = 64
 _SHM_DIR = "/dev/shm"
 _live: dict[int, NodeLevel] = {}
 _warned = False
-
-
-def uses_shm(algorithm: str) -> bool:
-    """Whether an algorithm setting asks for the shared-memory node level (`shm`, `topo:...intra=shm`)."""
-    kind, _, params = algorithm.partition(":")
-    kind = kind.strip()
-    if kind == "shm":
-        return True
-    return kind == "topo" and any(p.replace(" ", "") == "intra=shm" for p in params.split(","))
-
-
-def slot_geometry(largest: int, segment: int, nslots: int, cap: int) -> tuple[int, int]:
-    """(slot bytes, bytes per rank) for `largest` ranks on a node: slots of `segment` bytes (whole
-    64-byte lines), shrunk until the node's window fits in `cap` bytes; (0, 0) if even 64-byte
-    slots do not fit."""
-    flag_bytes = -(-FLAG_KINDS * nslots * 8 // _ALIGN) * _ALIGN
-    slot = max(_ALIGN, segment // _ALIGN * _ALIGN)
-    per_rank = _ALIGN + flag_bytes + nslots * slot  # + alignment slack
-    if largest * per_rank > cap:
-        slot = (cap // largest - _ALIGN - flag_bytes) // nslots // _ALIGN * _ALIGN
-        if slot < _ALIGN:
-            return 0, 0
-        per_rank = _ALIGN + flag_bytes + nslots * slot
-    return slot, per_rank
 
 
 def live_windows() -> int:

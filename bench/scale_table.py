@@ -5,8 +5,9 @@ segment) and every lock-step baseline the simulator has for the collective, quie
 condition (median of `--samples` draws, seed `--seed`). "best" is the fastest baseline, chosen separately
 quiet and under each noise. Where the rule hands the call to native MPI, the rule's time is the best
 baseline's (a lower bound on what native costs: MPI may run a slower algorithm) and the row says native.
-Baselines whose message count grows as ranks^2 (ring allgathers, ring allreduce) are skipped above
-`--ring-limit` ranks.
+Baselines are skipped where they have no schedule (an Open MPI rule's pick the simulator does not model)
+or would send more than `--max-messages` messages (ring-type ones send ~ranks^2, Open MPI's pipelines
+ranks x segments), as `--baseline best` does; `--baselines` restricts the set (e.g. Open MPI's only).
 
     python bench/scale_table.py --ranks 1K,16K --json bench/results/simulate/scale_table.json
     python bench/scale_table.py --only bcast:16M --ranks 1K          # one row
@@ -23,11 +24,11 @@ from typing import Any
 
 from adaptcoll import settings
 from adaptcoll.settings import parse_size
-from adaptcoll.simulate.lockstep import baseline_names
+from adaptcoll.simulate.lockstep import baseline_names, check_applicable, estimated_messages
 from adaptcoll.simulate.noise_setup import parse_noise
 from adaptcoll.simulate.params import DEFAULT_PARAMS, load_params
 from adaptcoll.simulate.programs import Job, prepare
-from adaptcoll.simulate.run import run_once
+from adaptcoll.simulate.run import BEST_MAX_MESSAGES, run_once
 from adaptcoll.simulate.sweep import parse_rank_list
 
 POINTS = (
@@ -59,10 +60,18 @@ def row(collective: str, nbytes: int, ranks: int, args: argparse.Namespace, para
     job = Job(collective, ranks, nbytes, 0, "", settings.current())
     prepared = prepare(job, params.ranks_per_node)
     baselines: dict[str, list[float]] = {}
-    skipped = []
+    skipped: dict[str, str] = {}
     for name in baseline_names(collective):
-        if "ring" in name and ranks > args.ring_limit:
-            skipped.append(name)
+        if args.baselines and name not in args.baselines:
+            continue
+        try:
+            check_applicable(name, collective, ranks, job.count)
+        except ValueError as exc:
+            skipped[name] = str(exc)
+            continue
+        est = estimated_messages(name, collective, ranks, job.count)
+        if args.max_messages and est > args.max_messages:
+            skipped[name] = f"about {est:,} messages > {args.max_messages:,}"
             continue
         baselines[name] = _times(job, params, name, noises, args.seed, args.samples, None)
     conditions = ["quiet", *args.noise]
@@ -113,11 +122,18 @@ def main() -> int:
     p.add_argument("--noise", action="append", default=[], help=f"noise conditions (default: {', '.join(NOISES)})")
     p.add_argument("--samples", type=int, default=3)
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--ring-limit", type=int, default=4096, help="skip p^2-message baselines above this many ranks")
+    p.add_argument(
+        "--max-messages",
+        type=int,
+        default=BEST_MAX_MESSAGES,
+        help=f"skip baselines estimated to send more messages (default {BEST_MAX_MESSAGES:,}; 0: no limit)",
+    )
+    p.add_argument("--baselines", help="comma-separated baseline names (default: every one)")
     p.add_argument("--params", help="parameters file (default: built-in)")
     p.add_argument("--json", help="write the rows")
     args = p.parse_args()
     args.noise = args.noise or list(NOISES)
+    args.baselines = set(args.baselines.split(",")) if args.baselines else set()
     params = load_params(args.params) if args.params else DEFAULT_PARAMS
     rows = []
     for ranks in parse_rank_list(args.ranks):

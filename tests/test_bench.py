@@ -542,3 +542,28 @@ def test_aggregate_infers_routes_of_launches_made_before_routes_were_recorded():
         ("adaptcoll", 4096): "native: below native_below",
         ("adaptcoll", 1 << 21): None,
     }
+
+
+def test_scale_table_row_compares_the_rule_with_every_applicable_baseline():
+    """bench/scale_table.py: a served point (Reduce 16M at 64 ranks) runs the rule's configuration and every
+    baseline within the message limit, picks the best per condition, and gives rule / best; a native point
+    takes the best baseline's time (ratio 1); `--baselines` restricts the set and skips carry reasons."""
+    import argparse
+
+    from adaptcoll.simulate.params import DEFAULT_PARAMS
+
+    table = _load("scale_table")
+    args = argparse.Namespace(noise=["100Hz x 250us"], seed=1, samples=1, max_messages=200_000, baselines=set())
+    row = table.row("reduce", 16 << 20, 64, args, DEFAULT_PARAMS)
+    assert row["serve"] and row["rule"].startswith("two_tree")
+    assert {"binomial", "reduce_scatter_gather", "ompi_binomial"} <= set(row["baselines_s"])
+    for i in range(2):
+        times = {name: t[i] for name, t in row["baselines_s"].items()}
+        assert row["best_s"][i] == min(times.values()) and times[row["best"][i]] == row["best_s"][i]
+        assert row["ratio"][i] == pytest.approx(row["rule_s"][i] / row["best_s"][i])
+    assert row["ratio"][0] < 1.0  # the rule's reason to serve here
+    assert all("messages" in why or "model" in why.lower() for why in row["skipped"].values())
+    args.baselines = {"binomial"}
+    native = table.row("bcast", 64 << 10, 64, args, DEFAULT_PARAMS)
+    assert not native["serve"] and native["ratio"] == [1.0, 1.0] and set(native["baselines_s"]) == {"binomial"}
+    assert "native" in table.markdown([row, native])

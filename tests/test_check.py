@@ -42,6 +42,8 @@ def test_quick_check_passes_and_reports_every_part(tmp_path):
     assert corr["passed"] and corr["failed"] == 0 and corr["total"] > 200
     served = {c["route_asked"] for c in corr["cases"] if c["route"] == "adaptcoll"}
     assert {"served:binomial", "served:ring", "served:rabenseifner", "served:shm"} <= served
+    blocks = {c["collective"] for c in corr["cases"] if c["route"] == "adaptcoll" and c["route_asked"] == "served:ring"}
+    assert {"Allgather", "Reduce_scatter_block"} <= blocks
     assert {c["form"] for c in corr["cases"]} == {"blocking", "nonblocking", "persistent", "in_place", "pickle"}
     assert any(c["route"].startswith("native") for c in corr["cases"])  # the default route for small calls
     assert len(corr["misuse"]) >= 8 and all(m["passed"] for m in corr["misuse"])
@@ -89,7 +91,7 @@ def test_bad_options_fail_before_mpi_starts():
 def test_cases_cover_every_collective_form_and_route_the_same_way_on_every_rank():
     quick = list(cases(4, full=False))
     assert quick == list(cases(4, full=False))  # a fixed order: all ranks run the same sequence
-    assert {c.collective for c in quick} == {"Bcast", "Reduce", "Allreduce"}
+    assert {c.collective for c in quick} == {"Bcast", "Reduce", "Allreduce", "Allgather", "Reduce_scatter_block"}
     assert {c.root for c in quick if c.collective == "Reduce"} == {0, 3}
     full = list(cases(5, full=True))
     assert len(full) > 3 * len(quick)

@@ -9,23 +9,30 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Case", "Route", "routes", "cases", "inputs", "SEGMENT_BYTES"]
+__all__ = ["Case", "Route", "routes", "cases", "inputs", "SEGMENT_BYTES", "BLOCK_COLLECTIVES"]
 
 SEGMENT_BYTES = 4096
 """Segment size of the served routes: small, so that modest counts make many segments."""
 
-COLLECTIVES = ("Bcast", "Reduce", "Allreduce")
+COLLECTIVES = ("Bcast", "Reduce", "Allreduce", "Allgather", "Reduce_scatter_block")
 _ROOTED = ("Bcast", "Reduce")
+BLOCK_COLLECTIVES = {"Allgather": "allgather", "Reduce_scatter_block": "reduce_scatter"}
+"""The ring's collectives -> their settings' name. A case's count is the per-rank block (the Allgather's
+sendbuf, the Reduce-scatter's recvbuf); host memory only (device buffers are not served: native)."""
 
 _ALGORITHMS_QUICK = {
     "Bcast": ("binomial", "two_tree", "shm"),
     "Reduce": ("binomial", "pipeline", "shm"),
     "Allreduce": ("binomial", "ring", "rabenseifner", "shm"),
+    "Allgather": ("ring",),
+    "Reduce_scatter_block": ("ring",),
 }
 _ALGORITHMS_FULL = {
     "Bcast": ("binomial", "two_tree", "pipeline", "binary", "knomial:radix=4", "shm", "topo:intra=shm"),
     "Reduce": ("binomial", "two_tree", "pipeline", "knomial:radix=3", "shm", "topo:intra=shm"),
     "Allreduce": ("binomial", "two_tree", "pipeline", "ring", "rabenseifner", "shm", "topo:intra=shm"),
+    "Allgather": ("ring",),
+    "Reduce_scatter_block": ("ring",),
 }
 _TYPES_QUICK = (("float32", "SUM"), ("int32", "MAX"), ("float64", "PROD"))
 _TYPES_FULL = _TYPES_QUICK + (
@@ -54,6 +61,13 @@ def routes(collective: str, full: bool) -> list[Route]:
     name = collective.lower()
     out = [Route("default")]
     for algorithm in (_ALGORITHMS_FULL if full else _ALGORITHMS_QUICK)[collective]:
+        block = BLOCK_COLLECTIVES.get(collective)
+        if block is not None:
+            served = {"native_below": 0, f"{block}_native_below": 0}
+            out.append(
+                Route(f"served:{algorithm}", {**served, f"{block}_algorithm": f"ring:segment_size={SEGMENT_BYTES}"})
+            )
+            continue
         overrides: dict[str, Any] = {
             "native_below": 0,
             f"{name}_native_below": 0,
@@ -97,7 +111,7 @@ def cases(nranks: int, full: bool) -> Iterator[Case]:
         for i, route in enumerate(routes(collective, full)):
             forms = ["blocking"]
             if i <= 1 or full:  # the default route and the first served one in every form
-                forms += ["nonblocking", "persistent"]
+                forms += ["nonblocking"] if collective in BLOCK_COLLECTIVES else ["nonblocking", "persistent"]
                 if collective != "Bcast":
                     forms.append("in_place")
             for form in forms:
@@ -106,7 +120,7 @@ def cases(nranks: int, full: bool) -> Iterator[Case]:
                         yield Case(collective, form, route, kinds[0][0], kinds[0][1], count, root)
                     for dtype, op in kinds[1:]:
                         yield Case(collective, form, route, dtype, op, middle, root)
-        for root in croots:  # the pickle-based lowercase method, on the default route
+        for root in croots if collective not in BLOCK_COLLECTIVES else []:  # the pickle-based lowercase method
             yield Case(collective, "pickle", Route("default"), "float64", "SUM", 1000, root)
 
 

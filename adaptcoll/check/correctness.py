@@ -12,7 +12,7 @@ from typing import Any, Optional
 import numpy as np
 
 from ..measure import route_of
-from .cases import Case, inputs
+from .cases import BLOCK_COLLECTIVES, Case, inputs
 
 __all__ = ["CaseResult", "run_cases", "Runner"]
 
@@ -75,6 +75,15 @@ class Runner:
     def _native(self, case: Case) -> Any:
         world, MPI = self.world, self.MPI
         op = getattr(MPI, case.op)
+        if case.collective in BLOCK_COLLECTIVES:
+            send = _block_input(case, self.rank, world.Get_size())
+            if case.collective == "Allgather":
+                out = _fill(case.count * world.Get_size(), send.dtype)
+                world.Allgather(send, out)
+            else:
+                out = _fill(case.count, send.dtype)
+                world.Reduce_scatter_block(send, out, op)
+            return out
         mine = inputs(case, self.rank)
         if case.form == "pickle":
             if case.collective == "Bcast":
@@ -100,8 +109,37 @@ class Runner:
     def _host(self, arr: Any) -> np.ndarray:
         return arr if self.cupy is None else self.cupy.asnumpy(arr)
 
+    def _blocks(self, case: Case) -> Any:
+        """Allgather / Reduce_scatter_block (host memory), in the case's form."""
+        comm, MPI = self.comm, self.MPI
+        op = getattr(MPI, case.op)
+        rank, p = self.rank, self.world.Get_size()
+        send = _block_input(case, rank, p)
+        n = case.count
+        if case.collective == "Allgather":
+            out = _fill(n * p, send.dtype)
+            if case.form == "in_place":
+                out[rank * n : (rank + 1) * n] = send
+                comm.Allgather(MPI.IN_PLACE, out)
+            elif case.form == "nonblocking":
+                comm.Iallgather(send, out).Wait()
+            else:
+                comm.Allgather(send, out)
+            return out
+        if case.form == "in_place":
+            comm.Reduce_scatter_block(MPI.IN_PLACE, send, op)
+            return send[:n]
+        out = _fill(n, send.dtype)
+        if case.form == "nonblocking":
+            comm.Ireduce_scatter_block(send, out, op).Wait()
+        else:
+            comm.Reduce_scatter_block(send, out, op)
+        return out
+
     def _adaptcoll(self, case: Case) -> Any:
         comm, MPI = self.comm, self.MPI
+        if case.collective in BLOCK_COLLECTIVES:
+            return self._blocks(case)
         op = getattr(MPI, case.op)
         root, rank = case.root, self.rank
         mine = inputs(case, rank)
@@ -202,6 +240,14 @@ class Runner:
             failing,
             self.cupy is not None,
         )
+
+
+def _block_input(case: Case, rank: int, size: int) -> np.ndarray:
+    """This rank's sendbuf of an Allgather (one block) or Reduce_scatter_block (a block per rank)."""
+    if case.collective == "Allgather":
+        return inputs(case, rank)
+    whole = Case(case.collective, case.form, case.route, case.dtype, case.op, case.count * size, case.root)
+    return inputs(whole, rank)
 
 
 def _compare(got: Any, expected: Any) -> Optional[str]:

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from ..transport import Transport
 
-__all__ = ["POSTED", "FOLDED", "DONE", "FLAG_KINDS", "SharedSlots", "NodeStage", "SlotRing"]
+__all__ = ["POSTED", "FOLDED", "DONE", "FLAG_KINDS", "SharedSlots", "NodeStage", "SlotRing", "slot_geometry"]
 
 POSTED = 0
 """Flag kind: the owner's data (contribution or broadcast segment) for sequence q is in its slot."""
@@ -29,6 +29,22 @@ FOLDED = 1
 DONE = 2
 """Flag kind: the owner has finished every read (of any rank's slot) for sequence q."""
 FLAG_KINDS = 3
+_ALIGN = 64
+
+
+def slot_geometry(largest: int, segment: int, nslots: int, cap: int) -> tuple[int, int]:
+    """(slot bytes, bytes per rank) for `largest` ranks on a node: slots of `segment` bytes (whole
+    64-byte lines), shrunk until the node's window fits in `cap` bytes; (0, 0) if even 64-byte
+    slots do not fit."""
+    flag_bytes = -(-FLAG_KINDS * nslots * 8 // _ALIGN) * _ALIGN
+    slot = max(_ALIGN, segment // _ALIGN * _ALIGN)
+    per_rank = _ALIGN + flag_bytes + nslots * slot  # + alignment slack
+    if largest * per_rank > cap:
+        slot = (cap // largest - _ALIGN - flag_bytes) // nslots // _ALIGN * _ALIGN
+        if slot < _ALIGN:
+            return 0, 0
+        per_rank = _ALIGN + flag_bytes + nslots * slot
+    return slot, per_rank
 
 
 class SharedSlots(Protocol):

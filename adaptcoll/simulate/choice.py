@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import settings as settings_mod
+from ..tune.blocks import choose_block
 from ..tune.defaults import case
 from ..tune.policy import CommFacts, resolve
 
@@ -51,7 +52,10 @@ def rule_facts(size: int, ranks_per_node: int) -> CommFacts:
 def choose(
     collective: str, size: int, nbytes: int, segment: int, cfg: settings_mod.Settings, ranks_per_node: int = 1
 ) -> Choice:
-    """The configuration of one call: explicit `segment` (> 0) with the settings, else the shipped rule's."""
+    """The configuration of one call: explicit `segment` (> 0) with the settings, else the shipped rule's.
+    Allgather / Reduce_scatter_block: the ring, as adaptcoll.tune.blocks chooses it."""
+    if collective in ("allgather", "reduce_scatter_block"):
+        return _choose_block(collective, size, nbytes, segment, cfg, ranks_per_node)
     if segment > 0:
         return Choice(
             cfg.algorithm(collective),
@@ -69,3 +73,19 @@ def choose(
         settings_mod.use(previous)
     name = case(facts.size, facts.ranks_per_core, facts.mpi_library)
     return Choice(call.algorithm, call.segment_size, call.max_segments, call.roots, call.serve, f"rule, case '{name}'")
+
+
+def _choose_block(
+    collective: str, size: int, nbytes: int, segment: int, cfg: settings_mod.Settings, ranks_per_node: int
+) -> Choice:
+    name = "allgather" if collective == "allgather" else "reduce_scatter"
+    facts = rule_facts(size, ranks_per_node)
+    previous = settings_mod.use(cfg)
+    try:
+        call = choose_block(facts, name, nbytes)
+    finally:
+        settings_mod.use(previous)
+    if segment > 0:
+        return Choice("ring", segment, 0, 0, nbytes >= cfg.threshold(name), "segment")
+    rule = case(facts.size, facts.ranks_per_core, facts.mpi_library)
+    return Choice("ring", call.segment_size, call.max_segments, 0, call.serve, f"rule, case '{rule}'")

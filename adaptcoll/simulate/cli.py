@@ -88,7 +88,12 @@ def _run_parser() -> argparse.ArgumentParser:
         type=_size("--segment"),
         help="segment bytes, e.g. 512K (default: what the shipped rule chooses for the call, with its algorithm)",
     )
-    p.add_argument("--algorithm", default="", help="tree ('binomial', 'knomial:radix=4', ...) or protocol name")
+    p.add_argument(
+        "--algorithm",
+        default="",
+        help="tree ('binomial', 'knomial:radix=4', ...), protocol name (ring, rabenseifner) or the shared-memory "
+        "node level ('shm', 'topo:intra=shm,inner=...'; with --ranks-per-node)",
+    )
     p.add_argument("--noise", action="append", default=[], metavar="SPEC", help="noise component (repeatable)")
     _baseline_args(p)
     _common(p)
@@ -133,6 +138,12 @@ def _print_report(report: dict[str, Any]) -> None:
         print(f"{r['impl']:<32}{_fmt_us(r['quiet_us']):>14}{noisy:>18}{slow:>10}{r['messages']:>12,}")
         if r["impl"] == ADAPTCOLL:
             print(f"  {r['segments']} segment(s) of {r['segment_bytes']:,} B on {r['trees']} tree(s): {r['choice']}")
+            node = r.get("node_level")
+            if node:
+                print(
+                    f"  node level: {node['nodes']:,} node(s) of up to {node['largest_node']} ranks, "
+                    f"{node['slots']} slots of {node['slot_bytes']:,} B per rank; trees between node leaders"
+                )
     best = report.get("best")
     if best:
         rows = {r["impl"]: r for r in report["results"]}

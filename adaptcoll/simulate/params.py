@@ -25,6 +25,7 @@ __all__ = [
     "load_params",
     "save_params",
     "params_from_dict",
+    "NODE_LEVEL_FIELDS",
 ]
 
 FORMAT = "adaptcoll.simulate.params/1"
@@ -52,6 +53,8 @@ class CostParams:
     ranks_per_node: int = 1
     copy: float = 0.0
     links: str = "fair"
+    shm_copy: float = 1.1e-10
+    shm_flag: float = 1.0e-6
 
     def __post_init__(self) -> None:
         if self.transfer not in TRANSFERS:
@@ -61,9 +64,14 @@ class CostParams:
         if self.ranks_per_node < 1:
             raise ValueError(f"ranks_per_node must be >= 1, got {self.ranks_per_node!r}")
 
-    def to_dict(self) -> dict[str, Union[float, int, str]]:
-        """The fields as a plain dict (for JSON)."""
-        return dataclasses.asdict(self)
+    def to_dict(self, node_level: bool = True) -> dict[str, Union[float, int, str]]:
+        """The fields as a plain dict (for JSON); `node_level=False` leaves out the shared-memory node
+        level's fields (a report of a run without the node level, where they play no part)."""
+        out = dataclasses.asdict(self)
+        if not node_level:
+            for name in NODE_LEVEL_FIELDS:
+                del out[name]
+        return out
 
 
 PARAM_DOCS: dict[str, str] = {
@@ -82,13 +90,21 @@ PARAM_DOCS: dict[str, str] = {
     "copy": "CPU time per byte of a shared-memory copy (s/byte); 0 means G",
     "links": "'fair': messages on one link share it equally (RDMA NICs interleave transfers) or 'fifo': one at a "
     "time, first ready first served",
+    "shm_copy": "shared-memory node level (shm, topo:intra=shm): CPU time per byte of a copy into or out of a "
+    "slot (s/byte); its folds cost `fold`",
+    "shm_flag": "shared-memory node level: time until a slot flag stored by one rank is acted on by the others of "
+    "its node (cache-line transfer and the wait for their next engine sweep) (s)",
 }
+
+NODE_LEVEL_FIELDS = ("shm_copy", "shm_flag")
+"""Fields only the shared-memory node level uses (reports of other runs leave them out)."""
 
 TRANSFERS = ("nic", "cpu")
 
 DEFAULT_PARAMS = CostParams()
 """Built-in defaults, a cluster node as seen by one rank: the CPU costs (o, engine, fold) of the 16-core
-node's calibration, rounded; a 10 GB/s RDMA link per rank with 2 us latency (docs/simulate.md)."""
+node's calibration, rounded; a 10 GB/s RDMA link per rank with 2 us latency; the shared-memory node level's
+slot copies at 9 GB/s and flags seen 1 us after their store (docs/simulate.md)."""
 
 _FIELDS = {f.name: f for f in dataclasses.fields(CostParams)}
 _META_KEYS = ("format", "source", "fit", "units", "comment")

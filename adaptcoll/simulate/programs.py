@@ -22,11 +22,13 @@ import numpy as np
 
 from .. import settings as settings_mod
 from ..backends.base import ReduceOp
+from ..blockplan import plan_block_segments, tag_plan
 from ..plan import SegmentPlan, plan_blocks, plan_segments
 from ..pool import SegmentPool
 from ..protocols.algorithms import ALLREDUCE_ALGORITHMS
 from ..protocols.allreduce import Allreduce
 from ..protocols.bcast import Bcast
+from ..protocols.blockring import RingAllgather, RingReduceScatter
 from ..protocols.context import OpContext
 from ..protocols.links import start_on_links, tree_links
 from ..protocols.reduce import Reduce
@@ -34,6 +36,7 @@ from ..topology import parse as parse_topology
 from ..transport import Callback
 from ..trees import Tree, build_all, parse_algorithm
 from .choice import Choice, choose
+from .nodelevel import NodeSetup, prepare_node_level, uses_shm
 from .world import World
 
 __all__ = [
@@ -49,12 +52,18 @@ __all__ = [
     "make_buffers",
     "library_goes_native",
     "SUM",
+    "TOPO_NEEDS_NODES",
+    "BLOCK_COLLECTIVES",
 ]
 
-COLLECTIVES = ("bcast", "reduce", "allreduce")
-ITEMSIZE = {"bcast": 1, "reduce": 4, "allreduce": 4}
-"""Bytes per element: Bcast moves bytes, Reduce/Allreduce float32 with SUM (as bench/osu.py)."""
-DTYPE = {"bcast": np.dtype(np.uint8), "reduce": np.dtype(np.float32), "allreduce": np.dtype(np.float32)}
+COLLECTIVES = ("bcast", "reduce", "allreduce", "allgather", "reduce_scatter_block")
+BLOCK_COLLECTIVES = {"allgather": "allgather", "reduce_scatter_block": "reduce_scatter"}
+"""The ring's collectives (adaptcoll.protocols.blockring) -> their settings' name. Their message is the
+whole array (p blocks of size // p // itemsize elements: the Allgather's result, the Reduce-scatter's
+input)."""
+ITEMSIZE = {"bcast": 1, "reduce": 4, "allreduce": 4, "allgather": 4, "reduce_scatter_block": 4}
+"""Bytes per element: Bcast moves bytes, the others float32 with SUM (as bench/osu.py)."""
+DTYPE = {c: np.dtype(np.uint8) if c == "bcast" else np.dtype(np.float32) for c in COLLECTIVES}
 SUM = ReduceOp("SUM")
 MPICH_TAG_SPACE = 1 << 30
 """Tags available to the simulated library when the settings do not cap them (MPICH's TAG_UB is larger)."""
@@ -98,7 +107,12 @@ class Job:
 
     @property
     def algorithm_setting(self) -> str:
-        return self.algorithm or self.settings.algorithm(self.collective)
+        return self.algorithm or self.settings.algorithm(BLOCK_COLLECTIVES.get(self.collective, self.collective))
+
+    @property
+    def block(self) -> int:
+        """Elements per block of an Allgather / Reduce_scatter_block (0 for the other collectives)."""
+        return self.count // self.size if self.collective in BLOCK_COLLECTIVES else 0
 
 
 @dataclass(frozen=True)
@@ -225,15 +239,21 @@ class Buffers:
         ranks = [root] if self.collective == "reduce" else range(len(self.result))
         for r in ranks:
             got = self.result[r]
-            if not np.array_equal(got, self.expected):
-                bad = int(np.flatnonzero(got != self.expected)[0])
+            expected = self.expected
+            if self.collective == "reduce_scatter_block":  # rank r's block of the reduction
+                expected = expected[r * len(got) : (r + 1) * len(got)]
+            if not np.array_equal(got, expected):
+                bad = int(np.flatnonzero(got != expected)[0])
                 raise AssertionError(
-                    f"{self.collective}: rank {r} element {bad} is {got[bad]!r}, expected {self.expected[bad]!r}"
+                    f"{self.collective}: rank {r} element {bad} is {got[bad]!r}, expected {expected[bad]!r}"
                 )
 
 
 def make_buffers(collective: str, size: int, count: int, root: int = 0, data: bool = False, seed: int = 0) -> Buffers:
-    """The buffers of one call: `range` stand-ins (sizes only), or real data whose result is known."""
+    """The buffers of one call: `range` stand-ins (sizes only), or real data whose result is known.
+    Allgather / Reduce_scatter_block: `count` // size elements per block."""
+    if collective in BLOCK_COLLECTIVES:
+        return _block_buffers(collective, size, count // size, data, seed)
     if not data:
         contribution, target = range(count), range(count)
         if collective == "bcast":
@@ -257,6 +277,24 @@ def make_buffers(collective: str, size: int, count: int, root: int = 0, data: bo
     return Buffers(collective, local, result, expected)
 
 
+def _block_buffers(collective: str, size: int, n: int, data: bool, seed: int) -> Buffers:
+    """Allgather: each rank's block (n) into the whole array (n x size); Reduce_scatter_block: the
+    whole input (n x size) into each rank's block."""
+    gather = collective == "allgather"
+    if not data:
+        mine, whole = range(n), range(n * size)
+        return Buffers(collective, [mine if gather else whole] * size, [whole if gather else mine] * size)
+    rng = np.random.default_rng(seed)
+    if gather:
+        expected = rng.integers(0, 8, n * size).astype(np.float32)
+        local: list[Any] = [expected[r * n : (r + 1) * n].copy() for r in range(size)]
+        result: list[Any] = [np.full(n * size, -1.0, np.float32) for _ in range(size)]
+        return Buffers(collective, local, result, expected)
+    local = [rng.integers(0, 8, n * size).astype(np.float32) for _ in range(size)]
+    expected = np.asarray(np.sum(np.stack(local), axis=0, dtype=np.float64), dtype=np.float32)
+    return Buffers(collective, local, [np.full(n, -1.0, np.float32) for _ in range(size)], expected)
+
+
 # -- adaptcoll set-up (mirrors adaptcoll.decide) -----------------------------------------------------
 @dataclass(frozen=True)
 class Prepared:
@@ -272,11 +310,16 @@ class Prepared:
     start_one: StartOne
     protocol: str
     choice: Choice
+    node: Optional[NodeSetup] = None
+    """The shared-memory node level's set-up (`shm`, `topo:intra=shm`), else None."""
 
-    def starter(self, world: World, bufs: Buffers) -> Callable[[int], Callback]:
-        """rank -> the function that starts this call on that rank (run as its first CPU event)."""
+    def starter(self, world: World, bufs: Buffers, op: ReduceOp = SUM) -> Callable[[int], Callback]:
+        """rank -> the function that starts this call on that rank (run as its first CPU event), folding
+        with `op` (float32 SUM unless a test asks for another)."""
         job, plan = self.job, self.plan
         dtype = DTYPE[job.collective]
+        if self.node is not None:
+            self.node.check_op(op)
 
         def for_rank(r: int) -> Callback:
             def start() -> None:
@@ -286,11 +329,17 @@ class Prepared:
                     sim_rank, sim_rank, plan, self.send_window, self.recv_window, self.sync_mode, self.ordered, pool
                 )
                 local, result, finish = bufs.local[r], bufs.result[r], lambda: world.done(r)
-                self.start_one(RankJob(ctx, r, job.size, job.root, local, result, SUM, self.trees, finish))
+                self.start_one(RankJob(ctx, r, job.size, job.root, local, result, op, self.trees, finish))
 
             return start
 
         return for_rank
+
+
+TOPO_NEEDS_NODES = (
+    "topo trees need a topology: simulate several ranks per node (--ranks-per-node) or set "
+    "ADAPTCOLL_TOPOLOGY (e.g. 'nodes=64')"
+)
 
 
 def _tag_space(cfg: settings_mod.Settings) -> int:
@@ -308,10 +357,7 @@ def _tree_set(job: Job, kind_spec: str, root: int, rank_ordered: bool, ranks_per
         if not spec and ranks_per_node > 1:
             spec = "node=" + ",".join(str(r // ranks_per_node) for r in range(job.size))
         if not spec:
-            raise ValueError(
-                "topo trees need a topology: simulate several ranks per node (--ranks-per-node) or set "
-                "ADAPTCOLL_TOPOLOGY (e.g. 'nodes=64')"
-            )
+            raise ValueError(TOPO_NEEDS_NODES)
         params["levels"] = parse_topology(spec, job.size)
     return build_all(kind, job.size, root, **params)
 
@@ -341,6 +387,8 @@ def prepare(job: Job, ranks_per_node: int = 1) -> Prepared:
     c = job.collective
     itemsize = job.itemsize
     space = _tag_space(cfg)
+    if c in BLOCK_COLLECTIVES:
+        return _prepare_blocks(job, ranks_per_node)
     chosen = choose(c, job.size, job.nbytes, job.segment, cfg, ranks_per_node)
     algorithm = job.algorithm or chosen.algorithm
     if job.algorithm:
@@ -352,6 +400,8 @@ def prepare(job: Job, ranks_per_node: int = 1) -> Prepared:
         plan = plan_segments(job.count, itemsize, chosen.segment, 0, space, chosen.max_segments)
     ordered = c != "bcast" and cfg.reproducible
     send_window, recv_window = cfg.windows(c)
+    if uses_shm(algorithm):
+        return _prepare_node_level(job, chosen, algorithm, ranks_per_node)
     name = algorithm.partition(":")[0]
     custom = _PROTOCOLS.get((c, name))
     if custom is not None and name != "tree":
@@ -385,6 +435,67 @@ def prepare(job: Job, ranks_per_node: int = 1) -> Prepared:
         algorithm,
         chosen,
     )
+
+
+def _prepare_node_level(job: Job, chosen: Choice, algorithm: str, ranks_per_node: int) -> Prepared:
+    """`shm` / `topo:intra=shm`: the node level inside nodes, trees between node leaders (nodelevel)."""
+    cfg = job.settings
+    c = job.collective
+    if algorithm.partition(":")[0].strip() == "topo" and not cfg.topology and ranks_per_node == 1 and job.size > 1:
+        raise ValueError(TOPO_NEEDS_NODES)
+    node = prepare_node_level(
+        c,
+        job.size,
+        job.count,
+        DTYPE[c],
+        job.root,
+        algorithm,
+        job.segment,
+        chosen.roots,
+        cfg,
+        ranks_per_node,
+        _tag_space(cfg),
+    )
+    chosen = replace(chosen, algorithm=algorithm, segment=node.slot_bytes, max_segments=0)
+    send_window, recv_window = cfg.windows(c)
+
+    def start_one(j: RankJob) -> None:
+        node.start(j.ctx, j.rank, j.buf, j.result, j.op, j.on_complete)
+
+    return Prepared(
+        job,
+        node.plan,
+        node.trees,
+        send_window,
+        recv_window,
+        cfg.sync_sends,
+        c != "bcast" and cfg.reproducible,
+        start_one,
+        algorithm,
+        chosen,
+        node,
+    )
+
+
+def _prepare_blocks(job: Job, ranks_per_node: int) -> Prepared:
+    """An Allgather / Reduce_scatter_block set up as adaptcoll.block_decide does: blocks of job.block
+    elements in segments (plan_block_segments), one tag per segment, the ring protocol on every rank."""
+    if job.algorithm not in ("", "ring"):
+        raise ValueError(f"{job.collective} runs the ring only (algorithm 'ring'), got {job.algorithm!r}")
+    cfg = job.settings
+    chosen = choose(job.collective, job.size, job.nbytes, job.segment, cfg, ranks_per_node)
+    space = _tag_space(cfg)
+    blocks = plan_block_segments((job.block,) * job.size, job.itemsize, chosen.segment, space, chosen.max_segments)
+    send_window, recv_window = cfg.windows(BLOCK_COLLECTIVES[job.collective])
+
+    def start_one(j: RankJob) -> None:
+        if job.collective == "allgather":
+            RingAllgather(j.ctx, blocks, j.buf, j.result, j.on_complete).start()
+        else:
+            RingReduceScatter(j.ctx, blocks, j.buf, j.result, j.op, j.on_complete).start()
+
+    plan = tag_plan(blocks, 0, space)
+    return Prepared(job, plan, (), send_window, recv_window, cfg.sync_sends, False, start_one, "ring", chosen)
 
 
 def library_goes_native(job: Job, ranks_per_node: int = 1) -> bool:

@@ -153,6 +153,8 @@ def compare(
                 library_goes_native=not prepared.choice.serve,
                 choice=prepared.choice.label(),
             )
+            if prepared.node is not None:
+                row["node_level"] = prepared.node.describe()
         rows.append(row)
     return {
         "tool": "adaptcoll.simulate",
@@ -166,7 +168,7 @@ def compare(
             "root": job.root,
             "settings": _settings_dict(job),
         },
-        "params": params.to_dict(),
+        "params": params.to_dict(node_level=prepared is not None and prepared.node is not None),
         "noise": list(noise.texts),
         "noise_fraction": noise.cpu_fraction,
         "seed": seed,

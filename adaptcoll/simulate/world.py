@@ -16,6 +16,9 @@ over MPI. Time only advances through events, processed in time order (ties first
 - with `transfer="cpu"` (shared memory), and between ranks of one node (`ranks_per_node`), the
   receiver's CPU copies rendezvous data instead (`copy`, default `G`, per byte of CPU time, stretched
   by its noise, between its callbacks); links are not used for it. The ranks of a node share its link.
+- a watch (`Transport.watch`: the shared-memory node level's slot rings) is polled after each callback
+  of its rank and whenever an event calls `poll(rank)` (a slot flag became visible, see `region.py`);
+  once ready, its callback runs as a completion.
 
 Messages match by (source, dest, tag) in posting order, as in MPI. A transport never calls back from
 inside isend/irecv (completions are events), as the Transport interface requires. In data mode the
@@ -206,6 +209,8 @@ class World:
         self._busy = [-_INF] * size
         self._queued: dict[int, list[Callback]] = {}
         self._watches: dict[int, list[tuple[Poll, Callback]]] = {}
+        self.shared: dict[Any, Any] = {}
+        """State a set-up keeps for this run, by its own key (the node level's slot regions)."""
         self.started = [0.0] * size
         self.finished = [-1.0] * size
         self._left = size
@@ -354,6 +359,28 @@ class World:
         for poll, on_done in pending:
             if poll():
                 self._push(self.clock, self._callback_h, (rank, on_done))
+            else:
+                keep.append((poll, on_done))
+        if keep:
+            self._watches[rank] = keep
+        else:
+            del self._watches[rank]
+
+    def at(self, t: float, fn: Callable[[Any], None], arg: Any) -> None:
+        """Run `fn(arg)` as an event at time `t` (>= now), outside any rank's CPU (e.g. a flag that
+        becomes visible): it may call `poll`, not post or charge work."""
+        heapq.heappush(self._heap, (t, self._seq(), fn, arg))
+
+    def poll(self, rank: int) -> None:
+        """Poll `rank`'s watches now, from an event (something they wait for may have changed): each one
+        that is ready runs its callback as a completion (queued while the rank's CPU is busy)."""
+        pending = self._watches.get(rank)
+        if pending is None:
+            return
+        keep = []
+        for poll, on_done in pending:
+            if poll():
+                heapq.heappush(self._heap, (self.now, self._seq(), self._callback_h, (rank, on_done)))
             else:
                 keep.append((poll, on_done))
         if keep:
