@@ -19,7 +19,7 @@ from typing import Any, Optional
 
 from mpi4py import MPI
 
-from . import block_collectives, collectives, persistent, pickled
+from . import block_collectives, collectives, grouped, persistent, pickled
 from .persistent import Prequest
 from .requests import Request
 
@@ -126,6 +126,19 @@ class Intracomm(MPI.Intracomm):
     ) -> Prequest:
         """Persistent allreduce (see Bcast_init)."""
         return persistent.allreduce_init(self, sendbuf, recvbuf, op, info)
+
+    # -- grouped Allreduce over many arrays (adaptcoll's own; docs in README, "Grouped Allreduce") ------
+    def Allreduce_multi(self, sendbufs: Any, recvbufs: Any = None, op: MPI.Op = MPI.SUM) -> None:
+        """Allreduce every array of `sendbufs` into `recvbufs` (None / MPI.IN_PLACE: in place)."""
+        grouped.allreduce_multi(self, sendbufs, recvbufs, op)
+
+    def Iallreduce_multi(self, sendbufs: Any, recvbufs: Any = None, op: MPI.Op = MPI.SUM) -> grouped.MultiRequest:
+        """Nonblocking Allreduce_multi: one request for the group, `.requests` one per array."""
+        return grouped.iallreduce_multi(self, sendbufs, recvbufs, op)
+
+    def Allreduce_multi_init(self, sendbufs: Any, recvbufs: Any = None, op: MPI.Op = MPI.SUM) -> grouped.MultiPrequest:
+        """Persistent Allreduce_multi: layout, packing datatypes and buffers made once; Start()/Wait()."""
+        return grouped.allreduce_multi_init(self, sendbufs, recvbufs, op)
 
     # -- pickle-based collectives ----------------------------------------------------------------
     def bcast(self, obj: Any, root: int = 0) -> Any:

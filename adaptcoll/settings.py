@@ -86,6 +86,8 @@ class Settings:
     shm_bytes: int = 64 << 20
     shm_segment_size: int = 512 * 1024
     shm_slots: int = 4
+    multi_pack_below: int = 128 << 10  # grouped Allreduce: arrays below this many bytes are packed together
+    multi_bucket_size: int = 4 << 20  # grouped Allreduce: at most this many bytes per packed buffer (0: no cap)
     tuning: str = ""
     allgather_algorithm: str = "ring"
     reduce_scatter_algorithm: str = "ring"
@@ -298,6 +300,8 @@ def _parse_field(field: str, value: Any, name: str) -> Any:
         return size
     if field == "shm_slots":
         return _parse_window(value, name)
+    if field in ("multi_pack_below", "multi_bucket_size"):
+        return parse_size(value, name)
     if field in ("allgather_algorithm", "reduce_scatter_algorithm"):
         kind = str(value).strip().partition(":")[0]
         if kind not in BLOCK_COLLECTIVE_ALGORITHMS:

@@ -1,0 +1,267 @@
+"""Grouped Allreduce in one process: the layout (which arrays go alone, which are packed, in which
+buckets) for every group size 1..17, packing through MPI datatypes against NumPy's own copies,
+argument errors, the layout cache, and the calls on one rank (the result is each rank's own data)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import adaptcoll
+from adaptcoll.grouped import cache
+from adaptcoll.grouped.args import parse_group
+from adaptcoll.grouped.layout import plan_units
+from adaptcoll.grouped.packing import HostPacker
+
+KINDS = ("<f4", "<f8", "<i4")
+
+
+@pytest.mark.parametrize("n", range(1, 18))
+def test_layout_covers_every_array_once(n):
+    rng = np.random.default_rng(n)
+    for pack_below, bucket in ((0, 0), (64, 0), (64, 100), (1 << 20, 48), (1 << 20, 1 << 20)):
+        nbytes = [int(x) for x in rng.integers(0, 160, n)]
+        kinds = [KINDS[int(k)] for k in rng.integers(0, 3, n)]
+        packable = [bool(p) for p in rng.random(n) < 0.85]
+        units = plan_units(nbytes, kinds, pack_below, bucket, packable)
+        lone = 0  # small arrays alone: a bucket of one (at most one open bucket per kind at the end, or capped)
+        seen = sorted(i for u in units for i in u.arrays)
+        assert seen == list(range(n))
+        for u in units:
+            assert list(u.arrays) == sorted(u.arrays)
+            if not u.packed:
+                (i,) = u.arrays
+                lone += nbytes[i] < pack_below and packable[i]
+                continue
+            assert len(u.arrays) > 1
+            assert all(nbytes[i] < pack_below and packable[i] for i in u.arrays)
+            assert {kinds[i] for i in u.arrays} == {u.kind}
+            assert u.nbytes == sum(nbytes[i] for i in u.arrays)
+            if bucket and len(u.arrays) > 1:
+                assert u.nbytes <= bucket
+        if not bucket:
+            assert lone <= len(KINDS)
+        # same inputs, same layout (every rank computes it alone)
+        assert plan_units(nbytes, kinds, pack_below, bucket, packable) == units
+
+
+def _arrays(n: int, seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        shape = tuple(int(x) for x in rng.integers(0, 5, 1 + i % 3))
+        a = rng.integers(-100, 100, shape).astype("f4")
+        out.append(np.asfortranarray(a) if i % 4 == 3 else a)
+    return out
+
+
+@pytest.mark.parametrize("n", range(1, 18))
+def test_packer_round_trip(n):
+    arrays = _arrays(n, n)
+    total = sum(a.size for a in arrays)
+    packer = HostPacker(arrays)
+    buf = np.full(total + 3, -7, "f4")
+    packer.pack(buf)
+    expected = np.concatenate([a.ravel(order="K") for a in arrays]) if total else np.zeros(0, "f4")
+    assert np.array_equal(buf[:total], expected)
+    assert np.all(buf[total:] == -7)
+    copies = [a.copy(order="K") for a in arrays]
+    for a in arrays:
+        a[...] = 0
+    packer.unpack(buf)
+    assert all(np.array_equal(a, c) for a, c in zip(arrays, copies))
+    packer.free()
+
+
+def test_argument_errors():
+    a, b = np.zeros(4, "f4"), np.zeros(4, "f4")
+    with pytest.raises(ValueError, match="2 sendbufs but 1 recvbufs"):
+        parse_group([a, b], [a], MPI.SUM)
+    with pytest.raises(TypeError, match="list or tuple"):
+        parse_group(a, None, MPI.SUM)
+    with pytest.raises(TypeError, match="op"):
+        parse_group([a], None, "sum")
+    with pytest.raises(TypeError, match=r"sendbufs\[1\] is None"):
+        parse_group([a, None], None, MPI.SUM)
+    g = parse_group([a, MPI.IN_PLACE], [b, a], MPI.SUM)
+    assert g.in_place == (False, True) and g.sends[1] is a and g.error is None
+    g = parse_group(MPI.IN_PLACE, [a, b], MPI.SUM)
+    assert g.in_place == (True, True) and g.sends == g.recvs
+
+
+def test_bad_arrays_get_stand_ins():
+    """This rank's own bad arrays: a stand-in takes part, the error is kept for afterwards."""
+    b = np.zeros(4, "f4")
+    ro = np.arange(4, dtype="f4")
+    ro.flags.writeable = False
+    strided = np.arange(8, dtype="f4")[::2]
+    cases = [
+        (([np.zeros(4)], [b]), ValueError, r"sendbufs\[0\] is float64 but recvbufs\[0\] is float32"),
+        (([np.zeros(5, "f4")], [b]), ValueError, r"sendbufs\[0\] has 5 elements but recvbufs\[0\] has 4"),
+        (([b.copy()], [strided]), BufferError, r"recvbufs\[0\] is not contiguous"),
+        (([strided], [b]), BufferError, r"sendbufs\[0\] is not contiguous"),
+        (([b.copy()], [ro]), BufferError, r"recvbufs\[0\] is read-only"),
+        (([ro], None), BufferError, r"sendbufs\[0\] is read-only"),
+    ]
+    for args, error, text in cases:
+        g = parse_group(*args, MPI.SUM)
+        assert isinstance(g.error, error) and re.search(text, str(g.error))
+        r, s = g.recvs[0], g.sends[0]
+        assert r.flags.c_contiguous and r.flags.writeable and r.dtype == np.float32 and r.size == 4
+        assert s.dtype == r.dtype and s.size == r.size
+    g = parse_group([ro], None, MPI.SUM)
+    assert np.array_equal(g.recvs[0], ro) and g.recvs[0] is not ro  # the data still counts for the others
+
+
+@pytest.fixture
+def comm():
+    c = adaptcoll.Intracomm(MPI.COMM_SELF.Dup())
+    yield c
+    cache.clear()
+    c.Free()
+
+
+@pytest.mark.parametrize("settings", [{}, {"multi_pack_below": 0, "native_below": 0}, {"multi_bucket_size": 40}])
+def test_one_rank_forms(comm, settings):
+    with adaptcoll.configured(**settings):
+        for n in (1, 5, 17):
+            sends = _arrays(n, 100 + n) + [np.arange(7, dtype="f8"), np.arange(3, dtype="i4")]
+            recvs = [np.full_like(s, 99) for s in sends]
+            comm.Allreduce_multi(sends, recvs, MPI.SUM)
+            assert all(np.array_equal(r, s) for r, s in zip(recvs, sends))
+            copies = [s.copy() for s in sends]
+            comm.Allreduce_multi(sends)  # in place
+            assert all(np.array_equal(r, s) for r, s in zip(copies, sends))
+            req = comm.Iallreduce_multi(MPI.IN_PLACE, recvs, MPI.MAX)
+            assert len(req.requests) == len(recvs)
+            adaptcoll.Request.Waitall(req.requests)
+            req.Wait()
+            preq = comm.Allreduce_multi_init(sends, recvs)
+            for _ in range(2):
+                for r in recvs:
+                    r[...] = 5
+                preq.Start()
+                preq.Wait()
+                assert all(np.array_equal(r, s) for r, s in zip(recvs, sends))
+            preq.Free()
+    assert adaptcoll.stats()["Allreduce_multi"]["native"] + adaptcoll.stats()["Allreduce_multi"]["adaptcoll"] > 0
+
+
+def test_empty_groups(comm):
+    comm.Allreduce_multi([])
+    assert comm.Iallreduce_multi([], []).Test()
+    empties = [np.zeros(0, "f4"), np.zeros((0, 3), "f8"), np.zeros(0, "f4")]
+    comm.Allreduce_multi(empties)
+    preq = comm.Allreduce_multi_init([])
+    preq.Start()
+    preq.Wait()
+    preq.Free()
+
+
+def test_bad_array_raises_after_the_call(comm):
+    ro = np.ones(3, "f4")
+    ro.flags.writeable = False
+    good = np.ones(2, "f4")
+    with pytest.raises(BufferError, match=r"recvbufs\[1\] is read-only"):
+        comm.Allreduce_multi([good, good.copy()], [np.zeros(2, "f4"), ro])
+    out = [np.zeros(2, "f4"), np.full(2, 9, "f8")]
+    with pytest.raises(ValueError, match=r"sendbufs\[1\] is float32 but recvbufs\[1\] is float64"):
+        comm.Allreduce_multi([good, good.copy()], out)
+    assert np.all(out[0] == 1) and np.all(out[1] == 9)  # the good pair reduced, the bad one untouched
+    with pytest.raises(BufferError, match="read-only"):
+        comm.Iallreduce_multi([ro])
+    with pytest.raises(BufferError, match="read-only"):
+        comm.Allreduce_multi_init([ro]).Start()
+    assert np.all(ro == 1)
+
+
+def test_cache_reuses_and_drops(comm):
+    cache.clear()
+    arrays = [np.ones(3, "f4"), np.ones(5, "f4")]
+    comm.Allreduce_multi(arrays)
+    key = next(iter(cache._entries))
+    found = cache.lookup(key, arrays, arrays)
+    assert found is not None
+    entry = found[0]
+    assert entry.busy == 1  # held by lookup
+    entry.release()
+    comm.Allreduce_multi(arrays)
+    found = cache.lookup(key, arrays, arrays)
+    assert found is not None and found[0] is entry  # same arrays: same layout and datatypes
+    entry.release()
+    arrays[1] = arrays[1].view("i4")  # a different object: a different key
+    comm.Allreduce_multi(arrays)
+    assert len(cache._entries) == 2
+    alive = [[np.ones(k + 1, "f4"), np.ones(2, "f4")] for k in range(cache.MAX_ENTRIES + 2)]
+    for group in alive:
+        comm.Allreduce_multi(group)
+    assert len(cache._entries) == cache.MAX_ENTRIES
+    assert entry.evicted and entry.packers == [] and entry.busy == 0
+
+
+def test_cache_keeps_no_array_alive(comm):
+    """Entries hold weak references: arrays made anew every step are freed, their entries stop matching."""
+    import gc
+    import weakref
+
+    cache.clear()
+    arrays = [np.ones(3, "f4"), np.ones(5, "f4")]
+    comm.Allreduce_multi(arrays)
+    key = next(iter(cache._entries))
+    watch = weakref.ref(arrays[0])
+    del arrays
+    gc.collect()
+    assert watch() is None
+    again = [np.ones(3, "f4"), np.ones(5, "f4")]
+    assert cache.lookup(key, again, again) is None and not cache._entries  # the stale entry is dropped
+    arrays = [np.ones(3, "f4"), np.ones(5, "f4")]
+    arrays[1] = arrays[1].view("i4")  # a dtype that changed in place is not taken for the old one
+    comm.Allreduce_multi(arrays)
+    key = next(iter(cache._entries))
+    arrays[0].dtype = np.dtype("i4")
+    assert cache.lookup(key, arrays, arrays) is None
+
+
+def test_device_arrays_go_alone_on_fake_device_memory(monkeypatch):
+    """Device arrays (host memory posing as CUDA memory, tests/fake_device.py) are never packed: each
+    is reduced alone like Iallreduce on it (staged below the device threshold, served above), beside
+    packed host arrays, in every form."""
+    import sys
+
+    import fake_device as fd
+
+    from adaptcoll.backends import cupy_backend
+    from adaptcoll.device import staged as staged_native
+
+    cupy, cupyx = fd.fake_cupy(seed=5)
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monkeypatch.setitem(sys.modules, "cupyx", cupyx)
+    monkeypatch.setattr(cupy_backend, "_MODULES", {})
+    monkeypatch.setattr(cupy_backend, "_KERNELS", {})
+    monkeypatch.setattr(staged_native, "_STAGING", {})
+    monkeypatch.setenv("ADAPTCOLL_CUDA_AWARE", "0")
+    comm = adaptcoll.Intracomm(MPI.COMM_SELF.Dup())
+    adaptcoll.reset_stats()
+    try:
+        for device_native_below in (1 << 20, 0):
+            with adaptcoll.configured(device_native_below=device_native_below):
+                hosts = [np.arange(n, dtype="f4") for n in (3, 50, 7)]
+                dev_src = [np.arange(n, dtype="f8") + 1 for n in (40, 5)]
+                devs = [fd.CAIBuffer(h) for h in dev_src]
+                out_h = [np.zeros_like(h) for h in hosts]
+                out_d = [fd.CAIBuffer(np.zeros_like(h)) for h in dev_src]
+                comm.Allreduce_multi(hosts + devs, out_h + out_d, MPI.SUM)
+                assert all(np.array_equal(o, h) for o, h in zip(out_h, hosts))
+                assert all(np.array_equal(o.get(), h) for o, h in zip(out_d, dev_src))
+                req = comm.Iallreduce_multi([*hosts, *out_d], None, MPI.MAX)  # in place, mixed
+                adaptcoll.Request.Waitall(req.requests)
+                assert all(np.array_equal(o.get(), h) for o, h in zip(out_d, dev_src))
+        row = adaptcoll.stats()["Allreduce_multi"]
+        assert row["adaptcoll"] >= 4  # the device arrays above their threshold, served
+        assert row["native_reasons"].get("native (staged): below native_below", 0) >= 4
+    finally:
+        cache.clear()
+        comm.Free()

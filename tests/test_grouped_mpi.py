@@ -1,0 +1,120 @@
+"""Grouped Allreduce over MPI against native MPI, array by array: groups of 1..17 arrays of mixed sizes,
+shapes and dtypes, every form (blocking, in place three ways, nonblocking with per-array requests,
+persistent started twice), served and native units, packed buckets, several ops; errors on every rank
+(one launch per rank count: a launch costs seconds on 2 cores)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from exact_values import exact_data
+from mpi4py import MPI
+
+import adaptcoll
+from adaptcoll.grouped import cache
+
+DTYPES = ("f4", "f8", "i4", "f4", "i8")  # 1 rank: tests/test_grouped.py, in process
+SETTINGS = (
+    {},  # shipped rule: all small here, packed and native
+    {"native_below": 0, "multi_pack_below": 64, "multi_bucket_size": 200},  # served alone and in buckets
+    {"native_below": 0, "multi_pack_below": 0, "allreduce_segment_size": 64},  # every array alone, many segments
+)
+
+
+def _group(rank: int, n: int, seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)  # same layout on every rank, rank-dependent values
+    out = []
+    for i in range(n):
+        count = int(rng.integers(0, 90)) if i % 5 else int(rng.integers(0, 3))
+        dtype = DTYPES[int(rng.integers(0, len(DTYPES)))]
+        a = exact_data(rank, count, dtype, seed * 100 + i)
+        out.append(a.reshape(-1, 1) if count % 2 == 0 and count else a)
+    return out
+
+
+def _reference(world: MPI.Intracomm, sends: list[np.ndarray], op: MPI.Op) -> list[np.ndarray]:
+    refs = [np.empty_like(s) for s in sends]
+    for s, r in zip(sends, refs):
+        world.Allreduce(s, r, op)
+    return refs
+
+
+def _same(got: list[np.ndarray], ref: list[np.ndarray]) -> bool:
+    return all(g.dtype == r.dtype and np.array_equal(g, r) for g, r in zip(got, ref))
+
+
+@pytest.mark.mpi(ranks=[2, 3, 4, 5], timeout=180)
+def test_grouped_equals_native(mpi_ranks):
+    world = MPI.COMM_WORLD
+    comm = adaptcoll.Intracomm(world.Dup())
+    rank = world.Get_rank()
+    for k, settings in enumerate(SETTINGS):
+        with adaptcoll.configured(**settings):
+            for n in range(1, 18) if k < 2 else (1, 2, 9, 17):
+                op = (MPI.SUM, MPI.MAX, MPI.PROD)[n % 3]
+                sends = _group(rank, n, 17 * k + n)
+                ref = _reference(world, sends, op)
+                recvs = [np.full_like(s, 7) for s in sends]
+                comm.Allreduce_multi(sends, recvs, op)
+                assert _same(recvs, ref), (settings, n, "blocking")
+                inplace = [s.copy() for s in sends]
+                comm.Allreduce_multi(inplace, None, op)
+                assert _same(inplace, ref), (settings, n, "recvbufs=None")
+                inplace = [s.copy() for s in sends]
+                req = comm.Iallreduce_multi(MPI.IN_PLACE, inplace, op)
+                adaptcoll.Request.Waitall(req.requests[::-1])
+                assert req.Test()
+                assert _same(inplace, ref), (settings, n, "Iallreduce_multi IN_PLACE")
+                mixed = [s.copy() for s in sends]
+                send_mixed = [MPI.IN_PLACE if i % 2 else s for i, s in enumerate(sends)]
+                for i in range(1, n, 2):
+                    mixed[i] = sends[i].copy()
+                comm.Iallreduce_multi(send_mixed, mixed, op).Wait()
+                assert _same(mixed, ref), (settings, n, "per-array IN_PLACE")
+                if n in (1, 8, 17):
+                    recvs = [np.zeros_like(s) for s in sends]
+                    preq = comm.Allreduce_multi_init(sends, recvs, op)
+                    for _ in range(2):
+                        for r in recvs:
+                            r[...] = 3
+                        preq.Start()
+                        preq.Wait()
+                        assert _same(recvs, ref), (settings, n, "Allreduce_multi_init")
+                    preq.Free()
+    stats = adaptcoll.stats()
+    assert stats["Allreduce_multi"]["adaptcoll"] > 0 and stats["Allreduce_multi"]["native"] > 0
+    _errors_on_every_rank(world, comm)
+    cache.clear()
+    comm.Free()
+
+
+def _errors_on_every_rank(world: MPI.Intracomm, comm: adaptcoll.Intracomm) -> None:
+    """The same bad arguments raise the same error on every rank, before anything is sent."""
+    a, b = np.ones(4, "f4"), np.ones(4, "f8")
+    cases = [
+        (([a, a.copy()], [a.copy()]), ValueError, "2 sendbufs but 1 recvbufs"),
+        (([a], [b]), ValueError, "is float32 but recvbufs"),
+        (([np.ones(8, "f4")[::2]], None), BufferError, "not contiguous"),
+        ((a, None), TypeError, "list or tuple"),
+    ]
+    for args, error, text in cases:
+        with pytest.raises(error, match=text):
+            comm.Allreduce_multi(*args)
+        with pytest.raises(error, match=text):
+            comm.Iallreduce_multi(*args)
+    # a bad array on one rank only: that rank takes part with a copy and raises, the others finish
+    rank, size = world.Get_rank(), world.Get_size()
+    mine = np.full(5, rank + 1.0)
+    if rank == size - 1:
+        mine.flags.writeable = False
+        with pytest.raises(BufferError, match=r"sendbufs\[1\] is read-only"):
+            comm.Allreduce_multi([np.ones(3), mine])
+        assert np.all(mine == rank + 1.0)
+    else:
+        ones = np.ones(3)
+        comm.Allreduce_multi([ones, mine])
+        assert np.all(ones == size) and np.all(mine == size * (size + 1) / 2)
+    # the communicator still works afterwards, on every rank
+    x = [np.full(3, world.Get_rank() + 1.0)]
+    comm.Allreduce_multi(x)
+    assert np.all(x[0] == world.Get_size() * (world.Get_size() + 1) / 2)
