@@ -71,8 +71,8 @@ def _threshold(comm: MPI.Intracomm, collective: str) -> int:
     current = settings.current()
     if getattr(comm, BELOW_ATTR, None) is None:  # no tuning yet: the full path sets it up
         return 0
-    facts = comm_tuning(comm, False).facts
-    below = {c: block_below(facts, c) for c in settings.BLOCK_COLLECTIVES}
+    tuning = comm_tuning(comm, False)
+    below = {c: block_below(tuning, c) for c in settings.BLOCK_COLLECTIVES}
     cache = getattr(comm, BLOCKS_BELOW_ATTR, None)
     if cache is None or len(cache) >= 8:
         cache = {}

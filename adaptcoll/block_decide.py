@@ -4,8 +4,9 @@
 Like `decide.py` (whose `Prepared`, buffer parsing, op mapping and start function it uses), a decision
 depends only on what MPI requires to match across ranks: the type signature of the buffers (basic type
 and count, whatever form a rank used), the op, the recvcounts, the settings and the communicator's
-tuning. Served: host buffers of one predefined basic type (derived datatypes of one basic type are
-packed through MPI), an op adaptcoll folds and that commutes (the ring's fold order is not MPI's rank
+tuning (its table's `allgather` / `reduce_scatter` entries, else the shipped rule: `tune.blocks`).
+Served: host buffers of one predefined basic type (derived datatypes of one basic type are packed
+through MPI), an op adaptcoll folds and that commutes (the ring's fold order is not MPI's rank
 order). Native, counted in `stats()` with the reason: below the threshold, device memory, a datatype
 mixing basic types, MINLOC/MAXLOC, non-commutative ops, `Reduce_scatter` without recvcounts (mpi4py
 then gathers them itself), and arguments mpi4py rejects (so mpi4py raises its own error on every rank).
@@ -130,7 +131,7 @@ def allgather(
         local = smsg.array
         loads.append(smsg.load)
         error = error or smsg.error
-    call = choose_block(tuning.facts, "allgather", rmsg.nbytes)
+    call = choose_block(tuning, "allgather", rmsg.nbytes)
     if not call.serve:
         return call.native or ALGORITHM_NATIVE
     st = comm_state(comm)
@@ -213,7 +214,7 @@ def reduce_scatter(
         result = rmsg.array
         error = error or smsg.error
     dtype = local.dtype
-    call = choose_block(tuning.facts, "reduce_scatter", total * dtype.itemsize)
+    call = choose_block(tuning, "reduce_scatter", total * dtype.itemsize)
     rop = _fold_op(msg, op, call)
     if isinstance(rop, Native):
         return rop

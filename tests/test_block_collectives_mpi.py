@@ -193,11 +193,16 @@ def test_bad_input_raises_native_error_on_every_rank_and_native_reasons(mpi_rank
 
 
 def test_stats_of_python_m_adaptcoll_name_them():
-    """`python -m adaptcoll --stats` counts the new calls under their own names (an unchanged program)."""
+    """`python -m adaptcoll --stats` counts the new calls under their own names (an unchanged program;
+    the grouped Allreduce, which only adaptcoll's communicators have, once per operation: here one
+    packed bucket)."""
     code = (
         "from mpi4py import MPI; import numpy as np; c = MPI.COMM_WORLD; p = c.size; "
         "c.Allgather(np.ones(4), np.zeros(4 * p)); c.Reduce_scatter_block(np.ones(4 * p), np.zeros(4)); "
-        "c.Ireduce_scatter(np.ones(4 * p), np.zeros(4), [4] * p).Wait(); print('ok')"
+        "c.Ireduce_scatter(np.ones(4 * p), np.zeros(4), [4] * p).Wait(); "
+        "out = np.zeros(4); c.Reduce_scatter(np.ones(4 * p), out, [4] * p); assert (out == p).all(); "
+        "g = [np.ones(4), np.ones(3)]; c.Allreduce_multi(g, None); assert all((a == p).all() for a in g); "
+        "print('ok')"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ADAPTCOLL_", "PYTEST_"))}
     env["MPIEXEC_TIMEOUT"] = "55"
@@ -210,4 +215,7 @@ def test_stats_of_python_m_adaptcoll_name_them():
     )
     assert run.returncode == 0 and run.stdout.count("ok") == 2, run.stdout + run.stderr  # lines may interleave
     rows = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s+\d+", run.stderr, re.M)}
-    assert rows == {"Allgather": 1, "Reduce_scatter_block": 1, "Ireduce_scatter": 1}, run.stderr
+    assert rows == {
+        "Allgather": 1, "Reduce_scatter_block": 1, "Ireduce_scatter": 1, "Reduce_scatter": 1, "Allreduce_multi": 1,
+    }, run.stderr  # fmt: skip
+    assert re.search(r"^Allreduce_multi\s+1\s+0\s+packed unit x1$", run.stderr, re.M), run.stderr

@@ -233,14 +233,14 @@ def test_plan_block_segments_caps_and_tag_space():
 def test_settings_and_the_shipped_rule():
     from adaptcoll import settings
     from adaptcoll.tune.blocks import block_below, choose_block
-    from adaptcoll.tune.policy import NEVER, CommFacts
+    from adaptcoll.tune.policy import NEVER, CommFacts, resolve
 
     with pytest.raises(ValueError, match="ADAPTCOLL_ALLGATHER_ALGORITHM"):
         settings.from_environ({"ADAPTCOLL_ALLGATHER_ALGORITHM": "binomial"})
     with pytest.raises(ValueError, match="ADAPTCOLL_REDUCE_SCATTER_ALGORITHM"):
         settings.from_environ({"ADAPTCOLL_REDUCE_SCATTER_ALGORITHM": "ring:radix=2"})
-    two = CommFacts(2, 1, 2, 1.0, "MPICH 5.0.2")
-    four = CommFacts(4, 1, 4, 1.0, "MPICH 5.0.2")
+    two = resolve(b"", "", CommFacts(2, 1, 2, 1.0, "MPICH 5.0.2"), warn=False)
+    four = resolve(b"", "", CommFacts(4, 1, 4, 1.0, "MPICH 5.0.2"), warn=False)
     with settings.configured():
         assert block_below(two, "reduce_scatter") == 4 << 20 and block_below(two, "allgather") == NEVER
         assert block_below(four, "reduce_scatter") == NEVER

@@ -13,9 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from adaptcoll.check.cases import Case, Route, cases, inputs, routes
+from adaptcoll import settings
+from adaptcoll.check.cases import Case, Route, cases, group_inputs, inputs, routes
 from adaptcoll.check.cli import build_parser
+from adaptcoll.check.correctness import _compare
 from adaptcoll.check.report import format_report, recommendation
+from adaptcoll.grouped.layout import plan_units
 from adaptcoll.measure import median_ci, paired_ratios, verdict
 
 HERE = Path(__file__).parent
@@ -44,6 +47,14 @@ def test_quick_check_passes_and_reports_every_part(tmp_path):
     assert {"served:binomial", "served:ring", "served:rabenseifner", "served:shm"} <= served
     blocks = {c["collective"] for c in corr["cases"] if c["route"] == "adaptcoll" and c["route_asked"] == "served:ring"}
     assert {"Allgather", "Reduce_scatter_block"} <= blocks
+    grouped = [c for c in corr["cases"] if c["collective"] == "Allreduce_multi"]
+    assert {c["form"] for c in grouped if c["route"] == "adaptcoll"} == {
+        "blocking",
+        "in_place",
+        "nonblocking",
+        "persistent",
+    }
+    assert {c["dtype"] for c in grouped} == {"float32,int32", "float64,float32"}
     assert {c["form"] for c in corr["cases"]} == {"blocking", "nonblocking", "persistent", "in_place", "pickle"}
     assert any(c["route"].startswith("native") for c in corr["cases"])  # the default route for small calls
     assert len(corr["misuse"]) >= 8 and all(m["passed"] for m in corr["misuse"])
@@ -91,7 +102,9 @@ def test_bad_options_fail_before_mpi_starts():
 def test_cases_cover_every_collective_form_and_route_the_same_way_on_every_rank():
     quick = list(cases(4, full=False))
     assert quick == list(cases(4, full=False))  # a fixed order: all ranks run the same sequence
-    assert {c.collective for c in quick} == {"Bcast", "Reduce", "Allreduce", "Allgather", "Reduce_scatter_block"}
+    assert {c.collective for c in quick} == {
+        "Bcast", "Reduce", "Allreduce", "Allgather", "Reduce_scatter_block", "Allreduce_multi",
+    }  # fmt: skip
     assert {c.root for c in quick if c.collective == "Reduce"} == {0, 3}
     full = list(cases(5, full=True))
     assert len(full) > 3 * len(quick)
@@ -99,6 +112,31 @@ def test_cases_cover_every_collective_form_and_route_the_same_way_on_every_rank(
     labels = [r.label for r in routes("Allreduce", full=True)]
     assert labels[0] == "default" and "served:ring" in labels and "served:topo:intra=shm" in labels
     assert routes("Bcast", False)[1].overrides["bcast_native_below"] == 0
+
+
+def test_grouped_cases_cross_the_packing_threshold_with_two_dtypes_and_distinct_arrays():
+    quick = [c for c in cases(2, full=False) if c.collective == "Allreduce_multi"]
+    assert len(quick) == 16 and {c.route.label for c in quick} == {"default", "served:binomial"}
+    served = next(c for c in quick if c.route.label != "default").route.overrides
+    arrays = group_inputs(quick[0], 1)
+    assert {a.dtype.name for a in arrays} == {"float32", "int32"}
+    nbytes, kinds = [a.nbytes for a in arrays], [a.dtype.str for a in arrays]
+    default = settings.current()
+    for below, bucket in (
+        (default.multi_pack_below, default.multi_bucket_size),
+        (settings.parse_size(served["multi_pack_below"]), settings.parse_size(served["multi_bucket_size"])),
+    ):  # both routes: packed buckets of both dtypes, and arrays alone above the threshold
+        units = plan_units(nbytes, kinds, below, bucket, [True] * len(arrays))
+        assert {u.kind for u in units if u.packed} == set(kinds)
+        assert any(not u.packed and nbytes[u.arrays[0]] >= below for u in units)
+    small = plan_units(nbytes, kinds, 8 << 10, 4 << 10, [True] * len(arrays))
+    assert sum(1 for u in small if u.packed or nbytes[u.arrays[0]] < 8 << 10) > 2  # several buckets
+    firsts = [tuple(a[:1].tolist()) for a in arrays]
+    assert len(set(zip(firsts, (a.size for a in arrays)))) == len(arrays)
+    full = [c for c in cases(3, full=True) if c.collective == "Allreduce_multi"]
+    assert len({c.route.label for c in full}) == 5 and len({c.dtype for c in full}) == 5
+    assert _compare([np.ones(2), np.ones(3)], [np.ones(2), np.zeros(3)]).startswith("array 1: 3 of 3 elements")
+    assert _compare([np.ones(2)], [np.ones(2)]) is None and "expected 2 arrays" in _compare([1], [1, 2])
 
 
 @pytest.mark.parametrize("dtype, op", [("float32", "SUM"), ("float64", "PROD"), ("int16", "BAND"), ("uint8", "BOR")])

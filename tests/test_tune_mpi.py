@@ -1,7 +1,8 @@
 """Tuning over MPI: every rank makes rank 0's choice even when ranks are given different tables or none;
 a bad table is ignored with one warning on rank 0; the table's configuration is what every form of
-the next calls uses (stats() reports it per call); a real `python -m adaptcoll.tune` run writes a
-table the next launch finds in the cache directory."""
+the next calls uses, Allgather and the Reduce-scatters included (stats() reports it per call); a real
+`python -m adaptcoll.tune` run (block collectives included) writes a table the next launch finds in
+the cache directory."""
 
 from __future__ import annotations
 
@@ -30,13 +31,20 @@ CHAIN = ServeConfig("chain:chains=2", 128 * K, 2, 1)
 SIZES = (4 * K, 64 * K, 256 * K, M, 4 * M)
 
 
-def _table(size: int, serve_from: int, config: ServeConfig, native_at: int | None = None) -> bytes:
-    """bcast/reduce/allreduce entries at 16K, serve_from (adaptcoll) and native_at (native)."""
+RING = ServeConfig("ring", 16 * K, 3, 0)
+
+
+def _table(
+    size: int, serve_from: int, config: ServeConfig, native_at: int | None = None, blocks: bool = False
+) -> bytes:
+    """bcast/reduce/allreduce entries at 16K, serve_from (adaptcoll) and native_at (native); with
+    `blocks`, allgather/reduce_scatter entries at the same sizes, served with RING."""
     entries = []
-    for coll in ("bcast", "reduce", "allreduce"):
+    for coll in ("bcast", "reduce", "allreduce") + (("allgather", "reduce_scatter") if blocks else ()):
         points = [(16 * K, False), (serve_from, True)] + ([(native_at, False)] if native_at else [])
+        chosen = RING if coll in ("allgather", "reduce_scatter") else config
         for nbytes, serve in points:
-            entries.append(table.Entry(coll, "host", size, 1, size, nbytes, serve, config, ratio=1.5 if serve else 0.5))
+            entries.append(table.Entry(coll, "host", size, 1, size, nbytes, serve, chosen, ratio=1.5 if serve else 0.5))
     t = table.Table(mpi_library(), tuple(entries), {"host": "test"}, "now", {})
     return table.dumps(t).encode()
 
@@ -128,7 +136,7 @@ def test_the_tables_configuration_is_what_every_form_uses(mpi_ranks):
     where = _shared_dir(world)
     path = where / "t.json"
     if rank == 0:
-        path.write_bytes(_table(size, 256 * K, CHAIN, 4 * M))
+        path.write_bytes(_table(size, 256 * K, CHAIN, 4 * M, blocks=True))
     world.Barrier()
     try:
         with adaptcoll.configured(tuning=str(path)):
@@ -148,6 +156,17 @@ def test_the_tables_configuration_is_what_every_form_uses(mpi_ranks):
                     init.Start()
                     init.Wait()
                     init.Free()
+                # Allgather / Reduce-scatter: the size is the whole array (every rank's block)
+                whole = np.arange(a.size, dtype=np.float32)
+                block = whole[: a.size // size]
+                gathered, part = np.empty_like(whole[: block.size * size]), np.empty_like(block)
+                comm.Allgather(block, gathered)
+                comm.Iallgather(block, gathered).Wait()
+                assert np.array_equal(gathered, np.tile(block, size))
+                comm.Reduce_scatter_block(whole[: block.size * size], part)
+                comm.Ireduce_scatter_block(whole[: block.size * size], part).Wait()
+                comm.Reduce_scatter(whole[: block.size * size], part, [block.size] * size)
+                assert np.array_equal(part, size * whole[rank * block.size : (rank + 1) * block.size])
             got = comm.bcast(np.arange(40 * K, dtype=np.int64) if rank == 0 else None, 0)  # pickled: 320 KiB
             assert np.array_equal(got, np.arange(40 * K))
             stats = adaptcoll.stats()
@@ -159,6 +178,9 @@ def test_the_tables_configuration_is_what_every_form_uses(mpi_ranks):
             for name in ("Allreduce", "Iallreduce", "Allreduce_init"):
                 assert stats[name]["configs"] == {f"{CHAIN.label('allreduce')} [table]": 1}, stats[name]
             assert stats["bcast"]["configs"] == {f"{CHAIN.label('bcast')} [table]": 1}
+            for name in ("Allgather", "Iallgather", "Reduce_scatter_block", "Ireduce_scatter_block", "Reduce_scatter"):
+                assert stats[name]["configs"] == {f"{RING.label()} [table]": 1}, (name, stats[name])
+                assert stats[name]["native_reasons"] == {"below native_below": 1, TUNED_NATIVE.reason: 1}, name
             # explicit settings win over the table
             with adaptcoll.configured(bcast_algorithm="binomial", max_segments=0):
                 comm.Bcast(served, 0)
@@ -208,6 +230,7 @@ comm = adaptcoll.Intracomm(MPI.COMM_WORLD)
 for n in (64 * 1024, 1 << 20):
     a = np.ones(n // 4, np.float32); out = np.empty_like(a)
     comm.Bcast(a, 0); comm.Allreduce(a, out)
+    comm.Reduce_scatter_block(a, out[: a.size // comm.size]); comm.Allgather(a[: a.size // comm.size], out)
 if comm.rank == 0:
     print(json.dumps(adaptcoll.stats()))
 """
@@ -216,28 +239,37 @@ if comm.rank == 0:
 def test_a_real_tuner_run_writes_a_table_the_next_launch_loads(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ADAPTCOLL_", "PYTEST_"))}
     env.update(XDG_CACHE_HOME=str(tmp_path), MPIEXEC_TIMEOUT="100")
-    tune = [sys.executable, "-m", "adaptcoll.tune", "--sizes", "64K,1M", "--collectives", "bcast,allreduce"]
+    collectives = "bcast,allreduce,allgather,reduce_scatter"
+    tune = [sys.executable, "-m", "adaptcoll.tune", "--sizes", "64K,1M", "--collectives", collectives]
     done = subprocess.run(
-        ["mpiexec", "-n", "2", *tune, "--budget", "3"], env=env, capture_output=True, text=True, timeout=110
+        ["mpiexec", "-n", "2", *tune, "--budget", "4"], env=env, capture_output=True, text=True, timeout=110
     )
     assert done.returncode == 0, done.stderr
     written = list((tmp_path / "adaptcoll").glob("tuning-*.json"))
     assert len(written) == 1 and f"written to {written[0]}" in done.stdout, (done.stdout, written)
     t = table.parse(written[0].read_bytes(), str(written[0]))
     assert sorted((e.collective, e.bytes, e.comm_size) for e in t.entries) == [
-        ("allreduce", 64 * K, 2), ("allreduce", M, 2), ("bcast", 64 * K, 2), ("bcast", M, 2),
+        ("allgather", 64 * K, 2), ("allgather", M, 2), ("allreduce", 64 * K, 2), ("allreduce", M, 2),
+        ("bcast", 64 * K, 2), ("bcast", M, 2), ("reduce_scatter", 64 * K, 2), ("reduce_scatter", M, 2),
     ]  # fmt: skip
-    assert "allreduce    1M:" in done.stderr  # the progress lines (plain text: rich is optional)
+    assert "allreduce         1M:" in done.stderr  # the progress lines (plain text: rich is optional)
     for e in t.entries:
         assert e.samples > 0 and e.candidates and e.p25 <= e.ratio <= e.p75
+        if e.collective in ("allgather", "reduce_scatter"):  # the ring's shapes, one run at these sizes
+            assert e.config.algorithm == "ring" and len(e.candidates) == 1, e
     nxt = subprocess.run(
         ["mpiexec", "-n", "2", sys.executable, "-c", _NEXT_LAUNCH], env=env, capture_output=True, text=True, timeout=110
     )
     assert nxt.returncode == 0, nxt.stderr
     stats = json.loads(nxt.stdout.strip().splitlines()[-1])
+    names = {
+        "bcast": "Bcast",
+        "allreduce": "Allreduce",
+        "allgather": "Allgather",
+        "reduce_scatter": "Reduce_scatter_block",
+    }
     for e in t.entries:
-        name = "Bcast" if e.collective == "bcast" else "Allreduce"
-        row = stats[name]
+        row = stats[names[e.collective]]
         if e.serve:
             assert row["configs"].get(f"{e.config.label(e.collective)} [table]", 0) >= 1, (e, row)
         else:

@@ -264,3 +264,121 @@ def test_show_plot(tmp_path):
 def test_never_threshold_when_nothing_is_served():
     tuning = resolve(b"", "", _facts(size=2, per_core=1.0), warn=False)
     assert tuning.below["bcast"] == NEVER and not tuning.choose("bcast", 1 << 30).serve
+
+
+# -- Allgather / Reduce-scatter entries -----------------------------------------------------------
+RING_1M = ServeConfig("ring", M, 0, 0)
+RING_64K = ServeConfig("ring", 64 * K, 2, 0)
+
+
+def _block_calls(tuning, sizes=(4 * K, M, 4 * M, 16 * M, 64 * M)):
+    from adaptcoll.tune.blocks import block_below, choose_block
+
+    out = {}
+    for coll in settings.BLOCK_COLLECTIVES:
+        out[coll] = [block_below(tuning, coll)] + [choose_block(tuning, coll, n) for n in sizes]
+    return out
+
+
+def test_a_table_without_block_entries_leaves_allgather_and_reduce_scatter_to_the_shipped_rule():
+    old = _table(_entry(nbytes=M, size=2), _entry("allreduce", 16 * M, size=2, config=BINO))  # an older table
+    with adaptcoll.configured(tuning="off"):
+        for explicit in ({}, {"native_below": 0}, {"reduce_scatter_algorithm": "ring:segment_size=1M"}):
+            with adaptcoll.configured(**explicit):
+                for size in (2, 4):
+                    tuned = resolve(_bytes(old), "old.json", _facts(size=size), warn=False)
+                    rule = resolve(b"", "", _facts(size=size), warn=False)
+                    assert tuned.sources[("allgather", "host")] == "defaults"
+                    assert _block_calls(tuned) == _block_calls(rule), (explicit, size)
+        calls = _block_calls(resolve(_bytes(old), "old.json", _facts(size=2), warn=False))
+        assert calls["reduce_scatter"][0] == 4 * M and calls["allgather"][0] == NEVER  # the 2-rank rule
+        assert calls["reduce_scatter"][4].label == "ring seg=32M max_segments=0 [defaults]"
+        assert not calls["reduce_scatter"][2].serve and calls["reduce_scatter"][2].native.reason == "below native_below"
+        assert ("allgather", "device") not in resolve(_bytes(old), "old.json", _facts(size=2), warn=False).bands
+
+
+def test_block_entries_round_trip_and_are_validated():
+    t = _table(
+        _entry("allgather", M, size=2, config=RING_1M, ratio=1.2),
+        _entry("reduce_scatter", 16 * M, size=2, config=RING_64K, serve=False),
+    )
+    back = table.parse(_bytes(t), "b.json")
+    assert back.entries == tuple(sorted(t.entries, key=lambda e: e.key))
+    doc = t.to_json()
+    for change, field, problem in (
+        (lambda e: e["config"].update(algorithm="binomial"), "config.algorithm", "'ring' only"),
+        (lambda e: e["config"].update(algorithm="ring:segment_size=1M"), "config.algorithm", "'ring' only"),
+        (lambda e: e["config"].update(algorithm="rabenseifner"), "config.algorithm", "'ring' only"),
+        (lambda e: e.update(memory="device"), "memory", "expected one of host, got 'device'"),
+    ):
+        bad = json.loads(json.dumps(doc))
+        change(bad["entries"][0])
+        with pytest.raises(table.TableError, match=f"entries\\[0\\]\\.{field}: .*{problem}"):
+            table.parse(json.dumps(bad), "b.json")
+    bad = json.loads(json.dumps(doc))
+    bad["entries"][0].update(collective="bcast")  # ring stays an allreduce algorithm for the trees
+    with pytest.raises(table.TableError, match=r"entries\[0\]\.config\.algorithm: 'ring' is an allreduce algorithm"):
+        table.parse(json.dumps(bad), "b.json")
+
+
+def test_block_entries_decide_allgather_and_reduce_scatter_and_explicit_settings_win():
+    from adaptcoll.tune.blocks import block_below, choose_block
+
+    t = _table(
+        _entry("reduce_scatter", 64 * K, size=2, serve=False, config=RING_64K),
+        _entry("reduce_scatter", M, size=2, serve=True, config=RING_64K),
+        _entry("reduce_scatter", 16 * M, size=2, serve=False, config=RING_1M),
+        _entry("allgather", 64 * K, size=4, serve=True, config=RING_1M),
+    )
+    with adaptcoll.configured(tuning="off"):
+        tuning = resolve(_bytes(t), "b.json", _facts(size=2), warn=False)
+        assert tuning.sources[("reduce_scatter", "host")] == "table"
+        assert tuning.sources[("allgather", "host")] == "table~4"  # the nearest measured size
+        assert block_below(tuning, "reduce_scatter") == 256 * K and block_below(tuning, "allgather") == 0
+        small, mid, big = (choose_block(tuning, "reduce_scatter", n) for n in (64 * K, M, 16 * M))
+        assert not small.serve and small.native.reason == "below native_below"
+        assert mid.serve and (mid.segment_size, mid.max_segments) == (64 * K, 2)
+        assert mid.label == "ring seg=64K max_segments=2 [table]"
+        assert not big.serve and big.native is TUNED_NATIVE
+        assert choose_block(tuning, "allgather", 64 * M).label == "ring seg=1M max_segments=0 [table~4]"
+        with adaptcoll.configured(reduce_scatter_native_below=0):  # serves, with the table's best config
+            assert block_below(tuning, "reduce_scatter") == 0
+            c = choose_block(tuning, "reduce_scatter", 16 * M)
+            assert c.serve and c.label == "ring seg=1M max_segments=0 [table]"
+        with adaptcoll.configured(reduce_scatter_algorithm="ring:segment_size=8K"):
+            c = choose_block(tuning, "reduce_scatter", M)
+            assert c.serve and c.label == "ring seg=8K max_segments=2 [table+settings]"
+        with adaptcoll.configured(reduce_scatter_algorithm="native"):
+            assert choose_block(tuning, "reduce_scatter", M).native.reason == "algorithm=native"
+        assert tuning.below == {"bcast": NEVER, "reduce": 4 * M, "allreduce": 4 * M}  # the others: the rule
+        other = resolve(_bytes(_table(*t.entries, library="Open MPI v5")), "o.json", _facts(size=2), warn=False)
+        assert other.sources[("reduce_scatter", "host")] == "defaults"  # another MPI: the shipped rule
+
+
+def test_the_tuner_candidates_for_allgather_and_reduce_scatter():
+    from adaptcoll.measure import make_buffers
+    from adaptcoll.tune.candidates import candidates, signature
+
+    for coll in settings.BLOCK_COLLECTIVES:
+        found = candidates(coll, 2)
+        assert [(c.algorithm, c.segment_size, c.max_segments) for c in found] == [
+            ("ring", 512 * K, 0), ("ring", 4 * M, 0), ("ring", 32 * M, 0),
+        ]  # fmt: skip
+        distinct = [len({signature(c, coll, p, n, 4) for c in found}) for n, p in ((M, 2), (16 * M, 2), (16 * M, 8))]
+        assert distinct == [1, 3, 2]  # a segment never exceeds a block: small sizes are one run
+        with adaptcoll.configured(**found[0].overrides(coll), **{f"{coll}_native_below": 0}) as s:
+            assert s.algorithm(coll) == "ring:segment_size=524288,max_segments=0"
+    assert all(c.algorithm != "ring" for c in candidates("bcast", 4))
+    ag, rs = make_buffers("allgather", 4 * K, "float32", 3), make_buffers("reduce_scatter", 4 * K, "float64", 3)
+    assert (ag.send.size, ag.recv.size, rs.send.size, rs.recv.size) == (341, 1023, 510, 170)
+
+
+def test_cli_and_show_know_allgather_and_reduce_scatter(tmp_path, capsys):
+    assert cli.parse_collectives("reduce_scatter,bcast,allgather") == ["bcast", "allgather", "reduce_scatter"]
+    assert cli.default_budget(cli.parse_collectives(",".join(table.COLLECTIVES))) == 300
+    path = tmp_path / "b.json"
+    table.write(path, _table(_entry("reduce_scatter", 16 * M, size=2, config=RING_1M, ratio=2.5), _entry(nbytes=M)))
+    assert cli.main(["show", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "reduce_scatter (host memory), 2 ranks, 1 node(s), 2 ranks per node (bytes: the whole array)" in out
+    assert "16M  adaptcoll   2.50" in out and "ring seg=1M max_segments=0" in out

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..measure import Progress, import_cupy, parse_overrides, parse_size, pin_malloc
-from .cases import BLOCK_COLLECTIVES, cases
+from .cases import DEVICE_COLLECTIVES, cases
 from .correctness import Runner, run_cases
 from .environment import gather_environment
 from .misuse import run_misuse
@@ -123,7 +123,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     do_correct = args.only in (None, "correctness")
     do_speed = args.only in (None, "speed")
     case_list = list(cases(nranks, full)) if do_correct else []
-    device_cases = [c for c in case_list if c.collective not in BLOCK_COLLECTIVES] if cupy is not None else []
+    device_cases = [c for c in case_list if c.collective in DEVICE_COLLECTIVES] if cupy is not None else []
     speed_cells = len(plan.collectives) * len(plan.sizes) * (1 + (cupy is not None)) if do_speed else 0
     progress = Progress(len(case_list) + len(device_cases) + 20 * speed_cells, rank == 0 and not args.quiet)
     if do_correct:
@@ -135,7 +135,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
                 results += run_cases(runner, (c for c in case_list), lambda r: progress.advance(1, "correctness"))
                 if cupy is not None:
                     runner = Runner(world, comm, MPI, adaptcoll, cupy)
-                    device = (c for c in case_list if c.form != "pickle" and c.collective not in BLOCK_COLLECTIVES)
+                    device = (c for c in case_list if c.form != "pickle" and c.collective in DEVICE_COLLECTIVES)
                     results += run_cases(runner, device, lambda r: progress.advance(1, "correctness (device)"))
             finally:
                 comm.Free()

@@ -12,7 +12,7 @@ from typing import Any, Optional
 import numpy as np
 
 from ..measure import route_of
-from .cases import BLOCK_COLLECTIVES, Case, inputs
+from .cases import BLOCK_COLLECTIVES, MULTI, Case, group_inputs, inputs
 
 __all__ = ["CaseResult", "run_cases", "Runner"]
 
@@ -75,6 +75,13 @@ class Runner:
     def _native(self, case: Case) -> Any:
         world, MPI = self.world, self.MPI
         op = getattr(MPI, case.op)
+        if case.collective == MULTI:  # one native Allreduce per array
+            outs = []
+            for mine in group_inputs(case, self.rank):
+                out = _fill(mine.size, mine.dtype)
+                world.Allreduce(mine, out, op)
+                outs.append(out)
+            return outs
         if case.collective in BLOCK_COLLECTIVES:
             send = _block_input(case, self.rank, world.Get_size())
             if case.collective == "Allgather":
@@ -136,8 +143,40 @@ class Runner:
             comm.Reduce_scatter_block(send, out, op)
         return out
 
+    def _multi(self, case: Case) -> list[np.ndarray]:
+        """The grouped Allreduce (host memory) in the case's form: Allreduce_multi, with MPI.IN_PLACE,
+        Iallreduce_multi (each array's request waited for, last first, then the group's), or
+        Allreduce_multi_init started twice (the receive arrays refilled in between)."""
+        comm, MPI = self.comm, self.MPI
+        op = getattr(MPI, case.op)
+        sends = group_inputs(case, self.rank)
+        if case.form == "in_place":
+            comm.Allreduce_multi(MPI.IN_PLACE, sends, op)
+            return sends
+        recvs = [_fill(a.size, a.dtype) for a in sends]
+
+        def nonblocking() -> Any:
+            req = comm.Iallreduce_multi(sends, recvs, op)
+            self.adaptcoll.Request.Waitall(req.requests[::-1])
+            return req
+
+        def refill() -> None:
+            for r in recvs:
+                r[...] = _fill(r.size, r.dtype)
+
+        self._run(
+            case,
+            lambda: comm.Allreduce_multi(sends, recvs, op),
+            nonblocking,
+            lambda: comm.Allreduce_multi_init(sends, recvs, op),
+            refill,
+        )
+        return recvs
+
     def _adaptcoll(self, case: Case) -> Any:
         comm, MPI = self.comm, self.MPI
+        if case.collective == MULTI:
+            return self._multi(case)
         if case.collective in BLOCK_COLLECTIVES:
             return self._blocks(case)
         op = getattr(MPI, case.op)
@@ -251,7 +290,16 @@ def _block_input(case: Case, rank: int, size: int) -> np.ndarray:
 
 
 def _compare(got: Any, expected: Any) -> Optional[str]:
-    """None if equal (exactly: the inputs make every result exact), else where they differ."""
+    """None if equal (exactly: the inputs make every result exact), else where they differ (a list:
+    array by array, the first that differs)."""
+    if isinstance(expected, list):
+        if not isinstance(got, list) or len(got) != len(expected):
+            return f"expected {len(expected)} arrays, got {type(got).__name__}"
+        for k, (one, want) in enumerate(zip(got, expected)):
+            problem = _compare(one, want)
+            if problem is not None:
+                return f"array {k}: {problem}"
+        return None
     if expected is None:
         return None if got is None else f"expected no result, got {type(got).__name__}"
     if got is None:

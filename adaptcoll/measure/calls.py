@@ -37,16 +37,28 @@ def dtype_for(collective: str, reduce_dtype: Any = np.float32) -> np.dtype:
     return np.dtype(np.uint8) if collective.endswith("bcast") else np.dtype(reduce_dtype)
 
 
-def make_buffers(collective: str, size: int, reduce_dtype: Any = np.float32) -> Buffers:
-    """Ones to send, zeros to receive: `size` bytes each (at least one element)."""
+_BLOCKS = ("allgather", "reduce_scatter")
+"""Collectives whose `size` is the whole array, cut into a block per rank (Allgather's result,
+Reduce_scatter_block's input)."""
+
+
+def make_buffers(collective: str, size: int, reduce_dtype: Any = np.float32, ranks: int = 1) -> Buffers:
+    """Ones to send, zeros to receive: `size` bytes each (at least one element). Allgather and
+    Reduce_scatter_block on `ranks` ranks: `size` bytes is the whole array (p blocks of whole elements,
+    at least one each), the other buffer one block."""
     dt = dtype_for(collective, reduce_dtype)
     count = max(1, size // dt.itemsize)
+    if collective in _BLOCKS:
+        block = max(1, count // ranks)
+        if collective == "allgather":
+            return Buffers(np.ones(block, dtype=dt), np.zeros(block * ranks, dtype=dt))
+        return Buffers(np.ones(block * ranks, dtype=dt), np.zeros(block, dtype=dt))
     return Buffers(np.ones(count, dtype=dt), np.zeros(count, dtype=dt))
 
 
 def starter(collective: str, comm: Any, bufs: Buffers, root: int, MPI: Any) -> Callable[[], Any]:
     """A zero-argument function that runs (blocking) or starts (I-form: returns the request) the
-    collective with MPI.SUM on `comm`."""
+    collective with MPI.SUM on `comm` ('reduce_scatter': Reduce_scatter_block)."""
     send, recv = bufs.send, bufs.recv
     if collective == "bcast":
         return lambda: comm.Bcast(send, root)
@@ -60,6 +72,10 @@ def starter(collective: str, comm: Any, bufs: Buffers, root: int, MPI: Any) -> C
         return lambda: comm.Ireduce(send, recv, MPI.SUM, root)
     if collective == "iallreduce":
         return lambda: comm.Iallreduce(send, recv, MPI.SUM)
+    if collective == "allgather":
+        return lambda: comm.Allgather(send, recv)
+    if collective == "reduce_scatter":
+        return lambda: comm.Reduce_scatter_block(send, recv, MPI.SUM)
     raise ValueError(f"unknown collective {collective!r}")
 
 

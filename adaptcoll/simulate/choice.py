@@ -82,7 +82,7 @@ def _choose_block(
     facts = rule_facts(size, ranks_per_node)
     previous = settings_mod.use(cfg)
     try:
-        call = choose_block(facts, name, nbytes)
+        call = choose_block(resolve(b"", "", facts, warn=False), name, nbytes)
     finally:
         settings_mod.use(previous)
     if segment > 0:

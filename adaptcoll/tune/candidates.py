@@ -5,7 +5,8 @@ root counts to try. A new algorithm is tuned by adding a family here; families w
 build does not know (not in `settings.ALGORITHMS`) are skipped, so entries for algorithms being added
 elsewhere can wait here. `signature` tells which candidates would run exactly the same messages for
 a given communicator and message size (same trees, same segments), so the tuner times only one.
-No MPI here.
+Allgather / Reduce-scatter have one family, the ring with `BLOCK_SHAPES` (their message size is the
+whole array, cut into p blocks). No MPI here.
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import settings
+from ..blockplan import plan_block_segments
 from ..plan import plan_segments
 from ..trees import KINDS, build_all, parse_algorithm
 from .config import ServeConfig
 
-__all__ = ["Family", "SHAPES", "FAMILIES", "candidates", "signature", "itemsize_of"]
+__all__ = ["Family", "SHAPES", "BLOCK_SHAPES", "FAMILIES", "candidates", "signature", "itemsize_of"]
 
 K, M = 1 << 10, 1 << 20
 
@@ -30,6 +32,13 @@ SHAPES: tuple[tuple[int, int], ...] = (
     (2 * M, 0),
 )
 """(segment size, max_segments) pairs tried by default."""
+BLOCK_SHAPES: tuple[tuple[int, int], ...] = (
+    (512 * K, 0),  # pipelined blocks
+    (4 * M, 0),  # what an explicit threshold serves with under the shipped rule (defaults.RING)
+    (32 * M, 0),  # one segment per block up to 32 MiB blocks (the rule's choice at 2 ranks)
+)
+"""The ring's (segment size, max_segments) tried for Allgather / Reduce-scatter (a segment never
+exceeds a block, so at small sizes they are one run and timed once)."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +63,7 @@ FAMILIES: list[Family] = [
     Family("ring", ("allreduce",), shapes=((512 * K, 0),)),
     Family("rabenseifner", ("allreduce",), shapes=((512 * K, 0),)),
     Family("shm", shapes=((512 * K, 0),)),
+    Family("ring", settings.BLOCK_COLLECTIVES, shapes=BLOCK_SHAPES),
 ]
 """The registry of candidate families (order = preference among equal signatures)."""
 
@@ -96,6 +106,10 @@ def signature(config: ServeConfig, collective: str, comm_size: int, nbytes: int,
     """What the candidate sends for this message: its trees and its segment plan (equal = same run)."""
     itemsize = itemsize_of(collective, itemsize)
     count = max(1, nbytes // itemsize)
+    if collective in settings.BLOCK_COLLECTIVES:  # p blocks of the whole array, as make_buffers cuts them
+        counts = (max(1, count // comm_size),) * comm_size
+        blocks = plan_block_segments(counts, itemsize, config.segment_size, 1 << 30, config.max_segments)
+        return (config.algorithm, blocks.seg_count)
     segment = max(itemsize, config.segment_size // itemsize * itemsize)
     plan = plan_segments(count, itemsize, segment, 0, 1 << 30, config.max_segments)
     if collective == "allreduce":

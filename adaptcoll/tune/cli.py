@@ -1,7 +1,7 @@
 """`python -m adaptcoll.tune`: measure native MPI against adaptcoll's candidate configurations on this
 machine and write a tuning table; `python -m adaptcoll.tune show FILE [--plot PNG]` prints one.
 
-    mpiexec -n 16 python -m adaptcoll.tune                       # 4K..64M, all three, ~3 minutes
+    mpiexec -n 16 python -m adaptcoll.tune                       # 4K..64M, all five, ~5 minutes
     mpiexec -n 4 python -m adaptcoll.tune --sizes 1M..64M --collectives reduce --budget 60 -o t.json
     python -m adaptcoll.tune show ~/.cache/adaptcoll/tuning-*.json --plot tuning.png
 """
@@ -15,11 +15,26 @@ from typing import Optional
 
 from .. import settings
 from .show import main as show_main
+from .table import COLLECTIVES
 
-__all__ = ["DEFAULT_SIZES", "DEFAULT_BUDGET", "parse_sizes", "parse_collectives", "build_parser", "main"]
+__all__ = [
+    "DEFAULT_SIZES",
+    "BUDGET_PER_COLLECTIVE",
+    "parse_sizes",
+    "parse_collectives",
+    "default_budget",
+    "build_parser",
+    "main",
+]
 
 DEFAULT_SIZES = "4K..64M"
-DEFAULT_BUDGET = 180.0
+BUDGET_PER_COLLECTIVE = 60.0
+"""The default budget: this many seconds per collective measured (all five: 300 s)."""
+
+
+def default_budget(collectives: Sequence[str]) -> float:
+    """The sweep's default time budget for these collectives."""
+    return BUDGET_PER_COLLECTIVE * len(collectives)
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -44,12 +59,12 @@ def parse_sizes(text: str) -> list[int]:
 
 
 def parse_collectives(text: str) -> list[str]:
-    """'bcast,allreduce' -> ['bcast', 'allreduce'] (validated, order of settings.COLLECTIVES)."""
+    """'allgather,bcast' -> ['bcast', 'allgather'] (validated, in the order of table.COLLECTIVES)."""
     wanted = {t.strip().lower() for t in text.split(",") if t.strip()}
-    bad = wanted - set(settings.COLLECTIVES)
+    bad = wanted - set(COLLECTIVES)
     if bad or not wanted:
-        raise ValueError(f"--collectives {text!r}: choose from {', '.join(settings.COLLECTIVES)}")
-    return [c for c in settings.COLLECTIVES if c in wanted]
+        raise ValueError(f"--collectives {text!r}: choose from {', '.join(COLLECTIVES)}")
+    return [c for c in COLLECTIVES if c in wanted]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,14 +80,17 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"LOW..HIGH (powers of 4; ':2' for 2) or a list (default {DEFAULT_SIZES})",
     )
     p.add_argument(
-        "--collectives", default=",".join(settings.COLLECTIVES), help="comma-separated subset of bcast,reduce,allreduce"
+        "--collectives",
+        default=",".join(COLLECTIVES),
+        help=f"comma-separated subset of {','.join(COLLECTIVES)} (reduce_scatter: Reduce_scatter_block and "
+        "Reduce_scatter; their size is the whole array)",
     )
     p.add_argument(
         "--budget",
         type=float,
-        default=DEFAULT_BUDGET,
+        default=None,
         metavar="SECONDS",
-        help=f"time for the whole sweep (default {DEFAULT_BUDGET:g})",
+        help=f"time for the whole sweep (default {BUDGET_PER_COLLECTIVE:g} per collective)",
     )
     p.add_argument(
         "-o",
@@ -111,6 +129,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         sizes = parse_sizes(args.sizes)
         collectives = parse_collectives(args.collectives)
+        if args.budget is None:
+            args.budget = default_budget(collectives)
         if args.budget <= 0:
             raise ValueError("--budget: must be > 0 seconds")
     except ValueError as exc:

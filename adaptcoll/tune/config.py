@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from .. import settings
 from ..native import Native
 
 __all__ = ["ServeConfig", "CallConfig", "format_bytes"]
@@ -51,7 +52,11 @@ class ServeConfig:
         }
 
     def overrides(self, collective: str) -> dict[str, Any]:
-        """The explicit settings (configure() keywords) that make `collective` use exactly this config."""
+        """The explicit settings (configure() keywords) that make `collective` use exactly this config
+        (Allgather / Reduce-scatter: the ring's parameters in the algorithm setting)."""
+        if collective in settings.BLOCK_COLLECTIVES:
+            params = f"segment_size={self.segment_size},max_segments={self.max_segments}"
+            return {f"{collective}_algorithm": f"{self.algorithm}:{params}"}
         out: dict[str, Any] = {
             f"{collective}_algorithm": self.algorithm,
             f"{collective}_segment_size": self.segment_size,

@@ -6,10 +6,12 @@ The cases and the measurements behind each band are in docs/tuning.md ("The ship
 tests/test_tune_defaults.py checks that every configuration the rule serves at a measured size was
 measured faster than native there: the 2-core development machine at 4 ranks (ranks share cores)
 and 2 ranks, and a 16-core node at 4, 8 and 16 ranks (MPICH 5.0.2, and Open MPI 5.0.11 at 16 ranks).
+Allgather and Reduce-scatter (`BLOCK_RULE`, served by the ring only) have their own, smaller rule.
 """
 
 from __future__ import annotations
 
+from .. import settings
 from .config import ServeConfig
 from .table import Band
 
@@ -23,6 +25,9 @@ __all__ = [
     "SCALE_FROM",
     "WIDE_FROM",
     "HUGE_FROM",
+    "RING",
+    "WHOLE_BLOCKS",
+    "BLOCK_RULE",
     "case",
     "default_bands",
     "describe",
@@ -139,9 +144,32 @@ _CASES: dict[str, _Rule] = {
 }
 
 
+RING = ServeConfig("ring", 4 * M, 0, 0)
+"""Allgather / Reduce-scatter: the ring, 4M segments, no cap: what an explicit threshold serves with
+under the shipped rule unless the algorithm setting gives `segment_size` / `max_segments` (the ring
+allreduce's defaults)."""
+WHOLE_BLOCKS = ServeConfig("ring", 32 * M, 0, 0)
+"""The ring, 32M segments: one segment per block up to 64 MiB at 2 ranks (measured best there: the
+local copy overlaps the one exchange, the fold waits for nothing else)."""
+
+BLOCK_RULE: dict[str, _Rule] = {
+    "2 ranks": {"allgather": (), "reduce_scatter": ((4 * M, WHOLE_BLOCKS),)},
+}
+"""Allgather and Reduce-scatter: case -> collective -> served size bands (start, config), by the size of
+the whole array (the Allgather's result, the Reduce-scatter's input); a case or collective not listed:
+native. 2 ranks, MPICH 5.0.2, one core each (bench/results/blocks_2ranks.md): Reduce_scatter_block wins
+from 4 MiB (1.1-1.3x at 4M, about 3x at 16M and 4x at 64M, where MPICH's is slow) and loses below (0.6
+at 1M); the Allgather ring only breaks even from 16M (0.93-1.10 over runs) and loses below (0.6-0.8), so
+it stays native. Nothing else was measured: native."""
+
+
 def default_bands(collective: str, comm_size: int, ranks_per_core: float, mpi_library: str = "") -> tuple[Band, ...]:
     """The shipped rule's size bands for a collective: native below the first start, then each config."""
-    served = _CASES[case(comm_size, ranks_per_core, mpi_library)][collective]
+    name = case(comm_size, ranks_per_core, mpi_library)
+    if collective in settings.BLOCK_COLLECTIVES:
+        served = BLOCK_RULE.get(name, {}).get(collective, ())
+        return (Band(0, False, RING),) + tuple(Band(start, True, config) for start, config in served)
+    served = _CASES[name][collective]
     first = served[0][1] if served else SHIPPED
     out = [Band(0, False, first)]
     out.extend(Band(start, True, config) for start, config in served)

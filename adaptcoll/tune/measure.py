@@ -29,7 +29,13 @@ from .table import Entry
 
 __all__ = ["Point", "Outcome", "Options", "median_ci", "measure_point", "entry_from"]  # median_ci: from measure
 
-_MPI_METHODS = {"bcast": MPI.Intracomm.Bcast, "reduce": MPI.Intracomm.Reduce, "allreduce": MPI.Intracomm.Allreduce}
+_MPI_METHODS = {
+    "bcast": MPI.Intracomm.Bcast,
+    "reduce": MPI.Intracomm.Reduce,
+    "allreduce": MPI.Intracomm.Allreduce,
+    "allgather": MPI.Intracomm.Allgather,
+    "reduce_scatter": MPI.Intracomm.Reduce_scatter_block,
+}
 
 
 @dataclass(frozen=True)
@@ -98,6 +104,8 @@ def _native(collective: str, world: MPI.Intracomm, send: np.ndarray, recv: np.nd
         return lambda: method(world, send, 0)
     if collective == "reduce":
         return lambda: method(world, send, recv, MPI.SUM, 0)
+    if collective == "allgather":
+        return lambda: method(world, send, recv)
     return lambda: method(world, send, recv, MPI.SUM)
 
 
@@ -106,7 +114,7 @@ class _Runner:
 
     def __init__(self, world: MPI.Intracomm, comm: Any, point: Point, configs: list[ServeConfig], dtype: str) -> None:
         self.world = world
-        bufs = make_buffers(point.collective, point.nbytes, dtype)
+        bufs = make_buffers(point.collective, point.nbytes, dtype, world.Get_size())
         self.calls = [_native(point.collective, world, bufs.send, bufs.recv)]
         self.settings: list[Optional[settings.Settings]] = [None]
         base = settings.current()

@@ -2,7 +2,8 @@
 resolved once from the table bytes and the communicator's facts, and `CommTuning.choose`, which turns
 (collective, message bytes, host/device) into the `CallConfig` a call uses. Explicit settings win over
 the table field by field; the per-communicator thresholds the small-message fast path reads (`below`)
-are kept in step with the settings in force.
+are kept in step with the settings in force. Allgather / Reduce-scatter have bands here too (host
+memory); `adaptcoll.tune.blocks` turns them into a call's configuration (their settings differ).
 
 Every rank resolves the same bytes with the same facts, so every rank makes the same choices.
 """
@@ -18,7 +19,7 @@ from .. import counters, settings
 from ..native import BELOW_THRESHOLD, Native
 from .config import CallConfig, ServeConfig
 from .defaults import case, default_bands
-from .table import MEMORIES, Band, Table, TableError, band_index, bands, nearest_group, parse
+from .table import COLLECTIVES, Band, Table, TableError, band_index, bands, memories, nearest_group, parse
 
 __all__ = [
     "CommFacts",
@@ -107,22 +108,32 @@ class CommTuning:
         self._settings = current
         self._calls.clear()
         for coll in settings.COLLECTIVES:
-            if current.threshold_explicit(coll):
-                self.below[coll] = current.threshold(coll)
-            else:
-                key = (coll, "host")
-                i = self._first_served[key]
-                self.below[coll] = self._starts[key][i] if i < len(self._starts[key]) else NEVER
+            self.below[coll] = self.native_below(coll, current)
+
+    def native_below(self, collective: str, current: settings.Settings) -> int:
+        """Host messages of `collective` below this many bytes go native: the explicit threshold, else the
+        start of the first served band (NEVER when no band is served)."""
+        if current.threshold_explicit(collective):
+            return current.threshold(collective)
+        key = (collective, "host")
+        i = self._first_served[key]
+        return self._starts[key][i] if i < len(self._starts[key]) else NEVER
+
+    def band(self, collective: str, nbytes: int, on_device: bool = False) -> tuple[int, Band, bool]:
+        """(index, the size band of `nbytes` bytes, whether it lies below the first served band)."""
+        key = (collective, "device" if on_device else "host")
+        i = band_index(self._starts[key], nbytes)
+        return i, self.bands[key][i], i < self._first_served[key]
 
     def choose(self, collective: str, nbytes: int, on_device: bool = False) -> CallConfig:
         """The configuration a call of `collective` on `nbytes` bytes uses (cached per size band)."""
         key = (collective, "device" if on_device else "host")
-        i = band_index(self._starts[key], nbytes)
+        i, band, _ = self.band(collective, nbytes, on_device)
         s = self._settings
         if s.threshold_explicit(collective):
             serve = nbytes >= s.threshold(collective)
         else:
-            serve = self.bands[key][i].serve
+            serve = band.serve
         found = self._calls.get((key[0], key[1], i, serve))
         if found is None:
             found = self._calls[(key[0], key[1], i, serve)] = self._make(collective, key, i, serve)
@@ -206,8 +217,8 @@ def resolve(data: bytes, origin: str, facts: CommFacts, warn: bool, problem: Opt
     band_map: dict[tuple[str, str], tuple[Band, ...]] = {}
     sources: dict[tuple[str, str], str] = {}
     rule = case(facts.size, facts.ranks_per_core, facts.mpi_library)
-    for coll in settings.COLLECTIVES:
-        for memory in MEMORIES:
+    for coll in COLLECTIVES:
+        for memory in memories(coll):
             key = (coll, memory)
             found, group = (
                 (None, []) if table is None else nearest_group(table.entries, coll, memory, facts.size, facts.nodes)

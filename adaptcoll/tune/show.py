@@ -10,8 +10,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
 
+from ..settings import BLOCK_COLLECTIVES
 from .config import format_bytes
-from .table import Entry, Table, TableError, parse
+from .table import COLLECTIVES, Entry, Table, TableError, parse
 
 __all__ = ["format_table", "plot", "main"]
 
@@ -34,7 +35,8 @@ def format_table(table: Table, origin: str = "") -> str:
         " adaptcoll faster), their p25-p75, and the 95% confidence interval of the median",
     ]
     for (coll, memory, size, nodes, rpn), entries in _groups(table).items():
-        lines.append(f"\n{coll} ({memory} memory), {size} ranks, {nodes} node(s), {rpn} ranks per node")
+        whole = " (bytes: the whole array)" if coll in BLOCK_COLLECTIVES else ""
+        lines.append(f"\n{coll} ({memory} memory), {size} ranks, {nodes} node(s), {rpn} ranks per node{whole}")
         lines.append(
             f"  {'bytes':>6}  {'choice':<9}  {'ratio':>5}  {'p25-p75':<11}  {'95% CI':<11}  {'n':>4}  "
             "best configuration"
@@ -63,7 +65,7 @@ def plot(table: Table, out: str) -> None:
             "python -m adaptcoll.tune show --plot needs matplotlib: pip install 'adaptcoll[bench]'"
         ) from None
     groups = _groups(table)
-    collectives = sorted({k[0] for k in groups}, key=lambda c: ("bcast", "reduce", "allreduce").index(c))
+    collectives = sorted({k[0] for k in groups}, key=COLLECTIVES.index)
     fig, axes = plt.subplots(1, max(1, len(collectives)), figsize=(6 * max(1, len(collectives)), 4.5), squeeze=False)
     for ax, coll in zip(axes[0], collectives):
         for (c, memory, size, nodes, _), entries in groups.items():

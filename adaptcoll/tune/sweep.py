@@ -20,6 +20,7 @@ from mpi4py import MPI
 
 from .. import __version__
 from ..comm import Intracomm
+from ..settings import BLOCK_COLLECTIVES
 from .candidates import candidates
 from .choose import comm_tuning
 from .config import format_bytes
@@ -94,12 +95,14 @@ def _run(args: argparse.Namespace, argv: Sequence[str], sizes: list[int], collec
     options = Options(min_gain=args.min_gain, min_ci=args.min_ci, dtype=args.dtype)
     comm = Intracomm(world)
     facts = comm_tuning(comm).facts
+    itemsize = np.dtype(args.dtype).itemsize
     points = [
         Point(coll, nbytes, candidates(coll, size))
         for nbytes in sizes
         for coll in collectives
-        if coll == "bcast" or nbytes % np.dtype(args.dtype).itemsize == 0
-    ]
+        if coll == "bcast" or (nbytes % itemsize == 0 and (coll not in BLOCK_COLLECTIVES or nbytes >= itemsize * size))
+    ]  # Allgather / Reduce-scatter: a whole array of at least one element per rank
+    width = max(len(c) for c in collectives)
     progress = _Progress(len(points), rank == 0 and not args.quiet)
     started = time.perf_counter()
     entries: list[Entry] = []
@@ -113,7 +116,7 @@ def _run(args: argparse.Namespace, argv: Sequence[str], sizes: list[int], collec
             verdict = "adaptcoll" if entry.serve else "native"
             progress.step(
                 f"{point.collective} {format_bytes(point.nbytes)}",
-                f"{point.collective:<9} {format_bytes(point.nbytes):>5}: {verdict:<9} ratio {entry.ratio:.2f} "
+                f"{point.collective:<{width}} {format_bytes(point.nbytes):>5}: {verdict:<9} ratio {entry.ratio:.2f} "
                 f"[CI {entry.ci_low:.2f}-{entry.ci_high:.2f}] best {entry.config.label(point.collective)} "
                 f"({len(outcomes)} candidates)",
             )

@@ -2,8 +2,12 @@
 
 A table holds entries keyed by what decides the winner: collective, memory kind (host/device),
 communicator size, number of nodes, ranks per node and message size; the whole table belongs to one
-MPI library and version (`machine.mpi_library`). No MPI here: `adaptcoll.tune.exchange` brings the
-bytes and the communicator's facts, this module parses and looks up.
+MPI library and version (`machine.mpi_library`). Collectives: Bcast, Reduce, Allreduce (trees, and the
+ring / recursive halving for Allreduce), and Allgather and Reduce-scatter (`allgather`,
+`reduce_scatter`: the ring only, host memory only; Reduce_scatter_block and Reduce_scatter share
+`reduce_scatter`; their size is the whole array, the Allgather's result, the Reduce-scatter's input).
+No MPI here: `adaptcoll.tune.exchange` brings the bytes and the communicator's facts, this module
+parses and looks up.
 
 Lookup rules (docs/tuning.md):
 - communicator: the entries measured on the same (size, nodes) if any, else the nearest measured one
@@ -30,6 +34,8 @@ __all__ = [
     "FORMAT",
     "VERSION",
     "MEMORIES",
+    "COLLECTIVES",
+    "memories",
     "TableError",
     "Entry",
     "Table",
@@ -46,7 +52,14 @@ __all__ = [
 FORMAT = "adaptcoll-tuning"
 VERSION = 1
 MEMORIES = ("host", "device")
+COLLECTIVES = settings.COLLECTIVES + settings.BLOCK_COLLECTIVES
+"""The collectives a table may hold entries for (and the tuner measures)."""
 _CHOICES = ("native", "adaptcoll")
+
+
+def memories(collective: str) -> tuple[str, ...]:
+    """The memory kinds a collective is tuned for: Allgather / Reduce-scatter serve host memory only."""
+    return ("host",) if collective in settings.BLOCK_COLLECTIVES else MEMORIES
 
 
 class TableError(ValueError):
@@ -180,14 +193,19 @@ class _Checker:
             raise self.fail(where, f"expected a non-empty string, got {value!r}")
         return value
 
-    def config(self, value: Any, where: str) -> ServeConfig:
+    def config(self, value: Any, where: str, collective: str) -> ServeConfig:
         obj = self.obj(value, where)
         algorithm = self.string(self.get(obj, "algorithm", where), f"{where}.algorithm").strip()
-        kind = algorithm.partition(":")[0]
+        kind = algorithm.partition(":")[0].strip()
         known = settings.ALGORITHMS + settings.ALLREDUCE_ONLY
         if kind not in known or kind == "native":
             valid = ", ".join(a for a in known if a != "native")
             raise self.fail(f"{where}.algorithm", f"unknown algorithm {algorithm!r} (this adaptcoll knows {valid})")
+        if collective in settings.BLOCK_COLLECTIVES:
+            if algorithm != "ring":
+                raise self.fail(f"{where}.algorithm", f"{collective} is served by 'ring' only, got {algorithm!r}")
+        elif kind in settings.ALLREDUCE_ONLY and collective != "allreduce":
+            raise self.fail(f"{where}.algorithm", f"{algorithm!r} is an allreduce algorithm")
         return ServeConfig(
             algorithm,
             self.integer(self.get(obj, "segment_size", where), f"{where}.segment_size", 1),
@@ -202,13 +220,11 @@ class _Checker:
         candidates = obj.get("candidates", [])
         if not isinstance(candidates, list) or not all(isinstance(c, dict) for c in candidates):
             raise self.fail(f"{where}.candidates", "expected a list of objects")
-        collective = self.choice(g("collective"), f"{where}.collective", settings.COLLECTIVES)
-        config = self.config(g("config"), f"{where}.config")
-        if config.algorithm.partition(":")[0].strip() in settings.ALLREDUCE_ONLY and collective != "allreduce":
-            raise self.fail(f"{where}.config.algorithm", f"{config.algorithm!r} is an allreduce algorithm")
+        collective = self.choice(g("collective"), f"{where}.collective", COLLECTIVES)
+        config = self.config(g("config"), f"{where}.config", collective)
         return Entry(
             collective=collective,
-            memory=self.choice(obj.get("memory", "host"), f"{where}.memory", MEMORIES),
+            memory=self.choice(obj.get("memory", "host"), f"{where}.memory", memories(collective)),
             comm_size=self.integer(g("comm_size"), f"{where}.comm_size", 1),
             nodes=self.integer(obj.get("nodes", 1), f"{where}.nodes", 1),
             ranks_per_node=self.integer(obj.get("ranks_per_node", g("comm_size")), f"{where}.ranks_per_node", 1),
