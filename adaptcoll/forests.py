@@ -30,7 +30,9 @@ def path_of(algorithm: str) -> str:
     """The schedule file of a `forest:PATH` setting (ScheduleError if there is none)."""
     path = algorithm.partition(":")[2].strip()
     if not path:
-        raise ScheduleError(f"forest needs a schedule file, written forest:PATH (e.g. forest:bcast.json), got {algorithm!r}")
+        raise ScheduleError(
+            f"forest needs a schedule file, written forest:PATH (e.g. forest:bcast.json), got {algorithm!r}"
+        )
     return path
 
 

@@ -7,14 +7,18 @@ import functools
 import math
 from collections.abc import Callable, Sequence
 from fractions import Fraction
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Union
 
 from ..transport import Callback
 from ..trees import Tree
 from .operation import Operation
 from .pieces import Join
 
-__all__ = ["Link", "tree_links", "tree_weights", "deal", "start_on_links", "run_all"]
+__all__ = ["Weight", "Link", "tree_links", "tree_weights", "deal", "start_on_links", "run_all"]
+
+Weight = Union[float, Fraction]
+"""A tree's dealing weight: any positive number (a schedule's float, or an exact fraction)."""
+
 
 
 class Link(NamedTuple):
@@ -26,7 +30,7 @@ class Link(NamedTuple):
 
 
 def tree_links(
-    tree_set: Sequence[Tree], rank: int, nseg: int, weights: Optional[Sequence[float]] = None
+    tree_set: Sequence[Tree], rank: int, nseg: int, weights: Optional[Sequence[Weight]] = None
 ) -> list[Link]:
     """This rank's place in each tree, with the segments dealt over the trees (`deal`): round-robin,
     or in proportion to `weights` (default: the trees' own, `tree_weights`)."""
@@ -51,7 +55,7 @@ def tree_weights(tree_set: Sequence[Tree]) -> Optional[tuple[Fraction, ...]]:
     return tuple(w / totals[t.root] / len(totals) for t, w in zip(tree_set, exact))
 
 
-def deal(ntrees: int, nseg: int, weights: Optional[Sequence[float]] = None) -> list[Sequence[int]]:
+def deal(ntrees: int, nseg: int, weights: Optional[Sequence[Weight]] = None) -> list[Sequence[int]]:
     """Segment positions 0..nseg-1 dealt over `ntrees` trees; the same on every rank.
 
     No weights, or equal ones: round-robin (position s to tree s % ntrees). Else each tree gets its
