@@ -44,6 +44,9 @@ def load(path: str) -> Schedule:
         return schedule_file.load(path)
     except OSError as exc:
         raise ScheduleError(f"schedule {path}: cannot read it ({exc.strerror or exc})") from None
+    except ScheduleError as exc:  # every message names the file the same way
+        why = str(exc).removeprefix("schedule: ").removeprefix(f"{path}: ")
+        raise ScheduleError(f"schedule {path}: {why}") from None
 
 
 def schedule(algorithm: str, size: int) -> Schedule:

@@ -160,7 +160,9 @@ def test_wrong_size_and_bad_files_raise_the_same_on_every_rank(mpi_ranks):
             assert world.allgather(message) == [message] * size
     bad = _write(world, folder / "bad.json", '{"format": "adaptcoll.schedule/1", "ranks": 2}')
     message = _error(lambda: adaptcoll.configure(reduce_algorithm=bad))
-    assert message.startswith("ValueError: reduce_algorithm: schedule: collective: must be one of"), message
+    assert message.startswith(
+        f"ValueError: reduce_algorithm: schedule {folder / 'bad.json'}: collective: must be one of"
+    )
     assert world.allgather(message) == [message] * size
     # the communicator still works afterwards
     x = np.arange(5.0) if world.Get_rank() == 0 else np.zeros(5)

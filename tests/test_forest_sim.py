@@ -18,6 +18,7 @@ from adaptcoll.simulate import cli
 from adaptcoll.simulate.params import CostParams
 from adaptcoll.simulate.programs import Job, prepare
 from adaptcoll.simulate.run import run_once
+from adaptcoll.trees import build_all
 from adaptcoll.tune import table as tune_table
 
 
@@ -145,7 +146,7 @@ def test_the_setting_reads_the_file_once_and_names_what_is_wrong(tmp_path, monke
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     cases = {
-        f"forest:{bad}": r"bcast_algorithm: schedule: .*bad.json: not JSON",
+        f"forest:{bad}": r"bcast_algorithm: schedule .*bad.json: not JSON",
         f"forest:{tmp_path / 'missing.json'}": r"bcast_algorithm: schedule .*missing.json: cannot read it",
         "forest:": r"bcast_algorithm: forest needs a schedule file, written forest:PATH",
     }
@@ -156,7 +157,7 @@ def test_the_setting_reads_the_file_once_and_names_what_is_wrong(tmp_path, monke
         random_schedule(3, [0], rng), forests=[{"root": 0, "trees": [{"weight": 1, "children": [[1], [], []]}]}]
     )
     with pytest.raises(
-        ValueError, match=r"ADAPTCOLL_REDUCE_ALGORITHM: schedule: forests\[0\]\.trees\[0\]: not a spanning"
+        ValueError, match=r"ADAPTCOLL_REDUCE_ALGORITHM: schedule .*wrong.json: forests\[0\]\.trees\[0\]: not a spanning"
     ):
         settings.from_environ({"ADAPTCOLL_REDUCE_ALGORITHM": write_schedule(tmp_path / "wrong.json", wrong)})
     assert settings.from_environ({"ADAPTCOLL_ALLREDUCE_ALGORITHM": good}).allreduce_algorithm == good
@@ -189,3 +190,35 @@ def test_the_simulator_runs_a_forest_from_its_command_line(tmp_path, capsys):
     assert cli.main([*argv, "--algorithm", algorithm, "--json", str(tmp_path / "r.json")]) == 0
     row = json.loads((tmp_path / "r.json").read_text())["results"][0]
     assert row["quiet_us"] > 0
+
+
+def test_two_tree_as_a_forest_runs_exactly_as_two_tree(tmp_path):
+    """A schedule holding two_tree's two trees at equal weights is two_tree: same dealing, same simulated
+    time and messages, to the last bit; weighting them 3:1 changes the run."""
+    size, nbytes = 13, 1 << 20
+    tree_pair = build_all("two_tree", size, 0)
+
+    def schedule(weights: tuple[float, float]) -> dict:
+        trees = [
+            {"weight": w, "children": [list(t.children(r)) for r in range(size)]} for w, t in zip(weights, tree_pair)
+        ]
+        return {
+            "format": "adaptcoll.schedule/1",
+            "collective": "bcast",
+            "ranks": size,
+            "forests": [{"root": 0, "trees": trees}],
+        }
+
+    cfg = settings.Settings(max_segments=0)
+    runs = {}
+    for name, algorithm in (
+        ("two_tree", "two_tree"),
+        ("equal", write_schedule(tmp_path / "equal.json", schedule((0.5, 0.5)))),
+        ("3:1", write_schedule(tmp_path / "skew.json", schedule((3.0, 1.0)))),
+    ):
+        job = Job("bcast", size, nbytes, 16 << 10, algorithm, cfg)
+        stats, world, bufs = run_once(job, CostParams(eager=2048), data=True, seed=1)
+        bufs.check()
+        runs[name] = (stats.time_s, world.messages, world.bytes)
+    assert runs["equal"] == runs["two_tree"]
+    assert runs["3:1"][1] == runs["two_tree"][1] and runs["3:1"][0] != runs["two_tree"][0]

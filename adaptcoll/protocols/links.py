@@ -20,7 +20,6 @@ Weight = Union[float, Fraction]
 """A tree's dealing weight: any positive number (a schedule's float, or an exact fraction)."""
 
 
-
 class Link(NamedTuple):
     """This rank's parent and children in one tree, and the segment positions that tree carries."""
 
