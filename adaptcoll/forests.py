@@ -15,7 +15,17 @@ from .schedule import forest as schedule_file
 from .schedule.forest import Schedule, ScheduleError
 from .trees import Tree
 
-__all__ = ["KIND", "is_forest", "path_of", "load", "schedule", "has_root", "root_trees", "allreduce_trees"]
+__all__ = [
+    "KIND",
+    "is_forest",
+    "path_of",
+    "segment_cap",
+    "load",
+    "schedule",
+    "has_root",
+    "root_trees",
+    "allreduce_trees",
+]
 
 KIND = "forest"
 """The algorithm name: `forest:PATH` (everything after the colon is the path, as written)."""
@@ -34,6 +44,13 @@ def path_of(algorithm: str) -> str:
             f"forest needs a schedule file, written forest:PATH (e.g. forest:bcast.json), got {algorithm!r}"
         )
     return path
+
+
+def segment_cap(algorithm: str, cap: int, cap_explicit: bool) -> int:
+    """The segment cap of a call: none (0) for a forest set explicitly without an explicit
+    ADAPTCOLL_MAX_SEGMENTS (its weights need segments to deal: 4 segments deal 0.9 / 0.1 as 4 : 0),
+    as the ring has its own; otherwise `cap` (the table's or the rule's, or the explicit one)."""
+    return 0 if is_forest(algorithm) and not cap_explicit else cap
 
 
 @functools.lru_cache(maxsize=16)

@@ -15,11 +15,13 @@ from adaptcoll import forests, settings
 from adaptcoll.protocols.links import _weighted, deal, tree_links, tree_weights
 from adaptcoll.schedule.forest import ScheduleError
 from adaptcoll.simulate import cli
+from adaptcoll.simulate.choice import rule_facts
 from adaptcoll.simulate.params import CostParams
 from adaptcoll.simulate.programs import Job, prepare
 from adaptcoll.simulate.run import run_once
 from adaptcoll.trees import build_all
 from adaptcoll.tune import table as tune_table
+from adaptcoll.tune.policy import resolve
 
 
 def test_equal_weights_deal_round_robin():
@@ -222,3 +224,22 @@ def test_two_tree_as_a_forest_runs_exactly_as_two_tree(tmp_path):
         runs[name] = (stats.time_s, world.messages, world.bytes)
     assert runs["equal"] == runs["two_tree"]
     assert runs["3:1"][1] == runs["two_tree"][1] and runs["3:1"][0] != runs["two_tree"][0]
+
+
+def test_a_forest_set_explicitly_runs_uncapped_unless_the_cap_is_explicit(tmp_path):
+    """Weights need segments: an explicit forest takes no segment cap of the table or rule (4 segments would
+    deal 0.9 / 0.1 as 4 : 0), unless ADAPTCOLL_MAX_SEGMENTS is explicit too; in the library and the simulator."""
+    algorithm = write_schedule(tmp_path / "cap.json", random_schedule(4, [0], random.Random(6)))
+    free = settings.Settings(bcast_algorithm=algorithm, explicit=("bcast_algorithm",))
+    capped = settings.Settings(bcast_algorithm=algorithm, max_segments=2, explicit=("bcast_algorithm", "max_segments"))
+    for cfg, cap, nseg in ((free, 0, 16), (capped, 2, 2)):
+        previous = settings.use(cfg)
+        try:
+            call = resolve(b"", "", rule_facts(4, 1), warn=False).choose("bcast", 1 << 20)
+        finally:
+            settings.use(previous)
+        assert (call.algorithm, call.max_segments) == (algorithm, cap)
+        assert prepare(Job("bcast", 4, 1 << 20, 64 << 10, algorithm, cfg)).plan.nseg == nseg
+        assert prepare(Job("bcast", 4, 1 << 20, 64 << 10, "", cfg)).plan.nseg == nseg
+    rule = settings.Settings(max_segments=4)
+    assert prepare(Job("bcast", 4, 1 << 20, 64 << 10, "binomial", rule)).plan.nseg == 4

@@ -400,6 +400,10 @@ def prepare(job: Job, ranks_per_node: int = 1) -> Prepared:
     algorithm = job.algorithm or chosen.algorithm
     if job.algorithm:
         chosen = replace(chosen, algorithm=algorithm)
+    if job.algorithm or cfg.is_explicit(f"{c}_algorithm"):  # a forest's own cap, as CommTuning gives it
+        chosen = replace(
+            chosen, max_segments=forests.segment_cap(algorithm, chosen.max_segments, cfg.is_explicit("max_segments"))
+        )
     if c == "bcast":
         segment = max(itemsize, chosen.segment // itemsize * itemsize)
         plan = plan_segments(job.nbytes, 1, segment, 0, space, chosen.max_segments)
