@@ -34,7 +34,7 @@ from typing import Any, Optional, Union
 import numpy as np
 from mpi4py import MPI
 
-from . import buffers, device, ops, settings, shm, shm_decide
+from . import buffers, device, forests, ops, settings, shm, shm_decide
 from .backends.base import ArrayBackend, ReduceOp
 from .native import (
     ALGORITHM_NATIVE,
@@ -178,6 +178,29 @@ def _call(tuning: CommTuning, collective: str, nbytes: int, on_device: bool) -> 
     return call
 
 
+NO_FOREST_AT_ROOT = Native("forest schedule has no forest rooted at the call's root")
+"""A `forest:PATH` Bcast/Reduce whose root the schedule has no forest for: native MPI, counted in stats()."""
+
+
+def _forest_check(algorithm: str, size: int, root: Optional[int]) -> Optional[Native]:
+    """For a `forest:PATH` setting: raise the schedule's error (unreadable, or made for another number
+    of ranks: the same on every rank, before anything is sent); NO_FOREST_AT_ROOT when it cannot serve
+    this root (as other algorithms that cannot serve a call, e.g. ring with a non-commutative op)."""
+    if not forests.is_forest(algorithm):
+        return None
+    if root is None:
+        forests.schedule(algorithm, size)
+        return None
+    return None if forests.has_root(algorithm, size, root) else NO_FOREST_AT_ROOT
+
+
+def _ordered_note(trees: Sequence[Any]) -> Optional[str]:
+    """stats()'s note when a non-commutative op runs the rank-ordered tree instead of a schedule's forest."""
+    if trees and trees[0].kind != forests.KIND:
+        return "forest: non-commutative op on the rank-ordered tree (the forest does not fold in rank order)"
+    return None
+
+
 def _fold_op(
     msg: buffers.Message, op: MPI.Op, call: CallConfig, backend: ArrayBackend = HOST_BACKEND
 ) -> Union[ReduceOp, Native]:
@@ -279,6 +302,9 @@ def bcast(comm: MPI.Intracomm, buf: Any, root: Any, blocking: bool = False) -> D
     call = _call(tuning, "bcast", nbytes, on_device)
     if not call.serve:
         return call.native or BELOW_THRESHOLD
+    unserved = _forest_check(call.algorithm, comm.Get_size(), root)
+    if unserved is not None:
+        return unserved
     st = _state_for(comm, call.algorithm)
     transport, backend, _ = st.kit(on_device)
     itemsize = msg.array.itemsize
@@ -335,6 +361,9 @@ def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, root: Any, 
     if isinstance(rop, Native):
         return rop
     ordered_needed = not rop.commutative
+    unserved = _forest_check(call.algorithm, size, root)
+    if unserved is not None:
+        return unserved
     if ordered_needed and root != 0:
         return Native("non-commutative op with root != 0")
     st = _state_for(comm, call.algorithm)
@@ -364,6 +393,9 @@ def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, root: Any, 
         return Prepared(started, error, config=call)
     dtype = msg.array.dtype
     shape = st.plan_shape(msg.count, dtype.itemsize, call.segment_size, max_segments=call.max_segments)
+
+    if ordered_needed and note is None and forests.is_forest(algorithm):
+        note = _ordered_note(st.trees(algorithm, root, rank_ordered=True))
 
     def make_links() -> list[Link]:
         return tree_links(st.trees(algorithm, root, rank_ordered=ordered_needed), rank, shape.nseg)
@@ -459,6 +491,7 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, blocking
     by_blocks = ALLREDUCE_ALGORITHMS.get(call.algorithm.partition(":")[0])
     if by_blocks is not None and ordered_needed and not by_blocks.rank_ordered:
         return Native(f"non-commutative op with {by_blocks.name} allreduce")
+    _forest_check(call.algorithm, comm.Get_size(), None)
     st = _state_for(comm, call.algorithm)
     transport, backend, pools = st.kit(on_device)
     started, note, algorithm = _node_level(
@@ -490,6 +523,8 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, blocking
     else:
         shape = st.plan_shape(rmsg.count, dtype.itemsize, call.segment_size, max_segments=call.max_segments)
     roots = call.roots
+    if ordered_needed and note is None and forests.is_forest(algorithm):
+        note = _ordered_note(st.allreduce_trees(algorithm, roots, rank_ordered=True))
 
     def make_links() -> list[Link]:
         if by_blocks is not None:  # one protocol per rank, no trees: a single link carrying every segment

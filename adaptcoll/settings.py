@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import topology, trees
+from . import forests, topology, trees
 
 __all__ = [
     "point_to_point_tree",
@@ -46,7 +46,8 @@ TREE_KINDS = (
     "topo",
     "two_tree",
 )
-ALGORITHMS = TREE_KINDS + ("shm", "native")
+ALGORITHMS = TREE_KINDS + ("shm", "forest", "native")
+"""`forest:PATH` runs the weighted forests of a schedule file (adaptcoll.forests, docs/schedules.md)."""
 ALLREDUCE_ONLY = ("ring", "rabenseifner")
 """Allreduce algorithms that are not trees (adaptcoll.protocols.algorithms): valid for allreduce only."""
 BLOCK_COLLECTIVES = ("allgather", "reduce_scatter")
@@ -188,6 +189,12 @@ def _parse_algorithm(text: Any, name: str, allreduce: bool = False) -> str:
     if kind not in ALGORITHMS:
         choices = ALGORITHMS + ALLREDUCE_ONLY if allreduce else ALGORITHMS
         raise ValueError(f"{name}: unknown algorithm {kind!r}; valid choices: {', '.join(choices)}")
+    if kind == forests.KIND:  # forest:PATH, the path as written (it may hold ',' and '='): read it now
+        try:
+            forests.load(forests.path_of(value))
+        except ValueError as exc:
+            raise ValueError(f"{name}: {exc}") from None
+        return value
     if kind == "shm" and params:
         raise ValueError(f"{name}: shm takes no parameters (between nodes use topo:intra=shm,inner=...), got {value!r}")
     if params:

@@ -19,7 +19,7 @@ from typing import Any, Optional, Protocol
 import numpy as np
 from mpi4py import MPI
 
-from . import discovery, settings, topology
+from . import discovery, forests, settings, topology
 from .backends.base import ArrayBackend
 from .backends.numpy_backend import NumpyBackend
 from .device import DeviceContext
@@ -355,12 +355,15 @@ class CommState:
         return self._topology
 
     def trees(self, algorithm: str, root: int, rank_ordered: bool = False) -> tuple[Tree, ...]:
-        """The tree(s) for an algorithm setting such as 'binomial' or 'knomial:radix=4' (cached)."""
+        """The tree(s) for an algorithm setting such as 'binomial' or 'knomial:radix=4' (cached); for
+        `forest:PATH` the schedule's forest rooted at `root` (adaptcoll.forests)."""
         key = (algorithm, root, rank_ordered)
         found = self._trees.get(key)
         if found is None:
-            if rank_ordered:
-                found = (build("in_order_binomial", self.size, 0),)
+            if forests.is_forest(algorithm):
+                found = forests.root_trees(algorithm, self.size, root, rank_ordered) or self._ordered()
+            elif rank_ordered:
+                found = self._ordered()
             else:
                 kind, params = parse_algorithm(algorithm)
                 if kind == "topo":
@@ -369,13 +372,23 @@ class CommState:
             self._trees[key] = found
         return found
 
+    def _ordered(self) -> tuple[Tree, ...]:
+        """The rank-ordered tree non-commutative reductions run on (root 0)."""
+        return (build("in_order_binomial", self.size, 0),)
+
     def allreduce_trees(self, algorithm: str, roots: int, rank_ordered: bool = False) -> tuple[Tree, ...]:
         """Allreduce's trees: one (or two, for two_tree) per root, roots spread evenly over the ranks.
 
         Segments are dealt round-robin over the returned trees, so with several roots the reduce and
         broadcast work of the roots is shared out, as reduce-scatter + allgather shares it; `roots` 0
         means one root per rank. Rank-ordered (non-commutative) folds use the single root 0.
+        `forest:PATH`: every forest of the schedule, whatever `roots` (adaptcoll.forests).
         """
+        if forests.is_forest(algorithm):
+            key = (algorithm, -1, rank_ordered)
+            if key not in self._trees:
+                self._trees[key] = forests.allreduce_trees(algorithm, self.size, rank_ordered) or self._ordered()
+            return self._trees[key]
         if rank_ordered:
             return self.trees(algorithm, 0, rank_ordered=True)
         count = min(self.size, roots or self.size)

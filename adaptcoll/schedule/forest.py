@@ -56,10 +56,17 @@ class Forest:
         return tuple(t.weight / total for t in self.trees)
 
     def tree_set(self, origin: str = "") -> tuple[Tree, ...]:
-        """The trees as `adaptcoll.trees.Tree` values (kind "forest"), in forest order."""
+        """The trees as `adaptcoll.trees.Tree` values (kind "forest"), in forest order; each carries its
+        weight as the parameter "weight" (adaptcoll.protocols.links deals segments by it)."""
         size = len(self.trees[0].children)
         return tuple(
-            Tree("forest", size, self.root, (("file", origin), ("tree", k)), [list(c) for c in t.children])
+            Tree(
+                "forest",
+                size,
+                self.root,
+                (("file", origin), ("tree", k), ("weight", t.weight)),
+                [list(c) for c in t.children],
+            )
             for k, t in enumerate(self.trees)
         )
 

@@ -91,8 +91,9 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--algorithm",
         default="",
-        help="tree ('binomial', 'knomial:radix=4', ...), protocol name (ring, rabenseifner) or the shared-memory "
-        "node level ('shm', 'topo:intra=shm,inner=...'; with --ranks-per-node)",
+        help="tree ('binomial', 'knomial:radix=4', ...), a schedule's weighted forests ('forest:PATH'), protocol "
+        "name (ring, rabenseifner) or the shared-memory node level ('shm', 'topo:intra=shm,inner=...'; with "
+        "--ranks-per-node)",
     )
     p.add_argument("--noise", action="append", default=[], metavar="SPEC", help="noise component (repeatable)")
     _baseline_args(p)

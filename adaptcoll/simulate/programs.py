@@ -2,8 +2,9 @@
 
 `Job` describes one collective call (collective, ranks, bytes, segment, algorithm, settings). For
 adaptcoll, `prepare` mirrors `adaptcoll.decide`: the segment plan (`plan_segments` with the
-settings' `max_segments`), the trees (`trees.build_all`, Allreduce's trees per root), the windows and
-the sync mode, then one protocol per tree link through `protocols.links` on every rank.
+settings' `max_segments`), the trees (`trees.build_all`, Allreduce's trees per root; a `forest:PATH`
+schedule's forests through `adaptcoll.forests`, segments dealt by weight), the windows and the sync mode,
+then one protocol per tree link through `protocols.links` on every rank.
 
 Protocols are plugged in by name: `register_protocol(collective, name, start_one)` makes
 `--algorithm name` run `start_one(RankJob)` on every rank instead of the tree protocol. A new class
@@ -20,6 +21,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from .. import forests
 from .. import settings as settings_mod
 from ..backends.base import ReduceOp
 from ..blockplan import plan_block_segments, tag_plan
@@ -349,6 +351,9 @@ def _tag_space(cfg: settings_mod.Settings) -> int:
 def _tree_set(job: Job, kind_spec: str, root: int, rank_ordered: bool, ranks_per_node: int = 1) -> tuple[Tree, ...]:
     """Trees as CommState.trees builds them (topo levels from the settings' topology, else from the
     simulated nodes: what discovery would find, ranks r // ranks_per_node sharing a node)."""
+    if forests.is_forest(kind_spec):  # forest:PATH: the schedule's forest rooted at `root`, as the library runs it
+        found = forests.root_trees(kind_spec, job.size, root, rank_ordered)
+        return found if found is not None else build_all("in_order_binomial", job.size, 0)
     if rank_ordered:
         return build_all("in_order_binomial", job.size, 0)
     kind, params = parse_algorithm(kind_spec)
@@ -369,6 +374,8 @@ def _allreduce_trees(job: Job, kind_spec: str, nseg: int, roots: int, ranks_per_
     nseg get none, so the first nseg trees alone give the same dealing (range(k, nseg, n) == [k]).
     """
     size = job.size
+    if forests.is_forest(kind_spec):  # every forest of the schedule (CommState.allreduce_trees), dealt by weight
+        return forests.allreduce_trees(kind_spec, size) or ()
     count = min(size, roots or size)
     found: list[Tree] = []
     for k in range(count):
@@ -393,6 +400,10 @@ def prepare(job: Job, ranks_per_node: int = 1) -> Prepared:
     algorithm = job.algorithm or chosen.algorithm
     if job.algorithm:
         chosen = replace(chosen, algorithm=algorithm)
+    if job.algorithm or cfg.is_explicit(f"{c}_algorithm"):  # a forest's own cap, as CommTuning gives it
+        chosen = replace(
+            chosen, max_segments=forests.segment_cap(algorithm, chosen.max_segments, cfg.is_explicit("max_segments"))
+        )
     if c == "bcast":
         segment = max(itemsize, chosen.segment // itemsize * itemsize)
         plan = plan_segments(job.nbytes, 1, segment, 0, space, chosen.max_segments)

@@ -15,7 +15,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Optional, Union
 
-from .. import counters, settings
+from .. import counters, forests, settings
 from ..native import BELOW_THRESHOLD, Native
 from .config import CallConfig, ServeConfig
 from .defaults import case, default_bands
@@ -150,10 +150,14 @@ class CommTuning:
         }
         if collective == "allreduce":
             explicit["roots"] = s.is_explicit("allreduce_roots")
+        algorithm = s.algorithm(collective) if explicit["algorithm"] else band.config.algorithm
+        cap = s.max_segments if explicit["max_segments"] else band.config.max_segments
+        if explicit["algorithm"]:  # a band's cap was chosen for its own algorithm, not for a forest
+            cap = forests.segment_cap(algorithm, cap, explicit["max_segments"])
         config = ServeConfig(
-            s.algorithm(collective) if explicit["algorithm"] else band.config.algorithm,
+            algorithm,
             s.segment_size(collective) if explicit["segment_size"] else band.config.segment_size,
-            s.max_segments if explicit["max_segments"] else band.config.max_segments,
+            cap,
             (s.allreduce_roots if explicit.get("roots") else band.config.roots) if collective == "allreduce" else 0,
         )
         if all(explicit.values()):
