@@ -19,7 +19,7 @@ from .noise_setup import NoiseSetup, parse_noise
 from .params import DEFAULT_PARAMS, CostParams, load_params, save_params
 from .programs import Job, RankJob, prepare, protocol_names, register_protocol
 from .routes import Routes
-from .run import best_lockstep, compare, run_once
+from .run import compare, run_once
 from .sweep import sweep
 from .world import Deadlock, SimRank, World
 
@@ -41,7 +41,6 @@ __all__ = [
     "protocol_names",
     "register_protocol",
     "Routes",
-    "best_lockstep",
     "compare",
     "run_once",
     "sweep",
