@@ -11,8 +11,9 @@ over MPI. Time only advances through events, processed in time order (ties first
   latency after both sides have posted, and only once the receiver's engine can see the handshake
   (its CPU is not inside a callback or a detour: no progress without the CPU). It then crosses its
   sender's and its receiver's node links (`network.py`: shared fairly or first come first served,
-  `G` per byte, `L` latency); the receive completes when the last byte is in, a rendezvous send at
-  the same moment, an eager send when its last byte has left.
+  `G` per byte, `L` latency), or the links of its route through a described network (`pathlinks.py`);
+  the receive completes when the last byte is in, a rendezvous send at the same moment, an eager send
+  when its last byte has left.
 - with `transfer="cpu"` (shared memory), and between ranks of one node (`ranks_per_node`), the
   receiver's CPU copies rendezvous data instead (`copy`, default `G`, per byte of CPU time, stretched
   by its noise, between its callbacks); links are not used for it. The ranks of a node share its link.
