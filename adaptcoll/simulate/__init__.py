@@ -6,6 +6,7 @@ machines, trees and segment plans over a timed transport (LogGP network, one CPU
 `python -m adaptcoll.simulate` is the command line; `calibrate` fits the parameters to this machine.
 
 Modules: params (cost model), timelines (noise), noise_setup (--noise values), world (the event core),
+network (per-node links), routes / pathlinks (a described network: routes, links shared along them),
 programs (adaptcoll set-up, protocol registry), nodelevel / region (the shared-memory node level and
 its simulated slots), lockstep (baselines), run (runs and reports),
 measured / calibrate (measurements, fitting, validation), sweep / plots (tables and figures), trace
@@ -17,6 +18,7 @@ from .lockstep import BASELINES, baseline_names
 from .noise_setup import NoiseSetup, parse_noise
 from .params import DEFAULT_PARAMS, CostParams, load_params, save_params
 from .programs import Job, RankJob, prepare, protocol_names, register_protocol
+from .routes import Routes
 from .run import compare, run_once
 from .sweep import sweep
 from .world import Deadlock, SimRank, World
@@ -38,6 +40,7 @@ __all__ = [
     "prepare",
     "protocol_names",
     "register_protocol",
+    "Routes",
     "compare",
     "run_once",
     "sweep",

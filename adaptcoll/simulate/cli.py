@@ -4,7 +4,7 @@ Without a subcommand it simulates one call:
 
     python -m adaptcoll.simulate --collective bcast|reduce|allreduce --ranks N --size BYTES --segment BYTES
         [--algorithm TREE] [--noise SPEC]... [--baseline NAME]... [--params FILE] [--seed S]
-        [--samples K] [--json FILE] [--trace FILE]
+        [--samples K] [--json FILE] [--trace FILE] [--topology FILE]
 
 Sizes and rank counts take K/M/G suffixes (binary). The JSON holds simulated results only, so two
 runs with one seed write identical files; wall-clock speed goes to stderr.
@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
 
+from ..schedule import describe
 from ..settings import parse_size
 from . import measured
 from .calibrate import calibrate, validate
@@ -29,6 +30,7 @@ from .noise_setup import parse_noise
 from .params import DEFAULT_PARAMS, PARAM_DOCS, CostParams, load_params, save_params
 from .plots import plot_auto, plot_validation
 from .programs import COLLECTIVES, Job, prepare
+from .routes import Routes
 from .run import ADAPTCOLL, BEST, BEST_MAX_MESSAGES, best_lockstep, compare, run_once
 from .sweep import parse_rank_list, rows_csv, sweep, write_rows_json
 from .trace import trace_events, write_trace
@@ -101,6 +103,12 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--samples", type=int, default=1, help="noise draws per implementation (default 1)")
     p.add_argument("--json", metavar="FILE", help="write the results (deterministic for one seed)")
     p.add_argument("--trace", metavar="FILE", help="Perfetto trace of adaptcoll's run (the first noisy draw)")
+    p.add_argument(
+        "--topology",
+        metavar="FILE",
+        help="a described network (adaptcoll.topology/1) whose links, switches and routes carry the messages "
+        "(its ranks must equal --ranks); default: one link per node, no network core",
+    )
     return p
 
 
@@ -127,6 +135,12 @@ def _print_report(report: dict[str, Any]) -> None:
         f"{job['collective']} of {job['size']:,} bytes over {job['ranks']:,} ranks, {segment}, "
         f"algorithm {job['algorithm']}"
     )
+    topo = report.get("topology")
+    if topo:
+        print(
+            f"network: {topo['name'] or topo.get('file', 'described')} ({topo['switches']:,} switches, "
+            f"{topo['links']:,} links; routes through switches, links shared fairly)"
+        )
     if report["noise"]:
         print(
             f"noise: {' + '.join(report['noise'])} (CPU fraction {report['noise_fraction']:.4g}); "
@@ -163,14 +177,21 @@ def run_main(argv: Sequence[str]) -> int:
     params = _args_params(args)
     noise = parse_noise(args.noise)
     job = Job(args.collective, args.ranks, args.size, args.segment, args.algorithm)
+    routes = None
+    if args.topology:
+        routes = Routes(describe.load(args.topology))
+        routes.check_size(job.size)
     wall0 = time.perf_counter()
     cache: dict[Any, Any] = {}
     best = None
     if BEST in args.baseline:
-        best = best_lockstep(job, params, noise, args.seed, args.samples, args.best_max_messages or None, None, cache)
+        limit = args.best_max_messages or None
+        best = best_lockstep(job, params, noise, args.seed, args.samples, limit, None, cache, routes)
     have = {r["impl"] for r in best["results"]} if best else set()
     names = tuple(b for b in args.baseline if b != BEST and f"lockstep:{b}" not in have)
-    report = compare(job, params, noise, names, args.seed, args.samples, True, cache)
+    report = compare(job, params, noise, names, args.seed, args.samples, True, cache, routes)
+    if routes is not None:
+        report["topology"]["file"] = args.topology
     if best is not None:
         report["results"] += best["results"]
         report["best"] = {k: best[k] for k in ("quiet_best", "noisy_best", "skipped")}
@@ -178,13 +199,23 @@ def run_main(argv: Sequence[str]) -> int:
     _print_report(report)
     events = sum(r["events"] * (1 + (report["samples"] or 0)) for r in report["results"])
     print(f"[{events:,} events simulated in {wall:.1f} s wall]", file=sys.stderr)
+    if routes is not None:
+        print(f"[{routes.cached:,} routes, {routes.dijkstras:,} switch Dijkstras]", file=sys.stderr)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
     if args.trace:
         log = TraceLog()
         noisy = None if noise.quiet else noise
         stats, world, _ = run_once(
-            job, params, ADAPTCOLL, noisy, args.seed, 0, trace=log, prepared=prepare(job, params.ranks_per_node)
+            job,
+            params,
+            ADAPTCOLL,
+            noisy,
+            args.seed,
+            0,
+            trace=log,
+            prepared=prepare(job, params.ranks_per_node),
+            topology=routes,
         )
         events_list = trace_events(log, job.size, lambda tag: tag, world.cpu_noise, stats.time_s)
         write_trace(args.trace, events_list, {"job": report["job"], "noise": report["noise"], "seed": args.seed})

@@ -18,6 +18,7 @@ from .lockstep import baseline_names, baseline_starter, check_applicable, estima
 from .noise_setup import NoiseSetup, mix_seed
 from .params import CostParams
 from .programs import Buffers, Job, Prepared, make_buffers, prepare
+from .routes import Routes
 from .world import TraceLog, World
 
 __all__ = ["ADAPTCOLL", "BEST", "BEST_MAX_MESSAGES", "RunStats", "run_once", "compare", "impl_label", "best_lockstep"]
@@ -57,8 +58,12 @@ def run_once(
     record: bool = False,
     trace: Optional[TraceLog] = None,
     prepared: Optional[Prepared] = None,
+    topology: Optional[Routes] = None,
 ) -> tuple[RunStats, World, Buffers]:
-    """Simulate `job` once with `impl` under `noise` (draw `sample` of `seed`); returns (stats, world, buffers)."""
+    """Simulate `job` once with `impl` under `noise` (draw `sample` of `seed`); returns (stats, world, buffers).
+
+    `topology`: the routes of a described network (`Routes(describe.load(FILE))`, reusable across runs)
+    whose links carry the messages instead of one link per node."""
     native = impl != ADAPTCOLL
     size = job.size
     cpu_tl = net_tl = None
@@ -79,6 +84,7 @@ def run_once(
         data=data,
         record=record,
         trace=trace,
+        topology=topology,
     )
     bufs = make_buffers(job.collective, size, job.count, job.root, data, seed)
     if native:
@@ -123,26 +129,33 @@ def compare(
     samples: int = 1,
     adaptcoll: bool = True,
     quiet_cache: Optional[dict[Any, RunStats]] = None,
+    topology: Optional[Routes] = None,
 ) -> dict[str, Any]:
     """Quiet and noisy runs of adaptcoll and each baseline; the report the CLI prints and writes.
 
     `quiet_cache` keeps quiet runs (deterministic) across calls that share a job, e.g. in a sweep.
+    `topology`: a described network's routes (see run_once); the report then has "topology".
     """
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
+    if topology is not None:
+        topology.check_size(job.size)
     prepared = prepare(job, params.ranks_per_node) if adaptcoll else None
     rows = []
     impls = ([ADAPTCOLL] if adaptcoll else []) + list(baselines)
     for impl in impls:
-        key = (job, params, impl)
+        key: tuple[Any, ...] = (job, params, impl) if topology is None else (job, params, impl, topology)
         quiet = quiet_cache.get(key) if quiet_cache is not None else None
         if quiet is None:
-            quiet = run_once(job, params, impl, None, seed, 0, prepared=prepared)[0]
+            quiet = run_once(job, params, impl, None, seed, 0, prepared=prepared, topology=topology)[0]
             if quiet_cache is not None:
                 quiet_cache[key] = quiet
         noisy = []
         if not noise.quiet:
-            noisy = [run_once(job, params, impl, noise, seed, s, prepared=prepared)[0].time_s for s in range(samples)]
+            noisy = [
+                run_once(job, params, impl, noise, seed, s, prepared=prepared, topology=topology)[0].time_s
+                for s in range(samples)
+            ]
         row = {"impl": impl_label(impl), **_summary(quiet, noisy)}
         if impl == ADAPTCOLL and prepared is not None:
             row.update(
@@ -156,7 +169,7 @@ def compare(
             if prepared.node is not None:
                 row["node_level"] = prepared.node.describe()
         rows.append(row)
-    return {
+    report: dict[str, Any] = {
         "tool": "adaptcoll.simulate",
         "format": 1,
         "job": {
@@ -175,6 +188,9 @@ def compare(
         "samples": samples if not noise.quiet else 0,
         "results": rows,
     }
+    if topology is not None:
+        report["topology"] = topology.summary()
+    return report
 
 
 def _settings_dict(job: Job) -> dict[str, Any]:
@@ -190,6 +206,7 @@ def best_lockstep(
     max_messages: Optional[int] = BEST_MAX_MESSAGES,
     names: Optional[tuple[str, ...]] = None,
     quiet_cache: Optional[dict[Any, RunStats]] = None,
+    topology: Optional[Routes] = None,
 ) -> dict[str, Any]:
     """Every applicable lock-step baseline for `job` (or `names`) and the fastest, quiet and noisy apart.
 
@@ -197,6 +214,7 @@ def best_lockstep(
     (no schedule at this point, an Open MPI rule's pick not modelled, or more than `max_messages`
     estimated messages; None: no limit), "quiet_best": name with the smallest quiet time,
     "noisy_best": name with the smallest noisy median (None without noise)}. Ties go to the first name.
+    `topology`: a described network's routes (see run_once).
     """
     run: list[str] = []
     skipped: dict[str, str] = {}
@@ -213,7 +231,7 @@ def best_lockstep(
         run.append(name)
     if not run:
         raise ValueError(f"no lock-step baseline to run for {job.collective} at {job.size} ranks: {skipped}")
-    report = compare(job, params, noise, tuple(run), seed, samples, False, quiet_cache)
+    report = compare(job, params, noise, tuple(run), seed, samples, False, quiet_cache, topology)
     rows = report["results"]
     quiet_best = min(zip(run, rows), key=lambda nr: nr[1]["quiet_us"])[0]
     noisy_best = None if noise.quiet else min(zip(run, rows), key=lambda nr: nr[1]["median_us"])[0]

@@ -11,8 +11,9 @@ over MPI. Time only advances through events, processed in time order (ties first
   latency after both sides have posted, and only once the receiver's engine can see the handshake
   (its CPU is not inside a callback or a detour: no progress without the CPU). It then crosses its
   sender's and its receiver's node links (`network.py`: shared fairly or first come first served,
-  `G` per byte, `L` latency); the receive completes when the last byte is in, a rendezvous send at
-  the same moment, an eager send when its last byte has left.
+  `G` per byte, `L` latency), or the links of its route through a described network (`pathlinks.py`);
+  the receive completes when the last byte is in, a rendezvous send at the same moment, an eager send
+  when its last byte has left.
 - with `transfer="cpu"` (shared memory), and between ranks of one node (`ranks_per_node`), the
   receiver's CPU copies rendezvous data instead (`copy`, default `G`, per byte of CPU time, stretched
   by its noise, between its callbacks); links are not used for it. The ranks of a node share its link.
@@ -41,6 +42,8 @@ from ..backends.numpy_backend import NumpyBackend
 from ..transport import Callback, Poll
 from .network import FairLinks, FifoLinks
 from .params import CostParams
+from .pathlinks import PathLinks
+from .routes import Routes
 from .timelines import Timeline
 
 __all__ = ["World", "SimRank", "Deadlock", "SizeMismatch", "TraceLog"]
@@ -92,6 +95,10 @@ class _Msg:
         "dnode",
         "tfin",
         "sq",
+        "path",  # the rest: set and used by PathLinks only (a described network's routes)
+        "plat",
+        "weights",
+        "stamp",
     )
 
     def __init__(self, src: int, dst: int, tag: int, n: int, sbuf: Any, scb: Callback, ts: float, eager: bool) -> None:
@@ -155,7 +162,8 @@ class World:
     itemsize: bytes per buffer element (buffers are counted in elements). event_cost / post_cost: CPU
     per completion callback / per posted send or receive (adaptcoll: params.engine / params.o;
     lock-step baselines inside MPI: 0 / params.native_o). data: move real bytes. record: keep every
-    delivery as (src, dst, tag, elements) in `delivered`. trace: a TraceLog to fill.
+    delivery as (src, dst, tag, elements) in `delivered`. trace: a TraceLog to fill. topology: the
+    routes of a described network (`routes.Routes`) whose links replace the per-node links.
     """
 
     def __init__(
@@ -170,9 +178,16 @@ class World:
         data: bool = False,
         record: bool = False,
         trace: Optional[TraceLog] = None,
+        topology: Optional[Routes] = None,
     ) -> None:
         if size < 1:
             raise ValueError(f"a simulated world needs at least 1 rank, got {size}")
+        if topology is not None:
+            topology.check_size(size)
+            if params.links != "fair":
+                raise ValueError(
+                    f"a described network shares its links fairly: links must be 'fair', got {params.links!r}"
+                )
         self.size = size
         self.params = params
         self.itemsize = itemsize
@@ -204,8 +219,15 @@ class World:
         self._sends: dict[tuple[int, int, int], list[_Msg]] = {}
         self._recvs: dict[tuple[int, int, int], list[tuple[Any, Callback, float]]] = {}
         nodes = -(-size // params.ranks_per_node)  # links are per node: its ranks share the NIC
-        policy = FairLinks if params.links == "fair" else FifoLinks
-        self._links = policy(self, nodes, self._rpn, self._bytecost, self._L, self._g, net_noise)
+        self._links: Any
+        self._handshake: Optional[Callable[[int, int], float]] = None  # rendezvous handshake latency (else L)
+        if topology is not None:
+            self._links = PathLinks(self, topology, itemsize, self._g, net_noise)
+            self._routes = topology
+            self._handshake = self._route_latency
+        else:
+            policy = FairLinks if params.links == "fair" else FifoLinks
+            self._links = policy(self, nodes, self._rpn, self._bytecost, self._L, self._g, net_noise)
         self._busy = [-_INF] * size
         self._queued: dict[int, list[Callback]] = {}
         self._watches: dict[int, list[tuple[Poll, Callback]]] = {}
@@ -413,7 +435,8 @@ class World:
             if pending:
                 recvs[key] = pending
             if not eager:
-                heapq.heappush(self._heap, ((ts if ts > tr else tr) + self._L, self._seq(), self._ready_h, msg))
+                hs = self._L if self._handshake is None else self._handshake(rank, dest)
+                heapq.heappush(self._heap, ((ts if ts > tr else tr) + hs, self._seq(), self._ready_h, msg))
                 return
         else:
             found = self._sends.get(key)
@@ -439,7 +462,8 @@ class World:
             msg.rbuf, msg.rcb, msg.tr = buf, cb, tr
             if not msg.eager:
                 ts = msg.ts
-                heapq.heappush(self._heap, ((ts if ts > tr else tr) + self._L, self._seq(), self._ready_h, msg))
+                hs = self._L if self._handshake is None else self._handshake(source, rank)
+                heapq.heappush(self._heap, ((ts if ts > tr else tr) + hs, self._seq(), self._ready_h, msg))
             elif msg.landed:  # the eager message is already here: complete once the receive is posted
                 self._push(tr, self._late_recv_h, msg)
         else:
@@ -513,6 +537,13 @@ class World:
         if self._trace is not None:
             start = msg.start
             self._trace_msg(msg, start, msg.end, rx if rx >= 0 else start, arrival)
+
+    def _route_latency(self, src: int, dst: int) -> float:
+        """A rendezvous handshake over a described network: its route's latency (L within a node)."""
+        rpn = self._rpn
+        if self._cpu_copy or (rpn > 1 and src // rpn == dst // rpn):
+            return self._L
+        return self._routes.route(src, dst)[1]
 
     def _eager_sent(self, msg: _Msg) -> None:
         self._complete(msg.src, msg.scb)

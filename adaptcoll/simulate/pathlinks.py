@@ -1,0 +1,179 @@
+"""Messages over routes of a described network: each link shared equally, a message at its most crowded link.
+
+`FairLinks` generalized from two links (the sender's out, the receiver's in) to a route of any length
+with a bandwidth per link. A message whose route crosses links l, each carrying n_l messages at c_l
+seconds per byte (1 / bandwidth), moves at 1 / max_l(n_l c_l) bytes per second: its equal share of its
+most crowded link. When a message starts or finishes, every message on one of its links gets a new
+rate and finish time (as FairLinks does for its two links); a message arrives the sum of its links'
+latencies after its last byte has left (cut-through: the bytes cross all links at once).
+
+The rates never overload a link, but they are not max-min fair: a link's share left over by a message
+held back elsewhere is not handed to the others on that link, so a message may finish later than under
+max-min (A alone with B on link 1, B also on link 2 with 3 others: A gets 1/2 of link 1, max-min 3/4).
+Cost per start or finish: every message on its links, times its route's length.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any, Optional
+
+from .routes import Routes
+from .timelines import Timeline
+
+__all__ = ["PathLinks"]
+
+
+class PathLinks:
+    """The links of a described network. As in `FairLinks`, rates are relative to a message's speed
+    alone (`rem` in seconds at that speed), each sending rank has one heap entry (the least (finish,
+    sequence) key of its messages), stale entries are swept in bulk and each message (re)scheduled
+    counts as one event; so a description of the default network gives FairLinks' results."""
+
+    def __init__(self, world: Any, routes: Routes, itemsize: int, gap: float, net: Optional[Timeline]) -> None:
+        self._w = world
+        self._routes = routes
+        self._route = routes.route
+        self._on: list[dict[Any, None]] = [{} for _ in range(routes.links)]  # link -> messages on it, in order
+        self._itemsize = itemsize
+        self._g = gap
+        self._net = net
+        self._out: dict[int, list[Any]] = {}  # sending rank -> its messages on the network
+        self._key: dict[int, int] = {}  # sending rank -> sequence number of its live heap entry
+        self._last_start: dict[int, float] = {}
+        self._stale = 0
+        self._stamp = 0
+        self.latest = 0.0  # the latest finish time ever scheduled (World.run ends at it)
+        self._fin = self._finish
+        self._begin_h = self._begin
+
+    def depart(self, msg: Any) -> None:
+        """The message may leave now (after its sender's minimum gap and any link detour)."""
+        w = self._w
+        src = msg.src
+        now = start = w.now
+        if self._g > 0:
+            last = self._last_start.get(src)
+            if last is not None and last + self._g > start:
+                start = last + self._g
+            self._last_start[src] = start
+        if self._net is not None:
+            start = self._net.advance(src, start, 0.0)
+        if start > now:
+            heapq.heappush(w._heap, (start, w._seq(), self._begin_h, msg))
+        else:
+            self._begin(msg)
+
+    def _begin(self, msg: Any) -> None:
+        now = self._w.now
+        path, lat, weights, worst = self._route(msg.src, msg.dst)
+        msg.path, msg.plat, msg.weights = path, lat, weights
+        msg.snode = src = msg.src
+        msg.start = msg.tupd = now
+        msg.rem = msg.n * (worst * self._itemsize)
+        msg.rate = 0.0
+        msg.stamp = 0
+        on = self._on
+        for link in path:
+            on[link][msg] = None
+        out = self._out.get(src)
+        if out is None:
+            self._out[src] = [msg]
+        else:
+            out.append(msg)
+        self._reshare(path, now, src)
+
+    def _reshare(self, path: tuple[int, ...], now: float, src: int) -> None:
+        """New rates and finish keys for every message on the links of `path` (whose load just changed),
+        in order of those links and of arrival on them; then new heap entries where least keys moved
+        (`src`'s too: its message just started or finished)."""
+        w = self._w
+        seq = w._seq
+        on = self._on
+        self._stamp = stamp = self._stamp + 1
+        latest = self.latest
+        dirty = {src: None}
+        moved = 0
+        for link in path:
+            for f in on[link]:
+                if f.stamp == stamp:
+                    continue
+                f.stamp = stamp
+                f.rem -= f.rate * (now - f.tupd)
+                f.tupd = now
+                m = 0.0
+                for x, wt in zip(f.path, f.weights):
+                    v = wt * len(on[x])
+                    if v > m:
+                        m = v
+                f.rate = rate = 1.0 / m
+                rem = f.rem
+                f.tfin = t = now + (rem if rem > 0.0 else 0.0) / rate
+                if t > latest:
+                    latest = t
+                f.sq = seq()
+                moved += 1
+                dirty[f.snode] = None
+        self.latest = latest
+        w._dropped += moved  # each message rescheduled is one event (as one heap entry per message would be)
+        outs = self._out
+        for node in dirty:
+            flows = outs.get(node)
+            if flows:
+                self._enter(node, flows)
+        if self._stale > 1024 and self._stale > len(w._heap) >> 2:
+            self._sweep()
+
+    def _enter(self, src: int, flows: list[Any]) -> None:
+        """Make the heap entry of `src`'s messages the least (finish, sequence) key among them."""
+        it = iter(flows)
+        best = next(it)
+        bt, bs = best.tfin, best.sq
+        for f in it:
+            t = f.tfin
+            if t < bt or (t == bt and f.sq < bs):
+                bt, bs = t, f.sq
+        key = self._key
+        old = key.get(src)
+        if old == bs:
+            return
+        if old is not None:
+            self._stale += 1
+        key[src] = bs
+        w = self._w
+        w._dropped -= 1  # this entry counts itself when popped or swept
+        heapq.heappush(w._heap, (bt, bs, self._fin, (src, bs)))
+
+    def _sweep(self) -> None:
+        """Drop the stale entries from the heap (in place), counting them as processed events."""
+        w = self._w
+        heap, finish, key = w._heap, self._fin, self._key
+        keep = [e for e in heap if e[2] is not finish or key.get(e[3][0]) == e[3][1]]
+        w._dropped += len(heap) - len(keep)
+        heap[:] = keep
+        heapq.heapify(heap)  # (time, sequence) keys are unique: the pop order is the same
+        self._stale = 0
+
+    def _finish(self, arg: tuple[int, int]) -> None:
+        src, sq = arg
+        if self._key.get(src) != sq:  # replaced since
+            self._stale -= 1
+            return
+        out = self._out[src]
+        for msg in out:
+            if msg.sq == sq:
+                break
+        w = self._w
+        now = w.now
+        out.remove(msg)
+        del self._key[src]  # consumed (the reshare makes a new one if messages are left)
+        if not out:
+            del self._out[src]
+        msg.end = now
+        on = self._on
+        path = msg.path
+        for link in path:
+            del on[link][msg]
+        self._reshare(path, now, src)
+        lat = msg.plat
+        w._land(msg, now + lat, msg.start + lat)

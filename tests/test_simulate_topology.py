@@ -1,0 +1,303 @@
+"""The simulator on a described network (--topology): routes, per-link bandwidth and latency, shared links.
+
+Small descriptions built by hand, whose times are computed by hand: latencies add along a route and
+its slowest link sets the speed; messages sharing a link share it; disjoint routes do not interfere;
+an oversubscribed fat tree slows cross-leaf traffic; lock-step baselines see the network too; and a
+description of the default network (a link per rank each way, one non-blocking switch) gives the
+default model's results exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from adaptcoll import settings
+from adaptcoll.schedule.describe import Description, Link, save
+from adaptcoll.simulate import cli
+from adaptcoll.simulate.noise_setup import parse_noise
+from adaptcoll.simulate.params import DEFAULT_PARAMS, CostParams
+from adaptcoll.simulate.programs import Job
+from adaptcoll.simulate.routes import NoRoute, Routes
+from adaptcoll.simulate.run import best_lockstep, compare, run_once
+from adaptcoll.simulate.world import World
+
+ROOT = Path(__file__).resolve().parent.parent
+# no CPU costs, everything eager: a message leaves when posted and its receive completes when it is in
+FREE = CostParams(o=0.0, engine=0.0, native_o=0.0, fold=0.0, eager=1 << 30)
+MB = 1 << 20
+REL = 1e-12
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= REL * max(abs(a), abs(b))
+
+
+def _both(a, b, bw: float, lat: float) -> list[Link]:
+    return [Link(a, b, bw, lat), Link(b, a, bw, lat)]
+
+
+def _arrivals(desc: Description, sends: list[tuple[int, int, int]], params: CostParams = FREE) -> list[float]:
+    """Post every (src, dst, bytes) at time 0; the time each receive completes, in the order given."""
+    world = World(desc.ranks, params, topology=Routes(desc))
+    got = [-1.0] * len(sends)
+    pending = [0] * desc.ranks
+    for src, dst, _ in sends:
+        pending[src] += 1
+        pending[dst] += 1
+
+    def finish(rank: int) -> None:
+        pending[rank] -= 1
+        if pending[rank] == 0:
+            world.done(rank)
+
+    def starter(rank: int):
+        def start() -> None:
+            t = world.ranks[rank]
+            for i, (src, dst, n) in enumerate(sends):
+                if dst == rank:
+
+                    def received(i: int = i) -> None:
+                        got[i] = world.now
+                        finish(rank)
+
+                    t.irecv(range(n), src, i, received)
+            for i, (src, dst, n) in enumerate(sends):
+                if src == rank:
+                    t.isend(range(n), dst, i, lambda: finish(rank))
+            if pending[rank] == 0:
+                world.done(rank)
+
+        return start
+
+    for r in range(desc.ranks):
+        world.start(r, 0.0, starter(r))
+    world.run()
+    return got
+
+
+def _chain() -> Description:
+    """0 -> a -> b -> 1 at 10, 5 and 20 GB/s, 1, 2 and 3 us (and back)."""
+    links = _both(0, "a", 10e9, 1e-6) + _both("a", "b", 5e9, 2e-6) + _both("b", 1, 20e9, 3e-6)
+    return Description(2, tuple(links), ("a", "b"), name="chain")
+
+
+def _star(ranks: int, bw: float = 10e9, lat: float = 1e-6) -> Description:
+    links = [link for r in range(ranks) for link in _both(r, "sw", bw, lat)]
+    return Description(ranks, tuple(links), ("sw",), name="star")
+
+
+def _fat_tree(leaves: int = 2, per_leaf: int = 4, spines: int = 1, bw: float = 10e9, over: float = 4.0):
+    """Ranks under leaves under spines; each leaf's uplinks carry 1/`over` of its ranks' bandwidth."""
+    links: list[Link] = []
+    names = [f"spine{s}" for s in range(spines)] + [f"leaf{k}" for k in range(leaves)]
+    for k in range(leaves):
+        for s in range(spines):
+            links += _both(f"leaf{k}", f"spine{s}", per_leaf * bw / over / spines, 1e-6)
+        for r in range(k * per_leaf, (k + 1) * per_leaf):
+            links += _both(r, f"leaf{k}", bw, 1e-6)
+    return Description(leaves * per_leaf, tuple(links), tuple(names), name=f"fat tree {over:g}:1")
+
+
+def _default_network(ranks: int, params: CostParams = DEFAULT_PARAMS) -> Description:
+    """The default model as a description: a link of G s/B each way per rank, one switch, L/2 per link."""
+    return _star(ranks, 1.0 / params.G, params.L / 2)
+
+
+# -- one message, shared links, disjoint routes ------------------------------------------------------
+def test_three_hop_route_adds_latencies_and_runs_at_its_slowest_link():
+    (t,) = _arrivals(_chain(), [(0, 1, MB)])
+    assert _close(t, MB / 5e9 + 6e-6), t
+    assert Routes(_chain()).describe_route(0, 1) == ["0", "'a'", "'b'", "1"]
+
+
+def test_two_messages_sharing_a_link_take_twice_as_long():
+    star = _star(3)
+    (alone,) = _arrivals(star, [(0, 2, MB)])
+    both = _arrivals(star, [(0, 2, MB), (1, 2, MB)])  # both into rank 2: its link from the switch
+    assert _close(alone, MB / 10e9 + 2e-6)
+    assert _close(both[0], 2 * MB / 10e9 + 2e-6) and _close(both[1], both[0]), both
+
+
+def test_messages_on_disjoint_routes_do_not_interfere():
+    star = _star(4)
+    got = _arrivals(star, [(0, 1, MB), (2, 3, MB), (1, 0, MB), (3, 2, MB)])  # full duplex: no link shared
+    assert all(_close(t, MB / 10e9 + 2e-6) for t in got), got
+
+
+def test_a_short_message_leaves_a_shared_link_early_and_the_long_one_speeds_up():
+    """Fair sharing over a route: both at half speed until the short one is done, then full speed."""
+    got = _arrivals(_star(3), [(0, 2, MB), (1, 2, 3 * MB)])
+    assert _close(got[0], 2 * MB / 10e9 + 2e-6)
+    assert _close(got[1], (2 * MB + 2 * MB) / 10e9 + 2e-6), got  # 1 MB at half speed, 2 MB at full
+
+
+def test_documented_error_case_not_max_min():
+    """A (0 -> 1) shares rank 0's link with B (0 -> 2); B also shares rank 2's link with 3 others. B moves
+    at 1/4 (its most crowded link), A at 1/2 of rank 0's link, where max-min fairness would give A 3/4."""
+    got = _arrivals(_star(6, 10e9, 0.0), [(0, 1, MB), (0, 2, MB), (3, 2, MB), (4, 2, MB), (5, 2, MB)])
+    assert _close(got[0], 2 * MB / 10e9), got[0]  # max-min: MB / (0.75 x 10 GB/s)
+    assert all(_close(t, 4 * MB / 10e9) for t in got[1:]), got
+
+
+# -- routes ---------------------------------------------------------------------------------------
+def test_routes_prefer_latency_then_hops_and_are_deterministic():
+    links = _both(0, "s", 10e9, 5e-6) + _both("s", 1, 10e9, 5e-6)  # 2 hops, 10 us
+    links += _both(0, "p", 10e9, 1e-6) + _both("p", "q", 10e9, 1e-6) + _both("q", 1, 10e9, 1e-6)  # 3 hops, 3 us
+    links += _both(0, "u", 10e9, 1e-6) + _both("u", "v", 10e9, 1e-6) + _both("v", "w", 10e9, 0.0)
+    links += _both("w", 1, 10e9, 1e-6)  # 4 hops, also 3 us: more hops lose
+    desc = Description(2, tuple(links), ("s", "p", "q", "u", "v", "w"))
+    assert Routes(desc).describe_route(0, 1) == ["0", "'p'", "'q'", "1"]
+    assert _arrivals(desc, [(0, 1, MB)])[0] == pytest.approx(MB / 10e9 + 3e-6, rel=REL)
+
+
+def test_equal_routes_spread_over_spines_deterministically():
+    desc = _fat_tree(leaves=4, per_leaf=4, spines=4)
+    pairs = [(s, d) for s in range(16) for d in range(16) if s // 4 != d // 4]
+    first = Routes(desc)
+    again = Routes(desc)
+    spines = {p: first.describe_route(*p)[2] for p in pairs}
+    assert spines == {p: again.describe_route(*p)[2] for p in reversed(pairs)}  # any order of asking
+    assert set(spines.values()) == {f"'spine{s}'" for s in range(4)}
+    counts = sorted(list(spines.values()).count(f"'spine{s}'") for s in range(4))
+    assert counts[0] >= len(pairs) // 8, counts  # spread, not all on one
+    assert first.describe_route(0, 1) == ["0", "'leaf0'", "1"]  # inside a leaf: never up
+    assert first.dijkstras <= 4  # one per leaf (each rank's first hop), not one per rank
+
+
+def test_two_nics_per_node_share_the_flows():
+    """4 ranks per node, each with a link to both of its node's NICs: flows between nodes use both."""
+    links: list[Link] = []
+    nics = [f"n{n}{k}" for n in range(2) for k in "ab"]
+    for n in range(2):
+        for k in "ab":
+            links += _both(f"n{n}{k}", "core", 10e9, 1e-6)
+            links += [link for r in range(4 * n, 4 * n + 4) for link in _both(r, f"n{n}{k}", 10e9, 1e-6)]
+    routes = Routes(Description(8, tuple(links), (*nics, "core")))
+    firsts = [routes.describe_route(s, d)[1] for s in range(4) for d in range(4, 8)]
+    assert set(firsts) == {"'n0a'", "'n0b'"}, firsts
+    assert all(len(routes.describe_route(s, d)) == 5 for s in range(4) for d in range(4, 8))
+
+
+def test_ranks_relay_only_where_no_switch_connects_them_and_no_route_is_an_error():
+    links = _both(0, 1, 10e9, 1e-6) + _both(1, 2, 10e9, 1e-6)  # a chain of ranks, no switch
+    chain = Routes(Description(4, tuple(links)))
+    assert chain.describe_route(0, 2) == ["0", "1", "2"]
+    with pytest.raises(NoRoute, match="no route from rank 0 to rank 3"):
+        chain.route(0, 3)
+
+
+# -- a fat tree, baselines, collectives ------------------------------------------------------------
+def test_oversubscribed_fat_tree_slows_cross_leaf_traffic():
+    tree = _fat_tree(leaves=2, per_leaf=4, spines=1, over=4.0)  # 4 ranks at 10 GB/s over one 10 GB/s uplink
+    inside = _arrivals(tree, [(0, 1, MB), (1, 0, MB), (2, 3, MB), (3, 2, MB)])
+    across = _arrivals(tree, [(r, r + 4, MB) for r in range(4)])
+    assert all(_close(t, MB / 10e9 + 2e-6) for t in inside), inside
+    assert all(_close(t, 4 * MB / 10e9 + 4e-6) for t in across), across
+    full = _fat_tree(leaves=2, per_leaf=4, spines=1, over=1.0)
+    assert all(_close(t, MB / 10e9 + 4e-6) for t in _arrivals(full, [(r, r + 4, MB) for r in range(4)]))
+
+
+def test_lockstep_baselines_cross_the_described_network():
+    """MPICH's binomial Bcast on 2 ranks: native_o + handshake + transfer, the handshake and the data
+    each taking the route's latency, the data at the route's slowest link."""
+    params = dataclasses.replace(DEFAULT_PARAMS, eager=0)
+    job = Job("bcast", 2, MB, MB, "binomial", settings.Settings(max_segments=0))
+    stats = run_once(job, params, "binomial", topology=Routes(_chain()))[0]
+    assert _close(stats.time_s, params.native_o + 2 * 6e-6 + MB / 5e9), stats.time_s
+    tree = _fat_tree(leaves=4, per_leaf=4, spines=1, over=4.0)
+    job16 = Job("bcast", 16, 4 * MB, 256 << 10, "two_tree")
+    flat = _star(16, 10e9, 1e-6)
+    times = {}
+    for impl in ("binomial", "scatter_allgather", "adaptcoll"):
+        slow = run_once(job16, DEFAULT_PARAMS, impl, topology=Routes(tree))[0].time_s
+        fast = run_once(job16, DEFAULT_PARAMS, impl, topology=Routes(flat))[0].time_s
+        times[impl] = (slow, fast)
+    # binomial: one message per uplink at a time, so only latency: its critical path 0 -> 8 -> 12 -> 14 -> 15
+    # crosses leaves twice, each time 2 links more (1 us each) for the handshake and for the data
+    slow, fast = times.pop("binomial")
+    assert _close(slow - fast, 2 * (2e-6 + 2e-6)), slow - fast
+    slow, fast = times["scatter_allgather"]  # its allgather crosses the uplinks many at a time: 4:1 shows
+    assert slow > fast * 1.2, (slow, fast)
+    slow, fast = times["adaptcoll"]  # two in-order binary trees: few edges between leaves
+    assert slow > fast, (slow, fast)
+
+
+# -- the default network, described ---------------------------------------------------------------
+NOISE = ("1kHz x 25us, poisson", "net: 1kHz x 10us")
+
+
+@pytest.mark.parametrize(
+    "job, params",
+    [
+        (Job("bcast", 64, 2 * MB, 64 << 10, "two_tree"), DEFAULT_PARAMS),
+        (Job("bcast", 33, 1 * MB, 128 << 10, "binomial"), dataclasses.replace(DEFAULT_PARAMS, g=1.5e-6)),
+        (Job("reduce", 32, 2 * MB, 128 << 10, "binomial"), DEFAULT_PARAMS),
+        (Job("allreduce", 24, 2 * MB, 128 << 10, "two_tree"), DEFAULT_PARAMS),
+        (Job("bcast", 16, 64 << 10, 4 << 10, "binomial"), DEFAULT_PARAMS),  # eager
+    ],
+)
+def test_description_of_the_default_network_gives_the_default_results_exactly(job, params):
+    """Bit for bit, quiet and noisy, adaptcoll and baselines, events included: PathLinks on two links of
+    equal bandwidth is FairLinks (same arithmetic, same order of rescheduling)."""
+    noise = parse_noise(list(NOISE))
+    names = ("binomial",) if job.collective != "allreduce" else ("ring",)
+    plain = compare(job, params, noise, names, seed=3, samples=2)
+    described = compare(job, params, noise, names, seed=3, samples=2, topology=Routes(_default_network(job.size)))
+    assert described.pop("topology") == {"name": "star", "ranks": job.size, "switches": 1, "links": 2 * job.size}
+    assert described == plain
+
+
+def test_best_lockstep_takes_the_topology():
+    job = Job("bcast", 16, 4 * MB, 256 << 10, "two_tree")
+    tree = Routes(_fat_tree(leaves=4, per_leaf=4, over=4.0))
+    best = best_lockstep(job, DEFAULT_PARAMS, parse_noise([]), names=("binomial", "scatter_allgather"), topology=tree)
+    assert best["topology"]["ranks"] == 16
+    for row, name in zip(best["results"], ("binomial", "scatter_allgather")):
+        alone = run_once(job, DEFAULT_PARAMS, name, topology=tree)[0].time_s
+        default = run_once(job, DEFAULT_PARAMS, name)[0].time_s
+        assert row["quiet_us"] == alone * 1e6 and alone != default, (name, row["quiet_us"], alone, default)
+
+
+# -- errors and the command line -------------------------------------------------------------------
+def test_wrong_size_and_fifo_links_are_rejected():
+    routes = Routes(_star(4))
+    with pytest.raises(ValueError, match="has 4 ranks but the job has 8"):
+        run_once(Job("bcast", 8, MB, MB), DEFAULT_PARAMS, topology=routes)
+    with pytest.raises(ValueError, match="links must be 'fair'"):
+        run_once(Job("bcast", 4, MB, MB), dataclasses.replace(DEFAULT_PARAMS, links="fifo"), topology=routes)
+
+
+def test_cli_wrong_size_exits_2(tmp_path, capsys):
+    path = tmp_path / "star.json"
+    save(path, _star(4))
+    argv = ["--collective", "bcast", "--ranks", "8", "--size", "1M", "--segment", "256K", "--topology", str(path)]
+    assert cli.main(argv) == 2
+    assert "has 4 ranks but the job has 8" in capsys.readouterr().err
+
+
+def test_cli_topology(tmp_path):
+    path = tmp_path / "tree.json"
+    desc = _fat_tree(leaves=2, per_leaf=4, over=4.0)
+    save(path, desc)
+    out = tmp_path / "out.json"
+    argv = ["--collective", "bcast", "--ranks", "8", "--size", "1M", "--segment", "256K", "--algorithm", "binomial"]
+    argv += ["--baseline", "binomial", "--topology", str(path), "--json", str(out)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-m", "adaptcoll.simulate", *argv], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert "network: fat tree 4:1" in done.stdout
+    report = json.loads(out.read_text())
+    assert report["topology"] == {"name": "fat tree 4:1", "ranks": 8, "switches": 3, "links": 20, "file": str(path)}
+    job = Job("bcast", 8, MB, 256 << 10, "binomial")
+    for row, impl in zip(report["results"], ("adaptcoll", "binomial")):
+        expect = run_once(job, DEFAULT_PARAMS, impl, topology=Routes(desc))[0].time_s * 1e6
+        assert row["quiet_us"] == pytest.approx(expect, rel=REL)
