@@ -84,13 +84,25 @@ class _Builder:
             self.depth[b] = self.depth[a] + 1
 
     def send(self, src_node: int, dst_node: int) -> None:
-        """The rank of src_node whose route is least loaded (then the shallowest) sends to the
-        least-entered rank of dst_node, which then reaches its node."""
-        h, depth = self.h, self.depth
-        entry = min(h.nodes[dst_node], key=lambda r: self.entered[r])
+        """A rank of src_node sends to a rank of dst_node, both picked for the least loaded route (then
+        the least entered, the shallowest); the entry then reaches its node."""
+        h, depth, net = self.h, self.depth, self.net
         near = [r for r in h.nodes[src_node] if r != self.root] or [self.root]
+        first = min(near, key=lambda r: self.rank_sent[r])
+        # one candidate per way into the node (the least entered rank behind each NIC), then the cheapest
+        ways: dict[tuple[str, ...], int] = {}
+        for r in sorted(h.nodes[dst_node], key=lambda r: self.entered[r]):
+            ways.setdefault(net.attachment(r, False), r)
+        entry = min(
+            ways.values(),
+            key=lambda r: (*_cost(net, self.load, first, r, self.collective, self.share), self.entered[r]),
+        )
+        starts: dict[tuple[str, ...], list[int]] = {}
+        for r in near:
+            starts.setdefault(net.attachment(r, True), []).append(r)
+        shallow = [min(rs, key=lambda r: (depth[r], self.rank_sent[r])) for rs in starts.values()]
         sender = min(
-            near,
+            shallow,
             key=lambda r: (
                 *_cost(self.net, self.load, r, entry, self.collective, self.share),
                 depth[r],

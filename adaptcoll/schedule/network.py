@@ -150,6 +150,10 @@ class Network:
         got = self._routes[key] = merged[2]
         return got
 
+    def attachment(self, rank: int, out: bool) -> tuple[str, ...]:
+        """The switches a rank sends to (`out`) or receives from: ranks alike here route alike beyond."""
+        return tuple(sorted(s for s, _ in (self._out_sw if out else self._in_sw)[rank]))
+
     def reachable(self, u: int, v: int) -> bool:
         """Whether a tree edge u->v has a route."""
         try:
