@@ -183,6 +183,19 @@ def test_targets_small(collective: str) -> None:
         assert max(r.depths) <= 16
 
 
+def test_uneven_and_switchless_shapes() -> None:
+    uneven = shapes.fat_tree(6, 2, nodes_per_leaf=4)  # no symmetry: every rank's max-flow computed
+    r = synthesize(uneven, "allreduce", 3, trees=4)
+    _check(r, uneven, "allreduce", 3)
+    assert r.gap < 15.0
+    ring = _ring(24, 1.0)  # beyond the packing size of `auto`, but only neighbours have routes
+    r = synthesize(ring, "bcast", 5, trees=4)
+    _check(r, ring, "bcast", 5)
+    assert r.method == "packing" and r.bound.rate == 2.0 and r.gap < 1.0
+    one = synthesize(shapes.flat_switch(1), "reduce", 0)
+    assert one.schedule.forest(0).trees[0].children == ((),)
+
+
 def test_unreachable_and_bad_options() -> None:
     d = Description(3, (*_both(0, 1, 1.0),))
     with pytest.raises(SynthesisError, match="not reachable"):

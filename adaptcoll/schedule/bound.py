@@ -67,14 +67,17 @@ def _targets(d: Description, root: int, h: Hierarchy | None) -> list[int]:
     return list(seen.values())
 
 
-def cut_bound(d: Description, root: int, reverse: bool = False, symmetric: bool = True) -> Bound:
-    """min over ranks v of maxflow(root -> v) (`reverse`: v -> root), one v per class when `symmetric`."""
+def cut_bound(
+    d: Description, root: int, reverse: bool = False, symmetric: bool = True, h: Hierarchy | None = None
+) -> Bound:
+    """min over ranks v of maxflow(root -> v) (`reverse`: v -> root), one v per class when `symmetric`
+    (`h`: the description's hierarchy if already known)."""
     if not 0 <= root < d.ranks:
         raise SynthesisError(f"root {root} is not a rank 0..{d.ranks - 1}")
     if d.ranks == 1:
         return Bound(float("inf"), "a single rank", 0)
     g = flow_graph(d, reverse)
-    targets = _targets(d, root, hierarchy(d) if symmetric else None)
+    targets = _targets(d, root, (h or hierarchy(d)) if symmetric else None)
     best, where = float("inf"), root
     residual = build_residual_network(g, "capacity")  # built once, reset by each run
     for v in targets:
@@ -102,16 +105,14 @@ def partition_bound(d: Description, parts: list[set[Vertex]], label: str) -> Bou
     return Bound(min(out, inn) / (2 * (k - 1)), label, 0)
 
 
-def bound(d: Description, collective: str, root: int, symmetric: bool = True) -> Bound:
+def bound(d: Description, collective: str, root: int, symmetric: bool = True, h: Hierarchy | None = None) -> Bound:
     """The throughput bound of `collective` from `root` (see the module docstring)."""
-    if collective == "bcast":
-        return cut_bound(d, root, False, symmetric)
-    if collective == "reduce":
-        return cut_bound(d, root, True, symmetric)
-    if collective != "allreduce":
+    if collective not in ("bcast", "reduce", "allreduce"):
         raise SynthesisError(f"collective must be bcast, reduce or allreduce, got {collective!r}")
-    down, up = cut_bound(d, root, False, symmetric), cut_bound(d, root, True, symmetric)
-    h = hierarchy(d)
+    h = h or hierarchy(d)
+    if collective != "allreduce":
+        return cut_bound(d, root, collective == "reduce", symmetric, h)
+    down, up = cut_bound(d, root, False, symmetric, h), cut_bound(d, root, True, symmetric, h)
     candidates = [
         down,
         up,

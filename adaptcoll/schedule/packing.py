@@ -38,12 +38,17 @@ def _greedy(
     taking what it can carry from the residual capacities."""
     residual = net.capacity.copy()
     out: list[Children] = []
-    floor = net.capacity.max() * 1e-9
+    floor = net.capacity * 1e-3  # a full link costs 1000x an idle one (wider ranges upset Edmonds' floats)
     for _ in range(trees):
         y = 1.0 / np.maximum(residual, floor)
+        y /= y.min()
         for (u, v), route in routes.items():
             g.add_edge(u, v, weight=sum(y[link] * frac for link, frac in route))
-        kids = _children(nx.minimum_spanning_arborescence(g, attr="weight", preserve_attrs=False), net.ranks)
+        try:
+            arb = nx.minimum_spanning_arborescence(g, attr="weight", preserve_attrs=False)
+        except nx.NetworkXException:
+            break  # the multiplicative-weights trees remain candidates
+        kids = _children(arb, net.ranks)
         load = net.tree_load(kids, collective)
         used = load > 0
         carry = float(np.min(np.maximum(residual[used], 0.0) / load[used]))
@@ -87,6 +92,8 @@ def pack(
         try:
             arb = nx.minimum_spanning_arborescence(g, attr="weight", preserve_attrs=False)
         except nx.NetworkXException:
+            if found:
+                break  # lengths too far apart for Edmonds' floats: keep the trees found so far
             raise SynthesisError(f"no spanning tree reaches every rank from root {root} over the links") from None
         kids = _children(arb, n)
         util = util_of.get(kids)

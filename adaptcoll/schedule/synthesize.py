@@ -77,7 +77,8 @@ def synthesize(
     if isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < d.ranks:
         raise SynthesisError(f"root must be a rank 0..{d.ranks - 1}, got {root!r}")
     fanout = fanout or max(2, trees)
-    the_bound = bound(d, collective, root, symmetric)
+    h = hierarchy(d)
+    the_bound = bound(d, collective, root, symmetric, h)
     net = Network(d)
     candidates: list[tuple[float, int, str, list[tuple[float, Children]]]] = []
     if d.ranks == 1:
@@ -87,11 +88,13 @@ def synthesize(
         candidates.append(_score(net, got, collective, root, "packing"))
     if d.ranks > 1 and method in ("auto", "layered"):
         try:
-            got = layered(net, hierarchy(d), root, collective, trees, fanout)
+            got = layered(net, h, root, collective, trees, fanout)
             candidates.append(_score(net, got, collective, root, "layered"))
         except SynthesisError:
-            if method == "layered" or not candidates:
+            if method == "layered":
                 raise
+            if not candidates:  # ranks without routes between some pairs (a ring, a mesh): pack, however slow
+                candidates.append(_score(net, pack(net, root, collective, trees), collective, root, "packing"))
     rate, _, name, chosen = max(candidates, key=lambda c: (c[0] * (1 - 1e-9), -c[1]))
     raw = {
         "format": forest_file.FORMAT,
