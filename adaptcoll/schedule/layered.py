@@ -28,24 +28,32 @@ def _grow(
     head: int, members: Sequence[int], count: list[int], fanout: int, budget: int, fixed: bool
 ) -> list[tuple[int, int]]:
     """Edges of a tree from `head` over `members` (head excluded): the least-counted members come first
-    and are the inner ones, each with up to `fanout` children and never past `budget` edges over all trees
-    (unless no one else can take a child); a `fixed` head (the same in every tree) has one child.
+    and are the inner ones, each with up to `fanout` children and never past `budget` edges over all trees;
+    when every member in the tree is at its budget, the least-counted of them take one more child each in
+    turn (spread thin rather than a chain). A `fixed` head (the same in every tree) has one child.
     `count[m]` (edges m sent so far) is updated."""
     order = sorted(members, key=lambda m: count[m])
     edges: list[tuple[int, int]] = []
     queue = [head]
     at, nxt = 0, 0
-    while nxt < len(order):
-        parent = queue[at]
-        at += 1
-        take = 1 if (fixed and parent == head) else min(fanout, budget - count[parent])
-        if take <= 0 and at == len(queue):
-            take = 1  # the last one waiting: it must go on
-        for child in order[nxt : nxt + max(take, 0)]:
+
+    def adopt(parent: int, take: int) -> None:
+        nonlocal nxt
+        for child in order[nxt : nxt + take]:
             edges.append((parent, child))
             count[parent] += 1
             queue.append(child)
-        nxt += max(take, 0)
+        nxt += take
+
+    while nxt < len(order) and at < len(queue):
+        parent = queue[at]
+        at += 1
+        adopt(parent, 1 if (fixed and parent == head) else max(0, min(fanout, budget - count[parent])))
+    while nxt < len(order):  # over budget: one more child each, least counted first, pass after pass
+        for parent in sorted((q for q in queue if not (fixed and q == head)) or queue, key=lambda q: count[q]):
+            adopt(parent, 1)
+            if nxt >= len(order):
+                break
     return edges
 
 
