@@ -50,7 +50,7 @@ def _grow(
         at += 1
         adopt(parent, 1 if (fixed and parent == head) else max(0, min(fanout, budget - count[parent])))
     while nxt < len(order):  # over budget: one more child each, least counted first, pass after pass
-        for parent in sorted((q for q in queue if not (fixed and q == head)) or queue, key=lambda q: count[q]):
+        for parent in sorted([q for q in queue if not (fixed and q == head)] or queue, key=lambda q: count[q]):
             adopt(parent, 1)
             if nxt >= len(order):
                 break
