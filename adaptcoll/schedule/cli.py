@@ -1,0 +1,177 @@
+"""`python -m adaptcoll.schedule`: synthesize a forest for a described topology, print its bound, or
+write the description of a common shape. docs/schedules.md shows every use.
+
+    python -m adaptcoll.schedule --topology FILE --collective bcast --root 0 [--trees 8] -o OUT [--png P]
+    python -m adaptcoll.schedule synth ...            (the same, named)
+    python -m adaptcoll.schedule bound --topology FILE --collective allreduce --root 0
+    python -m adaptcoll.schedule describe fat-tree --nodes 256 --ranks-per-node 8 --oversubscription 4 -o ft.json
+
+Bad options exit 2 (argparse's rule); a description or schedule that cannot be used exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from ..topology import parse as parse_topology
+from . import describe, shapes
+from .bound import bound
+from .describe import DescriptionError
+from .forest import COLLECTIVES, ScheduleError
+from .forest import dumps as dump_schedule
+from .network import SynthesisError
+from .plot import PlotError, draw
+from .synthesize import METHODS, synthesize
+
+__all__ = ["main"]
+
+_PROG = "python -m adaptcoll.schedule"
+
+
+def _gbs(rate: float) -> str:
+    return f"{rate / 1e9:.2f} GB/s"
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--topology", required=True, metavar="FILE", help="topology description (adaptcoll.topology/1)")
+    p.add_argument("--collective", required=True, choices=COLLECTIVES)
+    p.add_argument("--root", type=int, default=0, metavar="R", help="root rank (default 0)")
+    p.add_argument("--no-symmetry", action="store_true", help="compute a max-flow for every rank (no classes)")
+
+
+def _synth_parser(p: argparse.ArgumentParser) -> None:
+    _common(p)
+    p.add_argument("--trees", type=int, default=8, metavar="K", help="at most K trees (default 8)")
+    p.add_argument("--fanout", type=int, default=0, metavar="F", help="children per inner member (0: K, min 2)")
+    p.add_argument("--method", choices=METHODS, default="auto", help="construction (default auto: the best rate)")
+    p.add_argument("-o", "--output", required=True, metavar="SCHEDULE", help="schedule file to write")
+    p.add_argument("--png", metavar="PNG", help="also draw the trees (needs matplotlib)")
+
+
+def _describe_parser(p: argparse.ArgumentParser) -> None:
+    p.add_argument("shape", choices=(*shapes.SHAPES, "topo"), help="which shape (topo: a discovered Topology spec)")
+    p.add_argument("-o", "--output", required=True, metavar="FILE")
+    p.add_argument("--ranks", type=int, help="flat: ranks; topo: communicator size")
+    p.add_argument("--nodes", type=int, help="nic, fat-tree: number of nodes")
+    p.add_argument("--ranks-per-node", type=int, help="nic, fat-tree: ranks per node")
+    p.add_argument("--nics", type=int, default=1, help="nic: NICs per node, 1 or 2 (default 1)")
+    p.add_argument("--oversubscription", type=float, default=4.0, help="fat-tree: downlink:uplink (default 4)")
+    p.add_argument("--nodes-per-leaf", type=int, default=16, help="fat-tree: nodes per leaf switch (default 16)")
+    p.add_argument("--spines", type=int, default=0, help="fat-tree: spines (0: nodes-per-leaf / oversubscription)")
+    p.add_argument("--bandwidth", type=float, help="flat: rank link; nic, fat-tree: NIC link; dgx1: per NVLink (B/s)")
+    p.add_argument("--latency", type=float, help="the same link's latency (s)")
+    p.add_argument("--intra-bandwidth", type=float, help="nic, fat-tree: rank <-> node bus (B/s)")
+    p.add_argument("--pcie-bandwidth", type=float, help="nic, fat-tree: rank <-> its NIC (B/s)")
+    p.add_argument("--spec", help="topo: an ADAPTCOLL_TOPOLOGY spec, e.g. 'nodes=4,sockets=2'")
+    p.add_argument("--bandwidths", help="topo: comma list, network first then one per level (B/s)")
+
+
+def _describe(args: argparse.Namespace, p: argparse.ArgumentParser) -> describe.Description:
+    kw: dict[str, float] = {}
+
+    def need(*names: str) -> None:
+        missing = [n for n in names if getattr(args, n) is None]
+        if missing:
+            p.error(f"describe {args.shape} needs " + ", ".join("--" + n.replace("_", "-") for n in missing))
+
+    if args.shape == "flat":
+        need("ranks")
+        kw = {k: v for k, v in (("bandwidth", args.bandwidth), ("latency", args.latency)) if v is not None}
+        return shapes.flat_switch(args.ranks, **kw)
+    if args.shape in ("nic", "fat-tree"):
+        need("nodes", "ranks_per_node")
+        for key, value in (
+            ("nic_bandwidth", args.bandwidth),
+            ("nic_latency", args.latency),
+            ("intra_bandwidth", args.intra_bandwidth),
+            ("pcie_bandwidth", args.pcie_bandwidth),
+        ):
+            if value is not None:
+                kw[key] = value
+        if args.shape == "nic":
+            return shapes.nic_nodes(args.nodes, args.ranks_per_node, args.nics, **kw)
+        return shapes.fat_tree(
+            args.nodes, args.ranks_per_node, args.oversubscription, args.nodes_per_leaf, args.spines, **kw
+        )
+    if args.shape == "dgx1":
+        kw = {
+            k: v for k, v in (("nvlink_bandwidth", args.bandwidth), ("nvlink_latency", args.latency)) if v is not None
+        }
+        return shapes.dgx1(**kw)
+    need("spec", "ranks", "bandwidths")
+    try:
+        topo = parse_topology(args.spec, args.ranks)
+        widths = [float(x) for x in args.bandwidths.split(",")]
+    except ValueError as exc:
+        p.error(str(exc))
+    return shapes.from_topology(topo, widths, ranks=args.ranks)
+
+
+def _load(path: str) -> describe.Description:
+    try:
+        return describe.load(path)
+    except OSError as exc:
+        raise DescriptionError(f"cannot read {path}: {exc.strerror}") from None
+
+
+def _synth(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
+    if args.trees < 1:
+        p.error(f"--trees must be >= 1, got {args.trees}")
+    if args.fanout < 0 or args.fanout == 1:
+        p.error(f"--fanout must be 0 or >= 2, got {args.fanout}")
+    d = _load(args.topology)
+    if not 0 <= args.root < d.ranks:
+        p.error(f"--root must be a rank 0..{d.ranks - 1}, got {args.root}")
+    r = synthesize(d, args.collective, args.root, args.trees, args.fanout, args.method, not args.no_symmetry)
+    f = r.schedule.forests[0]
+    with open(args.output, "w") as out:
+        out.write(dump_schedule(r.schedule))
+    depths = " ".join(map(str, r.depths))
+    print(f"topology: {d.name or args.topology} ({d.ranks} ranks, {len(d.switches)} switches, {len(d.links)} links)")
+    b = r.bound
+    print(f"{args.collective} from root {args.root}: bound {_gbs(b.rate)} ({b.limited_by}, {b.flows} max-flows)")
+    print(f"forest: {len(f.trees)} trees ({r.method}), rate {_gbs(r.rate)}, {r.gap:.1f} % below the bound")
+    print(f"depths: {depths} (max {max(r.depths)})")
+    print(f"synthesis: {r.seconds:.2f} s")
+    print(f"wrote {args.output}")
+    if args.png:
+        draw(f, d, args.png, f"{d.name}: {args.collective} from {args.root}, {_gbs(r.rate)} of {_gbs(r.bound.rate)}")
+        print(f"wrote {args.png}")
+    return 0
+
+
+def _bound(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
+    d = _load(args.topology)
+    if not 0 <= args.root < d.ranks:
+        p.error(f"--root must be a rank 0..{d.ranks - 1}, got {args.root}")
+    b = bound(d, args.collective, args.root, not args.no_symmetry)
+    print(f"{args.collective} from root {args.root}: bound {_gbs(b.rate)} ({b.limited_by}, {b.flows} max-flows)")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the tool; returns the exit status (argparse exits 2 itself on bad options)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = argv[0] if argv and argv[0] in ("synth", "bound", "describe") else "synth"
+    if argv and argv[0] == command:
+        argv = argv[1:]
+    p = argparse.ArgumentParser(
+        prog=f"{_PROG} {command}" if command != "synth" else _PROG, description=__doc__.split("\n")[0]
+    )
+    {"synth": _synth_parser, "bound": _common, "describe": _describe_parser}[command](p)
+    args = p.parse_args(argv)
+    try:
+        if command == "describe":
+            try:
+                d = _describe(args, p)
+            except DescriptionError as exc:
+                p.error(str(exc))
+            describe.save(args.output, d)
+            print(f"wrote {args.output}: {d.name} ({d.ranks} ranks, {len(d.switches)} switches, {len(d.links)} links)")
+            return 0
+        return (_synth if command == "synth" else _bound)(args, p)
+    except (DescriptionError, ScheduleError, SynthesisError, PlotError, OSError) as exc:
+        print(f"{_PROG}: error: {exc}", file=sys.stderr)
+        return 1
