@@ -567,3 +567,26 @@ def test_scale_table_row_compares_the_rule_with_every_applicable_baseline():
     native = table.row("bcast", 64 << 10, 64, args, DEFAULT_PARAMS)
     assert not native["serve"] and native["ratio"] == [1.0, 1.0] and set(native["baselines_s"]) == {"binomial"}
     assert "native" in table.markdown([row, native])
+
+
+def test_forest_table_row_keeps_each_algorithms_fastest_configuration(tmp_path):
+    """bench/forest_table.py on the DGX-1 graph (8 ranks): the forest (two K values) and the fixed shapes
+    each keep their quietly fastest configuration, which is the time reported quiet; the best fixed shape
+    is the minimum per condition and the ratio forest / best; the lock-step baselines come along."""
+    import argparse
+
+    table = _load("forest_table")
+    args = argparse.Namespace(
+        noise=["100Hz x 250us"], seed=1, samples=1, trees="2,8", fanout=2, segments="256K,1M", lockstep=True
+    )
+    row = table.row("dgx1", "bcast:16M", args, tmp_path)
+    assert set(row["searched_quiet_s"]["forest"]) == {"K=2 seg=256K", "K=2 seg=1024K", "K=8 seg=256K", "K=8 seg=1024K"}
+    for name, searched in row["searched_quiet_s"].items():
+        assert row["times_s"][name][0] == min(searched.values()) == searched[row["configs"][name]]
+    fixed = {n: t for n, t in row["times_s"].items() if n != "forest"}
+    assert {"two_tree", "binomial"} <= set(fixed)
+    for i in range(2):
+        assert fixed[row["best_fixed"][i]][i] == min(t[i] for t in fixed.values())
+        assert row["ratio"][i] == pytest.approx(row["times_s"]["forest"][i] / fixed[row["best_fixed"][i]][i])
+    assert row["bound_s"] < row["times_s"]["forest"][0]  # the bound is a floor
+    assert row["best_lockstep"] and "DGX-1" in table.markdown([row])
