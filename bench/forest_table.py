@@ -132,7 +132,7 @@ def row(key: str, point: str, args: argparse.Namespace, workdir: Path) -> dict[s
             check_applicable(name, collective, d.ranks, plain.count)
         except ValueError:
             continue
-        if estimated_messages(name, collective, d.ranks, plain.count) > BEST_MAX_MESSAGES:
+        if args.max_messages and estimated_messages(name, collective, d.ranks, plain.count) > args.max_messages:
             continue
         t1 = time.process_time()
         lockstep[name] = _times(plain, routes, noises, args.seed, args.samples, name)
@@ -196,6 +196,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fanout", type=int, default=2, help="the synthesis' fanout bound (0: K)")
     p.add_argument("--segments", default="256K,1M", help="segment sizes to try for the forest and the fixed shapes")
     p.add_argument("--no-lockstep", dest="lockstep", action="store_false", help="leave out the lock-step baselines")
+    p.add_argument(
+        "--max-messages",
+        type=int,
+        default=BEST_MAX_MESSAGES,
+        help=f"skip lock-step baselines estimated to send more messages (default {BEST_MAX_MESSAGES:,}; 0: no limit)",
+    )
     p.add_argument("--json", help="write the rows")
     args = p.parse_args(argv)
     args.noise = args.noise or ["100Hz x 250us"]

@@ -577,7 +577,14 @@ def test_forest_table_row_keeps_each_algorithms_fastest_configuration(tmp_path):
 
     table = _load("forest_table")
     args = argparse.Namespace(
-        noise=["100Hz x 250us"], seed=1, samples=1, trees="2,8", fanout=2, segments="256K,1M", lockstep=True
+        noise=["100Hz x 250us"],
+        seed=1,
+        samples=1,
+        trees="2,8",
+        fanout=2,
+        segments="256K,1M",
+        lockstep=True,
+        max_messages=1_000_000,
     )
     row = table.row("dgx1", "bcast:16M", args, tmp_path)
     assert set(row["searched_quiet_s"]["forest"]) == {"K=2 seg=256K", "K=2 seg=1024K", "K=8 seg=256K", "K=8 seg=1024K"}
