@@ -21,7 +21,7 @@ from typing import Any, Optional
 
 from .timelines import Timeline
 
-__all__ = ["LINK_POLICIES", "FairLinks", "FifoLinks"]
+__all__ = ["LINK_POLICIES", "SharedLinks", "FairLinks", "FifoLinks"]
 
 LINK_POLICIES = ("fair", "fifo")
 
@@ -71,7 +71,75 @@ class FifoLinks:
         self._w._land(msg, tail if tail > arrival else arrival, rx)
 
 
-class FairLinks:
+class SharedLinks:
+    """What the links that share bandwidth have in common (`FairLinks`, and `PathLinks` over a described
+    network): departures after the sender's gap and detours, one heap entry per sender (the least
+    (finish, sequence) key of its messages) and the bulk sweep of stale entries. A subclass sets `_w`,
+    `_rpn` (ranks per sender key), `_g`, `_net`, `_key`, `_last_start`, `_stale`, `_fin` (its bound
+    `_finish`), `_begin_h` (its bound `_begin`) and defines `_begin` and `_finish`."""
+
+    _w: Any
+    _rpn: int
+    _g: float
+    _net: Optional[Timeline]
+    _key: dict[int, int]
+    _last_start: dict[int, float]
+    _stale: int
+    _fin: Any
+    _begin_h: Any
+
+    def _begin(self, msg: Any) -> None:
+        raise NotImplementedError
+
+    def depart(self, msg: Any) -> None:
+        """The message may leave now (after the sender's minimum gap and any link detour)."""
+        w = self._w
+        node = msg.src // self._rpn
+        now = start = w.now
+        if self._g > 0:
+            last = self._last_start.get(node)
+            if last is not None and last + self._g > start:
+                start = last + self._g
+            self._last_start[node] = start
+        if self._net is not None:
+            start = self._net.advance(node, start, 0.0)
+        if start > now:
+            heapq.heappush(w._heap, (start, w._seq(), self._begin_h, msg))
+        else:
+            self._begin(msg)
+
+    def _enter(self, node: int, flows: list[Any]) -> None:
+        """Make the heap entry of `node`'s outgoing link the least (finish, sequence) key of `flows`."""
+        it = iter(flows)
+        best = next(it)
+        bt, bs = best.tfin, best.sq
+        for f in it:
+            t = f.tfin
+            if t < bt or (t == bt and f.sq < bs):
+                bt, bs = t, f.sq
+        key = self._key
+        old = key.get(node)
+        if old == bs:
+            return
+        if old is not None:
+            self._stale += 1
+        key[node] = bs
+        w = self._w
+        w._dropped -= 1  # this entry will count itself when popped or swept
+        heapq.heappush(w._heap, (bt, bs, self._fin, (node, bs)))
+
+    def _sweep(self) -> None:
+        """Drop the stale entries from the heap (in place), counting them as processed events."""
+        w = self._w
+        heap, finish, key = w._heap, self._fin, self._key
+        keep = [e for e in heap if e[2] is not finish or key.get(e[3][0]) == e[3][1]]
+        w._dropped += len(heap) - len(keep)
+        heap[:] = keep
+        heapq.heapify(heap)  # (time, sequence) keys are unique: the pop order is the same
+        self._stale = 0
+
+
+class FairLinks(SharedLinks):
     """Each link shared equally by the messages on it; a message moves at the slower of its two shares.
 
     A change of load on two links gives every message on them a new share and a new finish time,
@@ -100,23 +168,6 @@ class FairLinks:
         # one entry per message would pop, stale or not: World.run ends at it)
         self._fin = self._finish  # one bound method: heap entries are recognised by identity
         self._begin_h = self._begin
-
-    def depart(self, msg: Any) -> None:
-        """The message may leave now (after the sender's minimum gap and any link detour)."""
-        w = self._w
-        node = msg.src // self._rpn
-        now = start = w.now
-        if self._g > 0:
-            last = self._last_start.get(node)
-            if last is not None and last + self._g > start:
-                start = last + self._g
-            self._last_start[node] = start
-        if self._net is not None:
-            start = self._net.advance(node, start, 0.0)
-        if start > now:
-            heapq.heappush(w._heap, (start, w._seq(), self._begin_h, msg))
-        else:
-            self._begin(msg)
 
     def _begin(self, msg: Any) -> None:
         w = self._w
@@ -196,36 +247,6 @@ class FairLinks:
                 self._enter(node, outs[node])
         if self._stale > 1024 and self._stale > len(w._heap) >> 2:
             self._sweep()
-
-    def _enter(self, node: int, flows: list[Any]) -> None:
-        """Make the heap entry of `node`'s outgoing link the least (finish, sequence) key of `flows`."""
-        it = iter(flows)
-        best = next(it)
-        bt, bs = best.tfin, best.sq
-        for f in it:
-            t = f.tfin
-            if t < bt or (t == bt and f.sq < bs):
-                bt, bs = t, f.sq
-        key = self._key
-        old = key.get(node)
-        if old == bs:
-            return
-        if old is not None:
-            self._stale += 1
-        key[node] = bs
-        w = self._w
-        w._dropped -= 1  # this entry will count itself when popped or swept
-        heapq.heappush(w._heap, (bt, bs, self._fin, (node, bs)))
-
-    def _sweep(self) -> None:
-        """Drop the stale entries from the heap (in place), counting them as processed events."""
-        w = self._w
-        heap, finish, key = w._heap, self._fin, self._key
-        keep = [e for e in heap if e[2] is not finish or key.get(e[3][0]) == e[3][1]]
-        w._dropped += len(heap) - len(keep)
-        heap[:] = keep
-        heapq.heapify(heap)  # (time, sequence) keys are unique: the pop order is the same
-        self._stale = 0
 
     def _finish(self, arg: tuple[int, int]) -> None:
         src, sq = arg

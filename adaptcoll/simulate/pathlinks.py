@@ -15,16 +15,16 @@ Cost per start or finish: every message on its links, times its route's length.
 
 from __future__ import annotations
 
-import heapq
 from typing import Any, Optional
 
+from .network import SharedLinks
 from .routes import Routes
 from .timelines import Timeline
 
 __all__ = ["PathLinks"]
 
 
-class PathLinks:
+class PathLinks(SharedLinks):
     """The links of a described network. As in `FairLinks`, rates are relative to a message's speed
     alone (`rem` in seconds at that speed), each sending rank has one heap entry (the least (finish,
     sequence) key of its messages), stale entries are swept in bulk and each message (re)scheduled
@@ -32,6 +32,7 @@ class PathLinks:
 
     def __init__(self, world: Any, routes: Routes, itemsize: int, gap: float, net: Optional[Timeline]) -> None:
         self._w = world
+        self._rpn = 1  # each sending rank has its own heap entry and gap
         self._routes = routes
         self._route = routes.route
         self._on: list[dict[Any, None]] = [{} for _ in range(routes.links)]  # link -> messages on it, in order
@@ -46,23 +47,6 @@ class PathLinks:
         self.latest = 0.0  # the latest finish time ever scheduled (World.run ends at it)
         self._fin = self._finish
         self._begin_h = self._begin
-
-    def depart(self, msg: Any) -> None:
-        """The message may leave now (after its sender's minimum gap and any link detour)."""
-        w = self._w
-        src = msg.src
-        now = start = w.now
-        if self._g > 0:
-            last = self._last_start.get(src)
-            if last is not None and last + self._g > start:
-                start = last + self._g
-            self._last_start[src] = start
-        if self._net is not None:
-            start = self._net.advance(src, start, 0.0)
-        if start > now:
-            heapq.heappush(w._heap, (start, w._seq(), self._begin_h, msg))
-        else:
-            self._begin(msg)
 
     def _begin(self, msg: Any) -> None:
         now = self._w.now
@@ -123,36 +107,6 @@ class PathLinks:
                 self._enter(node, flows)
         if self._stale > 1024 and self._stale > len(w._heap) >> 2:
             self._sweep()
-
-    def _enter(self, src: int, flows: list[Any]) -> None:
-        """Make the heap entry of `src`'s messages the least (finish, sequence) key among them."""
-        it = iter(flows)
-        best = next(it)
-        bt, bs = best.tfin, best.sq
-        for f in it:
-            t = f.tfin
-            if t < bt or (t == bt and f.sq < bs):
-                bt, bs = t, f.sq
-        key = self._key
-        old = key.get(src)
-        if old == bs:
-            return
-        if old is not None:
-            self._stale += 1
-        key[src] = bs
-        w = self._w
-        w._dropped -= 1  # this entry counts itself when popped or swept
-        heapq.heappush(w._heap, (bt, bs, self._fin, (src, bs)))
-
-    def _sweep(self) -> None:
-        """Drop the stale entries from the heap (in place), counting them as processed events."""
-        w = self._w
-        heap, finish, key = w._heap, self._fin, self._key
-        keep = [e for e in heap if e[2] is not finish or key.get(e[3][0]) == e[3][1]]
-        w._dropped += len(heap) - len(keep)
-        heap[:] = keep
-        heapq.heapify(heap)  # (time, sequence) keys are unique: the pop order is the same
-        self._stale = 0
 
     def _finish(self, arg: tuple[int, int]) -> None:
         src, sq = arg
