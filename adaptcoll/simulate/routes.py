@@ -11,6 +11,7 @@ switch with a single exit toward other switches (a NIC) reuses its exit's Dijkst
 from __future__ import annotations
 
 import heapq
+from collections.abc import Mapping, Sequence
 from typing import Optional
 
 from ..schedule.describe import Description
@@ -204,17 +205,23 @@ class Routes:
         for k, v in enumerate(verts):
             if v == b:
                 return tuple(links[:k])
-        preds = self._tree(root).preds
+        return (*links, *self._walk_back(self._tree(root).preds, root, b, src, dst))
+
+    def _walk_back(
+        self, preds: Mapping[int, Sequence[int]], start: int, end: int, src: int, dst: int
+    ) -> tuple[int, ...]:
+        """The links from `start` to `end` along least-cost predecessors, equal ones picked by the hash of
+        the communicating pair (`src`, `dst`) and the hop: ECMP, the same in any order routes are asked."""
         back: list[int] = []
-        v, k = b, 1
-        while v != root:
+        v, k = end, 1
+        while v != start:
             options = preds[v]
             link = options[route_mix(src, dst, k) % len(options)] if len(options) > 1 else options[0]
             back.append(link)
             v = self.src[link]
             k += 1
         back.reverse()
-        return (*links, *back)
+        return tuple(back)
 
     def _tree(self, s: int) -> _Tree:
         """Dijkstra from switch `s` over switch-to-switch links, keeping every equal-cost incoming link."""
@@ -273,16 +280,7 @@ class Routes:
         if dst not in done:
             label = f" {self.name!r}" if self.name else ""
             raise NoRoute(f"topology description{label}: no route from rank {src} to rank {dst} (no chain of links)")
-        back: list[int] = []
-        v, k = dst, 1
-        while v != src:
-            options = preds[v]
-            link = options[route_mix(src, dst, k) % len(options)] if len(options) > 1 else options[0]
-            back.append(link)
-            v = self.src[link]
-            k += 1
-        back.reverse()
-        return tuple(back)
+        return self._walk_back(preds, src, dst, src, dst)
 
     def describe_route(self, src: int, dst: int) -> list[str]:
         """The vertices of the route from `src` to `dst` by name (ranks as numbers, switches quoted)."""
