@@ -233,9 +233,9 @@ def _started(
 
     The tree links are made at the first start (a `topo` tree needs the communicator's set-up, which
     every start waits for, see CommState.submit). `loads` fill scratch arrays from the user's buffers
-    before the protocols read them; `stores` write received scratch arrays back once the operation is done.
-    The communicator's transport numbers the operation and owns what its protocols post (errors are the
-    operation's own; the watchdog names it).
+    (and wait for device buffers' producers) before the protocols read or write them; `stores` write
+    received scratch arrays back once the operation is done. The communicator's transport numbers the
+    operation and owns what its protocols post (errors are the operation's own; the watchdog names it).
     """
     shape = base.plan
     links: list[list[Link]] = []
@@ -310,6 +310,8 @@ def bcast(comm: MPI.Intracomm, buf: Any, root: Any, blocking: bool = False) -> D
     itemsize = msg.array.itemsize
     data = msg.array.view(np.uint8)
     loads, stores = ([msg.load], []) if rank == root else ([], [msg.store])
+    if on_device:  # every start waits for the user's stream: it may write the buffer between starts
+        loads.insert(0, device.producers_wait((buf,)))
     started, note, algorithm = _node_level(
         st,
         call.algorithm,
@@ -370,6 +372,8 @@ def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, root: Any, 
     transport, backend, pools = st.kit(on_device)
     error = msg.error
     loads, stores = [msg.load], []
+    if on_device:  # every start waits for the user's stream (as in bcast)
+        loads.insert(0, device.producers_wait((sendbuf, recvbuf)))
     if in_place:
         target = local = msg.array
         stores.append(msg.store)
@@ -494,6 +498,7 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, blocking
     _forest_check(call.algorithm, comm.Get_size(), None)
     st = _state_for(comm, call.algorithm)
     transport, backend, pools = st.kit(on_device)
+    loads = [device.producers_wait((sendbuf, recvbuf)), load] if on_device else [load]  # as in bcast
     started, note, algorithm = _node_level(
         st,
         call.algorithm,
@@ -508,7 +513,7 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, blocking
             rmsg.array,
             rop,
             (sendbuf, recvbuf),
-            ([load], [rmsg.store]),
+            (loads, [rmsg.store]),
         ),
     )
     if started is not None:
@@ -550,7 +555,7 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, blocking
             Allreduce(ctx, link.parent, link.children, local, result, rop, link.segs, done).start()
 
     started_trees = _started(
-        st, make_links, (sendbuf, recvbuf), base, start_one, "Allreduce", None, [load], [rmsg.store]
+        st, make_links, (sendbuf, recvbuf), base, start_one, "Allreduce", None, loads, [rmsg.store]
     )
     return Prepared(started_trees, error, note=note, config=call)
 

@@ -70,7 +70,7 @@ class Settings:
     bcast_native_below: int = -1
     reduce_native_below: int = 256 * 1024
     allreduce_native_below: int = 2 << 20
-    device_native_below: int = 1 << 20
+    device_native_below: int = 4 << 20
     bcast_send_window: int = 2
     bcast_recv_window: int = 3
     reduce_send_window: int = 2

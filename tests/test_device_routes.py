@@ -96,7 +96,6 @@ def test_no_device_pointer_reaches_mpi_when_it_is_not_cuda_aware(guard: tuple[Pa
     served = {label for label, how in routes.items() if how == "adaptcoll"}
     for label in (
         "Allreduce 1024B f4",
-        "Allreduce 256KiB f4 shipped defaults",
         "Bcast (buf, n/2, FLOAT)",
         "Bcast (buf, 1, vector)",
         "Allreduce MINLOC",
@@ -106,10 +105,11 @@ def test_no_device_pointer_reaches_mpi_when_it_is_not_cuda_aware(guard: tuple[Pa
         "Reduce_init 1024B",
         "Iallreduce algorithm=native",
         "Bcast 1024B dlpack",
+        "Allreduce 1MiB f4 shipped defaults",
     ):
         assert label in staged, (label, routes.get(label))
     for label in (
-        "Allreduce 1MiB f4 shipped defaults",
+        "Allreduce 4MiB f4 shipped defaults",
         "Allreduce [buf, FLOAT]",
         "Bcast plain vs [buf, 1, contiguous(n)]",
         "Allreduce 65536B dlpack",
@@ -267,11 +267,15 @@ def test_staged_call_on_comm_self_blocking_and_nonblocking(fake_cupy) -> None:
 
 def test_device_buffers_use_their_own_threshold(fake_cupy) -> None:
     comm = fake_cupy
-    n = (1 << 20) // 4  # 1 MiB float32: below the host Allreduce threshold (2M), at the device one (1M)
-    served = decide.allreduce(comm, fd.CAIBuffer(np.ones(n, "f4")), fd.CAIBuffer(np.zeros(n, "f4")), MPI.SUM)
-    assert isinstance(served, decide.Prepared) and served.native_reason is None
-    host = decide.allreduce(comm, np.ones(n, "f4"), np.zeros(n, "f4"), MPI.SUM)
-    assert host is BELOW_THRESHOLD
+    n = (2 << 20) // 4  # 2 MiB float32: at a host Allreduce threshold of 1M, below the device one (4M)
+    with settings.configured(allreduce_native_below="1M"):
+        host = decide.allreduce(comm, np.ones(n, "f4"), np.zeros(n, "f4"), MPI.SUM)
+        assert isinstance(host, decide.Prepared) and host.native_reason is None
+        dev = decide.allreduce(comm, fd.CAIBuffer(np.ones(n, "f4")), fd.CAIBuffer(np.zeros(n, "f4")), MPI.SUM)
+        assert isinstance(dev, decide.Prepared) and dev.native_reason == "native (staged): below native_below"
+        four = 2 * n  # 4 MiB: served on the device
+        dev = decide.allreduce(comm, fd.CAIBuffer(np.ones(four, "f4")), fd.CAIBuffer(np.zeros(four, "f4")), MPI.SUM)
+        assert isinstance(dev, decide.Prepared) and dev.native_reason is None
 
 
 def test_pickle_buffers_of_device_memory_are_copied_to_host() -> None:
@@ -301,6 +305,34 @@ def test_device_buffers_are_read_after_their_producer_finished(fake_cupy) -> Non
     assert dlpack.streams == [1] and waited == [0]  # legacy default stream: asked with 1, then synchronized
     readonly = fd.CAIBuffer(np.ones(16, "f4"), readonly=True)
     assert parse_device(readonly, writable=True) == Native("read-only buffer", Kind.BAD_BUFFER)
+
+
+def test_every_start_waits_for_the_producers_of_device_buffers(fake_cupy) -> None:
+    """A persistent request's device buffers may be rewritten on the user's stream between starts (the
+    H100 check refilled a Bcast buffer with CuPy and the next start's receive landed before the refill,
+    which then overwrote it): every start of a served call synchronizes the producers of its buffers
+    again, not only the decision (which waits once, in parse_device)."""
+    comm = fake_cupy
+    waited = sys.modules["cupy"].cuda.runtime.synchronized
+    n = 1 << 12
+    buf = fd.CAIBuffer(np.arange(n, dtype="f4"), stream=0x71)
+    send, recv = fd.CAIBuffer(np.ones(n, "f4"), stream=0x72), fd.CAIBuffer(np.zeros(n, "f4"), stream=0x73)
+    with settings.configured(device_native_below=0):
+        decisions = {
+            "Bcast": (decide.bcast(comm, buf, 0), {0x71}),
+            "Reduce": (decide.reduce(comm, send, recv, MPI.SUM, 0), {0x72, 0x73}),
+            "Allreduce": (decide.allreduce(comm, send, recv, MPI.SUM), {0x72, 0x73}),
+            "Allreduce in place": (decide.allreduce(comm, MPI.IN_PLACE, recv, MPI.SUM), {0x73}),
+        }
+    for name, (decision, producers) in decisions.items():
+        assert isinstance(decision, decide.Prepared) and decision.native_reason is None, name
+        for start in (1, 2):
+            waited.clear()
+            operation = decision.start()
+            engine().wait_for(lambda op=operation: op.done)
+            assert producers <= set(waited), f"{name}, start {start}: waited for {waited}"
+    np.testing.assert_array_equal(buf.get(), np.arange(n, dtype="f4"))
+    np.testing.assert_array_equal(recv.get(), np.ones(n, "f4"))
 
 
 def test_osu_device_benchmark_on_fake_device_memory(guard: tuple[Path, list[str]], tmp_path: Path) -> None:

@@ -246,7 +246,7 @@ def test_device_arrays_go_alone_on_fake_device_memory(monkeypatch):
     comm = adaptcoll.Intracomm(MPI.COMM_SELF.Dup())
     adaptcoll.reset_stats()
     try:
-        for device_native_below in (1 << 20, 0):
+        for device_native_below in (4 << 20, 0):
             with adaptcoll.configured(device_native_below=device_native_below):
                 hosts = [np.arange(n, dtype="f4") for n in (3, 50, 7)]
                 dev_src = [np.arange(n, dtype="f8") + 1 for n in (40, 5)]

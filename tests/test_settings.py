@@ -105,10 +105,10 @@ def test_thresholds_follow_native_below_and_the_live_dict():
     assert settings.current().thresholds == settings.THRESHOLDS
 
 
-def test_device_threshold_defaults_to_1m_and_follows_native_below():
+def test_device_threshold_defaults_to_4m_and_follows_native_below():
     cfg = settings.current()
-    assert cfg.device_native_below == 1 << 20
-    assert {c: cfg.device_threshold(c) for c in settings.COLLECTIVES} == dict.fromkeys(settings.COLLECTIVES, 1 << 20)
+    assert cfg.device_native_below == 4 << 20
+    assert {c: cfg.device_threshold(c) for c in settings.COLLECTIVES} == dict.fromkeys(settings.COLLECTIVES, 4 << 20)
     with adaptcoll.configured(native_below=0):  # "serve every size" applies to device memory too
         assert settings.current().device_threshold("allreduce") == 0
     with adaptcoll.configured(device_native_below=-1):  # -1: the collective's own host threshold

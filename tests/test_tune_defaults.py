@@ -68,11 +68,39 @@ MEASURED = [
     (16, 1.0, "reduce", SIXTEEN, {M: 0.77, 16 * M: 0.89, 64 * M: 1.27}),
     (16, 1.0, "allreduce", SIXTEEN, {M: 0.41, 16 * M: 1.31, 64 * M: 1.41}),
     (16, 1.0, "reduce", PIPELINE, {M: 0.28, 16 * M: 1.48, 64 * M: 3.38}),
+    # 16-core node again, 2026-11-25 (bench/results/device_2026-11-25/cpu, bench/RESULTS.md "8 and 16 ranks
+    # on a 16-core node, re-measured"): the rule of that day (8 ranks: Bcast from 1M, Allreduce from 4M)
+    (8, 1.0, "bcast", FINE, {M: 0.77, 4 * M: 1.15, 16 * M: 1.26, 64 * M: 1.68}),
+    (8, 1.0, "bcast", FINE, {M: 0.88, 2 * M: 1.07, 4 * M: 1.16}),
+    (8, 1.0, "allreduce", PIPELINE, {4 * M: 0.95, 16 * M: 1.29, 64 * M: 1.68}),
+    (8, 1.0, "allreduce", PIPELINE, {4 * M: 1.02}),
+    (8, 1.0, "allreduce", PIPELINE, {4 * M: 1.03, 8 * M: 1.24}),
+    (8, 1.0, "reduce", PIPELINE, {4 * M: 1.08, 16 * M: 1.68, 64 * M: 3.83}),
+    (8, 1.0, "reduce", PIPELINE, {4 * M: 1.03, 8 * M: 1.25}),
+    (16, 1.0, "bcast", FINE, {4 * M: 1.19}),
+    (16, 1.0, "bcast", FINE, {2 * M: 0.99, 4 * M: 1.16}),
+    (16, 1.0, "bcast", SIXTEEN, {8 * M: 1.34, 16 * M: 1.47, 64 * M: 1.59}),
+    (16, 1.0, "reduce", PIPELINE, {16 * M: 1.65, 64 * M: 4.01}),
+    (16, 1.0, "allreduce", SIXTEEN, {16 * M: 1.47, 64 * M: 1.73}),
+]
+
+# The same under Open MPI 5.0.11 (native = `tuned`), 16 ranks, 2026-11-25: the rule's Open MPI case
+OPEN_MPI = "Open MPI v5.0.11"
+MEASURED_OPEN_MPI = [
+    (16, 1.0, "bcast", FINE, {4 * M: 0.84}),
+    (16, 1.0, "bcast", FINE, {4 * M: 0.81}),
+    (16, 1.0, "bcast", SIXTEEN, {8 * M: 0.95, 16 * M: 1.13}),
+    (16, 1.0, "bcast", SIXTEEN, {16 * M: 1.15, 64 * M: 1.26}),
+    (16, 1.0, "bcast", SIXTEEN, {M: 0.50, 16 * M: 1.16, 64 * M: 1.33}),  # 2026-11-23, peers16_ompi_tuned
+    (16, 1.0, "reduce", PIPELINE, {16 * M: 2.69, 64 * M: 4.69}),
+    (16, 1.0, "reduce", PIPELINE, {M: 0.25, 16 * M: 3.53, 64 * M: 4.63}),
+    (16, 1.0, "allreduce", SIXTEEN, {16 * M: 1.27, 64 * M: 1.56}),
+    (16, 1.0, "allreduce", SIXTEEN, {M: 0.42, 16 * M: 1.31, 64 * M: 1.45}),
 ]
 
 
-def _choice(collective: str, ranks: int, per_core: float, nbytes: int):
-    bands = default_bands(collective, ranks, per_core)
+def _choice(collective: str, ranks: int, per_core: float, nbytes: int, library: str = ""):
+    bands = default_bands(collective, ranks, per_core, library)
     band = bands[band_index([b.start for b in bands], nbytes)]
     return band.config if band.serve else None
 
@@ -82,6 +110,16 @@ def test_the_rule_serves_only_configurations_measured_faster(ranks, per_core, co
     for nbytes, ratio in ratios.items():
         if _choice(collective, ranks, per_core, nbytes) == config:
             assert ratio >= 1.0, (ranks, per_core, collective, nbytes, config, ratio)
+
+
+@pytest.mark.parametrize("ranks, per_core, collective, config, ratios", MEASURED_OPEN_MPI)
+def test_the_open_mpi_case_serves_only_configurations_measured_faster(ranks, per_core, collective, config, ratios):
+    for nbytes, ratio in ratios.items():
+        if _choice(collective, ranks, per_core, nbytes, OPEN_MPI) == config:
+            assert ratio >= 1.0, (ranks, per_core, collective, nbytes, config, ratio)
+    assert defaults.case(ranks, per_core, OPEN_MPI) == "9+ ranks, Open MPI"
+    assert _choice("bcast", ranks, per_core, 8 * M, OPEN_MPI) is None  # MPICH's case serves it
+    assert _choice("bcast", ranks, per_core, 8 * M) == SIXTEEN
 
 
 def test_every_served_measured_size_has_a_measurement_of_the_chosen_configuration():
@@ -105,7 +143,7 @@ def test_every_served_measured_size_has_a_measurement_of_the_chosen_configuratio
         (1, 1.0, (None, 4 * M, 4 * M)),
         (3, 1.0, (4 * M, 4 * M, 4 * M)),
         (4, 0.25, (4 * M, 4 * M, 4 * M)),
-        (8, 1.0, (M, 4 * M, 4 * M)),
+        (8, 1.0, (2 * M, 4 * M, 8 * M)),
         (16, 1.0, (4 * M, 8 * M, 8 * M)),
         (32, 1.0, (4 * M, 8 * M, 8 * M)),
         (64, 1.0, (16 * M, 4 * M, 16 * M)),  # the simulated cases
@@ -195,8 +233,11 @@ def test_the_rule_for_another_library_serves_only_what_won_against_it(
             assert ratio >= 1.0, (ranks, library, collective, nbytes, ratio)
 
 
-def test_the_library_changes_the_two_rank_case_only():
+def test_the_library_changes_the_two_rank_and_nine_plus_cases_only():
     assert defaults.case(2, 1.0, "Open MPI v5.0.11, package: Open MPI") == "2 ranks, Open MPI"
     assert defaults.case(2, 1.0, "MPICH Version: 5.0.2") == "2 ranks"
-    assert defaults.case(16, 1.0, "Open MPI v5.0.11") == "9+ ranks"
+    assert defaults.case(16, 1.0, "Open MPI v5.0.11") == "9+ ranks, Open MPI"
+    assert defaults.case(16, 1.0, "MPICH Version: 5.0.2") == "9+ ranks"
+    for ranks in (4, 8, 64):
+        assert defaults.case(ranks, 1.0, "Open MPI v5.0.11") == defaults.case(ranks, 1.0, "MPICH Version: 5.0.2")
     assert not any(b.serve for b in default_bands("reduce", 2, 1.0, "Open MPI v5.0.11"))

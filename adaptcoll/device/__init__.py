@@ -7,7 +7,8 @@ The one entry point for the layers above (the decision layer asks only here):
   host memory behind that interface is host memory).
 * `mpi_cuda_aware(comm)`: whether the MPI library reads device memory itself (`aware`).
 * The three routes of a call with device memory: **served** by adaptcoll on CuPy views
-  (`parse_device`, `arrays`; per communicator a `DeviceContext`, `context`, whose segments reach a
+  (`parse_device`, `arrays`, and `producers_wait`, which every start of a served call runs; per
+  communicator a `DeviceContext`, `context`, whose segments reach a
   non-CUDA-aware MPI through pinned host buffers, `staging`), **native** (`route_native`: unchanged
   when MPI is CUDA-aware) or **staged** (`route_native` -> `StagedCall`, `staged`: the native collective
   on host copies, made with CuPy, or with the CUDA driver where CuPy is missing).
@@ -16,7 +17,7 @@ The one entry point for the layers above (the decision layer asks only here):
 
 from __future__ import annotations
 
-from .arrays import as_cupy, cupy_available, parse_device
+from .arrays import as_cupy, cupy_available, parse_device, producers_wait
 from .aware import CUDA_AWARE_ENV, mpi_cuda_aware
 from .context import DeviceContext
 from .driver import MemoryKind
@@ -39,6 +40,7 @@ __all__ = [
     "memory_kind",
     "mpi_cuda_aware",
     "parse_device",
+    "producers_wait",
     "route_native",
     "staged_reason",
 ]

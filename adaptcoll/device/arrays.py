@@ -11,6 +11,7 @@ reaches MPI, a copy or a kernel (mpi4py does not synchronize anything).
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any, Union
 
 import numpy as np
@@ -22,7 +23,7 @@ from ..buffers.datatypes import numpy_dtype, signature
 from ..native import DEVICE_MEMORY, Kind, Native
 from .memory import DLPACK_CUDA_DEVICE_TYPES
 
-__all__ = ["as_cupy", "parse_device", "cupy_available"]
+__all__ = ["as_cupy", "parse_device", "cupy_available", "producers_wait"]
 
 
 def cupy_available() -> bool:
@@ -60,6 +61,27 @@ def as_cupy(obj: Any) -> Any:
     array = cupy.from_dlpack(obj)
     cupy.cuda.get_current_stream().synchronize()
     return array
+
+
+def producers_wait(specs: Any) -> Callable[[], None]:
+    """A step that waits, as `as_cupy` does, for the producers of the device buffers among the buffer
+    specifications `specs` (host buffers, None and IN_PLACE are skipped).
+
+    A served call runs it before each start: `parse_device` waits once, when the call is decided, but
+    a persistent request's buffers may be written again (refilled, or zeroed for the next receive) on
+    the user's stream between its starts, and a start must neither read nor overwrite them before that
+    work has landed (a CuPy refill racing the next Bcast's receive left stale values on the H100)."""
+    buffers = []
+    for spec in specs:
+        parts = unpack_spec(spec) if spec is not None and spec is not MPI.IN_PLACE else None
+        if parts is not None and not isinstance(parts, Native):
+            buffers.append(parts[0])
+
+    def wait() -> None:
+        for buf in buffers:
+            as_cupy(buf)
+
+    return wait
 
 
 def parse_device(spec: Any, writable: bool) -> Union[Message, Native]:

@@ -65,10 +65,13 @@ _FOUR: _Rule = {
     "allreduce": ((4 * M, SHIPPED),),
 }
 _EIGHT: _Rule = {
-    "bcast": ((1 * M, FINE),),
+    "bcast": ((2 * M, FINE),),
     "reduce": ((4 * M, PIPELINE),),
-    "allreduce": ((4 * M, PIPELINE),),
+    "allreduce": ((8 * M, PIPELINE),),
 }
+"""5-8 ranks (16-core node, MPICH 5.0.2; docs/tuning.md): Bcast 1M lost on 2026-11-25 (0.77, 0.88) though
+it won on 11-23 (1.12): served from 2M (1.07) and 4M (1.15-1.40); Allreduce 4M is a tie over four sets of
+launches (1.07, 0.95, 1.02, 1.03): served from 8M (1.22-1.24)."""
 _MANY: _Rule = {
     "bcast": ((4 * M, FINE), (8 * M, SIXTEEN)),
     "reduce": ((8 * M, PIPELINE),),
@@ -108,7 +111,7 @@ still wins by far (6.18 against 8.49 ms at 16K ranks); Allreduce was not simulat
 
 def case(comm_size: int, ranks_per_core: float, mpi_library: str = "") -> str:
     """Which case of the rule applies: 'shared cores', '2 ranks' ('2 ranks, Open MPI'), '3-4 ranks',
-    '5-8 ranks', '9+ ranks', '64+ ranks', '512+ ranks', '8K+ ranks'."""
+    '5-8 ranks', '9+ ranks' ('9+ ranks, Open MPI'), '64+ ranks', '512+ ranks', '8K+ ranks'."""
     if comm_size >= HUGE_FROM:
         return "8K+ ranks"
     if comm_size >= WIDE_FROM:
@@ -123,13 +126,18 @@ def case(comm_size: int, ranks_per_core: float, mpi_library: str = "") -> str:
         return "3-4 ranks"
     if comm_size <= 8:
         return "5-8 ranks"
-    return "9+ ranks"
+    return "9+ ranks, Open MPI" if mpi_library.startswith("Open MPI") else "9+ ranks"
 
 
 _TWO_OPEN_MPI: _Rule = {"bcast": (), "reduce": (), "allreduce": ((16 * M, SHIPPED),)}
 """2 ranks under Open MPI 5: its Reduce beat the shipped configuration at 4-64 MiB (0.73-0.96) and its
 Allreduce at 4 MiB (0.86); Allreduce won from 16 MiB (1.47, 2.64): `python -m adaptcoll.check --full`,
 bench/results/check_full_2ranks_ompi.json."""
+
+_MANY_OPEN_MPI: _Rule = {**_MANY, "bcast": ((16 * M, SIXTEEN),)}
+"""9-63 ranks under Open MPI 5: `tuned`'s Bcast beat the 256K pipeline at 4M (0.81-0.84, four launches at
+16 ranks on 2026-11-25) and 16 segments at 8M (0.95); 16 segments won at 16M (1.13-1.16) and 64M (1.26-1.33).
+Reduce and Allreduce as under MPICH (16 ranks: 2.69 / 1.27 at 16M against `tuned`)."""
 
 _CASES: dict[str, _Rule] = {
     "shared cores": _SHARED_CORES,
@@ -138,6 +146,7 @@ _CASES: dict[str, _Rule] = {
     "3-4 ranks": _FOUR,
     "5-8 ranks": _EIGHT,
     "9+ ranks": _MANY,
+    "9+ ranks, Open MPI": _MANY_OPEN_MPI,
     "64+ ranks": _SCALE,
     "512+ ranks": _WIDE,
     "8K+ ranks": _HUGE,

