@@ -225,10 +225,9 @@ def test_cache_keeps_no_array_alive(comm):
     assert cache.lookup(key, arrays, arrays) is None
 
 
-def test_device_arrays_go_alone_on_fake_device_memory(monkeypatch):
-    """Device arrays (host memory posing as CUDA memory, tests/fake_device.py) are never packed: each
-    is reduced alone like Iallreduce on it (staged below the device threshold, served above), beside
-    packed host arrays, in every form."""
+@pytest.fixture
+def fake_cupy(monkeypatch):
+    """The stand-in CuPy (tests/fake_device.py) in sys.modules, MPI not CUDA-aware."""
     import sys
 
     import fake_device as fd
@@ -243,25 +242,93 @@ def test_device_arrays_go_alone_on_fake_device_memory(monkeypatch):
     monkeypatch.setattr(cupy_backend, "_KERNELS", {})
     monkeypatch.setattr(staged_native, "_STAGING", {})
     monkeypatch.setenv("ADAPTCOLL_CUDA_AWARE", "0")
+    yield cupy
+    cache.clear()
+
+
+def _device_notes() -> tuple[int, int]:
+    """(packed device units, packed host units) counted so far under Allreduce_multi."""
+    notes = adaptcoll.stats().get("Allreduce_multi", {}).get("notes", {})
+    return notes.get("packed device unit", 0), notes.get("packed unit", 0)
+
+
+def test_device_arrays_are_packed_on_the_device(fake_cupy):
+    """Small device arrays (host memory posing as CUDA memory, tests/fake_device.py) are packed with
+    the device arrays of their dtype, on the device (device-to-device copies: the stand-in refuses host
+    pointers), into buckets reduced by one Allreduce each (staged below the device threshold, served
+    above), beside host arrays packed with host arrays, in every form; large ones go alone."""
+    import fake_device as fd
+
+    from adaptcoll.grouped.args import parse_group
+    from adaptcoll.grouped.multi import _layout
+
+    cupy = fake_cupy
     comm = adaptcoll.Intracomm(MPI.COMM_SELF.Dup())
     adaptcoll.reset_stats()
     try:
+        hosts = [np.arange(n, dtype="f4") for n in (3, 50, 7)]
+        dev_src = [np.arange(n, dtype="f8") + 1 for n in (40, 5, 9)] + [np.arange(6, dtype="f4") - 2]
+        devs = [fd.CAIBuffer(dev_src[0]), cupy.asarray(dev_src[1]), fd.CAIBuffer(dev_src[2]), cupy.asarray(dev_src[3])]
+        out_h = [np.zeros_like(h) for h in hosts]
+        out_d = [fd.CAIBuffer(np.zeros_like(h)) for h in dev_src]
+        group = parse_group(hosts + devs, out_h + out_d, MPI.SUM)
+        assert group.on_device == (False,) * 3 + (True,) * 4
+        units = _layout(group)
+        packed = sorted((u.arrays, u.device) for u in units if u.packed)
+        assert packed == [((0, 1, 2), False), ((3, 4, 5), True)]  # the lone f4 device array: alone
         for device_native_below in (4 << 20, 0):
             with adaptcoll.configured(device_native_below=device_native_below):
-                hosts = [np.arange(n, dtype="f4") for n in (3, 50, 7)]
-                dev_src = [np.arange(n, dtype="f8") + 1 for n in (40, 5)]
-                devs = [fd.CAIBuffer(h) for h in dev_src]
-                out_h = [np.zeros_like(h) for h in hosts]
-                out_d = [fd.CAIBuffer(np.zeros_like(h)) for h in dev_src]
+                before = _device_notes()
                 comm.Allreduce_multi(hosts + devs, out_h + out_d, MPI.SUM)
                 assert all(np.array_equal(o, h) for o, h in zip(out_h, hosts))
                 assert all(np.array_equal(o.get(), h) for o, h in zip(out_d, dev_src))
                 req = comm.Iallreduce_multi([*hosts, *out_d], None, MPI.MAX)  # in place, mixed
-                adaptcoll.Request.Waitall(req.requests)
+                adaptcoll.Request.Waitall(req.requests[::-1])
                 assert all(np.array_equal(o.get(), h) for o, h in zip(out_d, dev_src))
+                after = _device_notes()
+                assert (after[0] - before[0], after[1] - before[1]) == (2, 2)
         row = adaptcoll.stats()["Allreduce_multi"]
-        assert row["adaptcoll"] >= 4  # the device arrays above their threshold, served
-        assert row["native_reasons"].get("native (staged): below native_below", 0) >= 4
+        assert row["adaptcoll"] >= 2  # the device buckets with the threshold at 0, served
+        assert row["native_reasons"].get("native (staged): below native_below", 0) >= 2
+        # a device array at or above multi_device_pack_below goes alone; 0 packs none
+        with adaptcoll.configured(multi_device_pack_below=0):
+            before = _device_notes()
+            comm.Allreduce_multi(devs, out_d, MPI.SUM)
+            assert _device_notes()[0] == before[0]
+            assert all(np.array_equal(o.get(), h) for o, h in zip(out_d, dev_src))
+        with adaptcoll.configured(multi_device_pack_below=100):  # 40 f8 = 320 bytes: alone
+            units = _layout(parse_group(devs, out_d, MPI.SUM))
+            assert sorted(u.arrays for u in units if u.packed) == [(1, 2)]
     finally:
+        comm.Free()
+
+
+def test_device_bucket_reused_and_refreshed(fake_cupy):
+    """The cached layout of device arrays holds while they keep their memory, and a persistent grouped
+    call's device bucket sees inputs changed between starts."""
+    import fake_device as fd
+
+    comm = adaptcoll.Intracomm(MPI.COMM_SELF.Dup())
+    try:
         cache.clear()
+        src = [np.arange(n, dtype="i4") for n in (4, 0, 9, 3)]
+        devs = [fd.CAIBuffer(h) for h in src]
+        outs = [fd.CAIBuffer(np.zeros_like(h)) for h in src]
+        comm.Allreduce_multi(devs, outs)
+        comm.Allreduce_multi(devs, outs)
+        assert len(cache._entries) == 1
+        devs[2].array = fd.device_array(np.full(9, 5, "i4"))  # pointed at other memory: a new layout
+        comm.Allreduce_multi(devs, outs)
+        assert len(cache._entries) == 1 and np.all(outs[2].get() == 5)
+        preq = comm.Allreduce_multi_init(devs, outs)
+        for step in range(2):
+            for d, h in zip(devs, src):
+                d.set(h * (step + 2))
+            for o in outs:
+                o.set(np.full(o.array.shape, -1, "i4"))
+            preq.Start()
+            preq.Wait()
+            assert all(np.array_equal(o.get(), h * (step + 2)) for o, h in zip(outs, src))
+        preq.Free()
+    finally:
         comm.Free()

@@ -1,0 +1,169 @@
+"""Packing device arrays of a grouped Allreduce into one device buffer and back, on the device.
+
+A bucket of small device arrays is copied (device to device, `cudaMemcpyAsync` per array, on CuPy's
+current stream: the stream adaptcoll waits for before any device buffer is read, see docs/gpu.md
+"Streams") into one device buffer, which is reduced by one Allreduce (served by the device pipeline
+at or above the device threshold, staged whole below it), then copied back on the same stream; an
+event recorded after the copies back tells when the arrays hold their result. One staged or piped
+call per bucket instead of one staged call per array (~80-120 us each on the H100).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Optional
+
+import numpy as np
+
+from ..buffers import datatype_of
+from ..device.arrays import as_cupy, cupy_available
+from ..device.memory import is_device_buffer
+
+__all__ = ["DevicePacker", "Landing", "describe", "is_device", "signature", "bucket_buffer", "current_stream"]
+
+
+def is_device(a: Any) -> bool:
+    """Whether the array `a` is device memory (a CuPy array, or CUDA memory behind an interface)."""
+    return type(a) is not np.ndarray and is_device_buffer(a)
+
+
+def _view(obj: Any) -> Any:
+    """A zero-copy CuPy view of the device buffer `obj` (its producer not waited for)."""
+    import cupy
+
+    if isinstance(obj, cupy.ndarray):
+        return obj
+    if hasattr(obj, "__cuda_array_interface__"):
+        return cupy.asarray(obj)
+    return cupy.from_dlpack(obj)
+
+
+def _read_only(obj: Any) -> bool:
+    cai = getattr(obj, "__cuda_array_interface__", None)
+    try:
+        return bool(cai["data"][1]) if isinstance(cai, dict) else False
+    except (KeyError, IndexError, TypeError):
+        return False
+
+
+def describe(send: Any, recv: Any, in_place: bool) -> Optional[tuple[int, str]]:
+    """(bytes, dtype string) of a pair of device arrays that may be packed on the device, or None
+    (the pair then goes alone, and Iallreduce on it says what is wrong, if anything): both device
+    memory, contiguous, of one dtype MPI knows and the same size, the receive array writable."""
+    if not cupy_available() or not is_device(recv) or not (in_place or is_device(send)):
+        return None
+    try:
+        r = _view(recv)
+        s = r if in_place else _view(send)
+    except Exception:
+        return None
+    for a in (r, s):
+        if not (a.flags.c_contiguous or a.flags.f_contiguous):
+            return None
+    dtype = np.dtype(r.dtype)
+    if s.dtype != dtype or s.nbytes != r.nbytes or datatype_of(dtype) is None or _read_only(recv):
+        return None
+    return int(r.nbytes), dtype.str
+
+
+def signature(a: Any) -> Any:
+    """What must stay the same for a cached layout to hold for the device array `a`: its address,
+    dtype and size (a CuPy array cannot change them; an object behind an interface, such as a PyTorch
+    tensor, may be pointed at other memory). DLPack-only producers (immutable JAX arrays): nothing."""
+    data = getattr(a, "data", None)
+    ptr = getattr(data, "ptr", None)
+    if ptr is not None:
+        return (ptr, a.dtype, a.size)
+    cai = getattr(a, "__cuda_array_interface__", None)
+    if isinstance(cai, dict):
+        return (cai.get("data"), cai.get("typestr"), cai.get("shape"))
+    return None
+
+
+def current_stream() -> Any:
+    """CuPy's current stream (where the copies of a bucket go)."""
+    import cupy
+
+    return cupy.cuda.get_current_stream()
+
+
+def bucket_buffer(dtype: np.dtype, count: int) -> Any:
+    """A device buffer of `count` elements (from CuPy's pool, on the current stream)."""
+    import cupy
+
+    return cupy.empty(count, dtype)
+
+
+class DevicePacker:
+    """Copies between device `arrays` (contiguous) and a packed device buffer, in order, on a given
+    stream. It keeps their addresses: the caller keeps the arrays alive while it packs or unpacks."""
+
+    __slots__ = ("_spans", "_waits", "nbytes")
+
+    def __init__(self, arrays: Sequence[Any]) -> None:
+        import cupy
+
+        spans, offset = [], 0
+        for a in arrays:
+            v = _view(a)
+            if v.nbytes:
+                spans.append((int(v.data.ptr), offset, int(v.nbytes)))
+            offset += int(v.nbytes)
+        self._spans = spans
+        self.nbytes = offset
+        self._waits = [a for a in arrays if not isinstance(a, cupy.ndarray)]
+        """producers to wait for (CuPy arrays' work is on the current stream, where the copies go)"""
+
+    def wait_producers(self) -> None:
+        """Wait for the producers of arrays that are not CuPy arrays (the stream named by their
+        `__cuda_array_interface__`, or a DLPack producer's work ordered before CuPy's stream)."""
+        for a in self._waits:
+            as_cupy(a)
+
+    def pack(self, out: Any, stream: Any) -> None:
+        """Enqueue on `stream` the copies of the arrays, in order, to the start of the device buffer `out`."""
+        import cupy
+
+        runtime = cupy.cuda.runtime
+        base, kind, s = int(out.data.ptr), runtime.memcpyDeviceToDevice, stream.ptr
+        for ptr, offset, n in self._spans:
+            runtime.memcpyAsync(base + offset, ptr, n, kind, s)
+
+    def unpack(self, src: Any, stream: Any) -> Any:
+        """Enqueue on `stream` the copies of the start of the device buffer `src` back into the arrays,
+        and return an event recorded after them (done once the arrays hold the data)."""
+        import cupy
+
+        runtime = cupy.cuda.runtime
+        base, kind, s = int(src.data.ptr), runtime.memcpyDeviceToDevice, stream.ptr
+        for ptr, offset, n in self._spans:
+            runtime.memcpyAsync(ptr, base + offset, n, kind, s)
+        event = cupy.cuda.Event(block=False, disable_timing=True)
+        event.record(stream)
+        return event
+
+    def free(self) -> None:
+        """Nothing to free (the same interface as HostPacker)."""
+
+
+class Landing:
+    """The copies back of a device bucket: done once `event` is (the bucket buffer kept until then)."""
+
+    __slots__ = ("_event", "_keep")
+
+    def __init__(self, event: Any, keep: Any) -> None:
+        self._event, self._keep = event, keep
+
+    @property
+    def done(self) -> bool:
+        if self._event is None:
+            return True
+        if not self._event.done:
+            return False
+        self._event = self._keep = None
+        return True
+
+    def synchronize(self) -> None:
+        if self._event is not None:
+            self._event.synchronize()
+            self._event = self._keep = None
