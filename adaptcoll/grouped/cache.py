@@ -16,8 +16,8 @@ from operator import attrgetter
 from typing import Any, Optional, Union
 
 from .args import Group
-from .layout import Unit
 from .devpack import DevicePacker, signature
+from .layout import Unit
 from .packing import HostPacker
 
 __all__ = ["Entry", "Packer", "lookup", "store", "clear", "MAX_ENTRIES"]
