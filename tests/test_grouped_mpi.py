@@ -204,5 +204,34 @@ def test_grouped_device_equals_native(mpi_ranks, monkeypatch):
                     preq.Free()
     notes = adaptcoll.stats()["Allreduce_multi"].get("notes", {})
     assert notes.get("packed device unit", 0) > 0, notes
+    _device_errors_on_one_rank(world, comm, fd)
     cache.clear()
     comm.Free()
+
+
+def _device_errors_on_one_rank(world: MPI.Intracomm, comm: adaptcoll.Intracomm, fd) -> None:
+    """A bad device array on one rank only: that rank packs a device copy in its place (every rank lays
+    out the same buckets) and raises once the call is done; the others finish with the right sums."""
+    rank, size = world.Get_rank(), world.Get_size()
+    good = fd.CAIBuffer(np.ones(3))
+    mine = fd.CAIBuffer(np.full(5, rank + 1.0), readonly=rank == size - 1)
+    if rank == size - 1:
+        with pytest.raises(BufferError, match=r"sendbufs\[1\] is read-only"):
+            comm.Allreduce_multi([good, mine])
+        assert np.all(mine.get() == rank + 1.0)  # not written
+    else:
+        comm.Allreduce_multi([good, mine])
+        assert np.all(mine.get() == size * (size + 1) / 2)
+    assert np.all(good.get() == size)
+    send = fd.Strided(np.arange(12.0)) if rank == 0 else fd.CAIBuffer(np.ones(6))
+    recvs = [fd.CAIBuffer(np.zeros(6)), fd.CAIBuffer(np.zeros(2))]
+    if rank == 0:
+        with pytest.raises(BufferError, match=r"sendbufs\[0\] is not contiguous"):
+            comm.Allreduce_multi([send, fd.CAIBuffer(np.ones(2))], recvs)
+    else:
+        comm.Allreduce_multi([send, fd.CAIBuffer(np.ones(2))], recvs)
+        assert np.array_equal(recvs[0].get(), np.arange(0.0, 12.0, 2) + size - 1)
+    assert np.all(recvs[1].get() == size)
+    x = [fd.CAIBuffer(np.full(3, rank + 1.0)), fd.CAIBuffer(np.ones(2))]  # the communicator still works
+    comm.Allreduce_multi(x)
+    assert np.all(x[0].get() == size * (size + 1) / 2) and np.all(x[1].get() == size)

@@ -16,7 +16,7 @@ from typing import Any, Optional
 import numpy as np
 from mpi4py import MPI
 
-from .devpack import describe, is_device
+from .devpack import device_pair, is_device
 
 __all__ = ["NAME", "Group", "parse_group"]
 
@@ -117,15 +117,20 @@ def _general(sends: Sequence[Any], recvs: Sequence[Any], all_in_place: bool, nam
                 r2 = np.zeros(r2.shape, r2.dtype)
             own = s2 is r2
         host = _host(r2) and _host(s2)
-        device = None if host else describe(s2, r2, own)
+        what_r = f"{name if all_in_place else 'recvbufs'}[{i}]"
+        device = None if host else device_pair(s2, r2, own, f"sendbufs[{i}]", what_r, NAME)
+        if device is not None:
+            s2, r2, n, kind, error = device
+            first = first or error
+            own = own and s2 is r2
         out_sends.append(s2)
         out_recvs.append(r2)
         in_place.append(own)
         packable.append(host or device is not None)
         on_device.append(device is not None)
         if device is not None:
-            nbytes.append(device[0])
-            kinds.append(device[1])
+            nbytes.append(n)
+            kinds.append(kind)
         else:
             nbytes.append(r2.nbytes if host else 0)
             kinds.append(r2.dtype.str if host else "")

@@ -19,7 +19,7 @@ from ..buffers import datatype_of
 from ..device.arrays import as_cupy, cupy_available
 from ..device.memory import is_device_buffer
 
-__all__ = ["DevicePacker", "Landing", "describe", "is_device", "signature", "bucket_buffer", "current_stream"]
+__all__ = ["DevicePacker", "Landing", "device_pair", "is_device", "signature", "bucket_buffer", "current_stream"]
 
 
 def is_device(a: Any) -> bool:
@@ -46,10 +46,29 @@ def _read_only(obj: Any) -> bool:
         return False
 
 
-def describe(send: Any, recv: Any, in_place: bool) -> Optional[tuple[int, str]]:
-    """(bytes, dtype string) of a pair of device arrays that may be packed on the device, or None
-    (the pair then goes alone, and Iallreduce on it says what is wrong, if anything): both device
-    memory, contiguous, of one dtype MPI knows and the same size, the receive array writable."""
+def _contiguous(a: Any) -> bool:
+    return bool(a.flags.c_contiguous or a.flags.f_contiguous)
+
+
+def _copy(a: Any, zero: bool = False) -> Any:
+    """A contiguous device copy of the CuPy array `a`, or zeros of its dtype and size."""
+    out = bucket_buffer(np.dtype(a.dtype), int(a.size)).reshape(a.shape)
+    if zero:
+        out.fill(0)
+    else:
+        out[...] = a
+    return out
+
+
+def device_pair(
+    send: Any, recv: Any, in_place: bool, what_s: str, what_r: str, name: str
+) -> Optional[tuple[Any, Any, int, str, Optional[BaseException]]]:
+    """(send, recv, bytes, dtype string, error) of a pair of device arrays to pack on the device, or
+    None: not both device memory, or a dtype MPI does not know (the pair then goes alone, and
+    Iallreduce on it says what is wrong, if anything). A pair with a fault of this rank's own (not
+    contiguous, receive read-only, send and receive of different dtypes or sizes) is packed too, as
+    stand-in device copies (zeros for a mismatch), with the error to raise once the call is done: every
+    rank lays out the same buckets whatever one rank's arrays are like."""
     if not cupy_available() or not is_device(recv) or not (in_place or is_device(send)):
         return None
     try:
@@ -57,13 +76,31 @@ def describe(send: Any, recv: Any, in_place: bool) -> Optional[tuple[int, str]]:
         s = r if in_place else _view(send)
     except Exception:
         return None
-    for a in (r, s):
-        if not (a.flags.c_contiguous or a.flags.f_contiguous):
-            return None
     dtype = np.dtype(r.dtype)
-    if s.dtype != dtype or s.nbytes != r.nbytes or datatype_of(dtype) is None or _read_only(recv):
+    if datatype_of(dtype) is None:
         return None
-    return int(r.nbytes), dtype.str
+    nbytes = int(r.size) * dtype.itemsize
+    error: Optional[BaseException] = None
+    if not _contiguous(r):
+        error = BufferError(f"{name}: {what_r} is not contiguous")
+    elif _read_only(recv):
+        error = BufferError(f"{name}: {what_r} is read-only")
+    elif not in_place and not _contiguous(s):
+        error = BufferError(f"{name}: {what_s} is not contiguous")
+    elif not in_place and s.dtype != dtype:
+        error = ValueError(f"{name}: {what_s} is {np.dtype(s.dtype)} but {what_r} is {dtype}")
+    elif not in_place and s.size != r.size:
+        error = ValueError(f"{name}: {what_s} has {s.size} elements but {what_r} has {r.size}")
+    if error is None:
+        return send, recv, nbytes, dtype.str, None
+    r = as_cupy(recv)  # its producer waited for before it is copied
+    if isinstance(error, ValueError):  # zeros take part, into a scratch receive
+        return _copy(r, zero=True), _copy(r, zero=True), nbytes, dtype.str, error
+    r2 = r if _contiguous(r) and not _read_only(recv) else _copy(r)
+    if in_place:
+        return r2, r2, nbytes, dtype.str, error
+    s = as_cupy(send)
+    return (s if _contiguous(s) else _copy(s)), r2, nbytes, dtype.str, error
 
 
 def signature(a: Any) -> Any:
