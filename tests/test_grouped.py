@@ -48,6 +48,31 @@ def test_layout_covers_every_array_once(n):
         assert plan_units(nbytes, kinds, pack_below, bucket, packable) == units
 
 
+@pytest.mark.parametrize("n", range(1, 18))
+def test_layout_keeps_device_and_host_apart(n):
+    """Device arrays are packed only with device arrays of their dtype, under the device threshold and
+    cap; host arrays under the host ones; the same inputs give the same layout."""
+    rng = np.random.default_rng(100 + n)
+    nbytes = [int(x) for x in rng.integers(0, 400, n)]
+    kinds = [KINDS[int(k)] for k in rng.integers(0, 2, n)]
+    on_device = [bool(d) for d in rng.random(n) < 0.5]
+    packable = [True] * n
+    for device_below, device_cap in ((0, 0), (300, 0), (300, 500), (1000, 64)):
+        units = plan_units(nbytes, kinds, 100, 150, packable, on_device, device_below, device_cap)
+        assert sorted(i for u in units for i in u.arrays) == list(range(n))
+        for u in units:
+            if not u.packed:
+                continue
+            assert {on_device[i] for i in u.arrays} == {u.device} and {kinds[i] for i in u.arrays} == {u.kind}
+            below, cap = (device_below, device_cap) if u.device else (100, 150)
+            assert all(nbytes[i] < below for i in u.arrays)
+            assert not cap or u.nbytes <= cap
+        packed_device = {i for u in units if u.packed and u.device for i in u.arrays}
+        if device_below == 0:
+            assert not packed_device
+        assert plan_units(nbytes, kinds, 100, 150, packable, on_device, device_below, device_cap) == units
+
+
 def _arrays(n: int, seed: int) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     out = []
