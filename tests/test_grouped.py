@@ -357,3 +357,51 @@ def test_device_bucket_reused_and_refreshed(fake_cupy):
         preq.Free()
     finally:
         comm.Free()
+
+
+def test_device_bucket_completes_once_its_copies_back_land(fake_cupy, monkeypatch):
+    """A device bucket's arrays complete (their requests, and the group's) only once the event recorded
+    after the copies back is done: Test() says False until then, Wait() waits for it."""
+    import fake_device as fd
+
+    events: list = []
+
+    class HeldEvent:  # done only once released
+        def __init__(self) -> None:
+            self.released, self.waited = False, False
+            events.append(self)
+
+        @property
+        def done(self) -> bool:
+            return self.released
+
+        def synchronize(self) -> None:
+            self.waited = self.released = True
+
+    from adaptcoll.grouped.devpack import DevicePacker
+
+    unpack = DevicePacker.unpack
+
+    def held_unpack(self, src, stream):
+        unpack(self, src, stream)
+        return HeldEvent()
+
+    monkeypatch.setattr(DevicePacker, "unpack", held_unpack)
+    comm = adaptcoll.Intracomm(MPI.COMM_SELF.Dup())
+    try:
+        src = [np.arange(n, dtype="f4") + 1 for n in (5, 7)]
+        devs = [fd.CAIBuffer(h) for h in src]
+        big = np.zeros(1 << 20, "u1")  # a host array alone (no event)
+        req = comm.Iallreduce_multi([*devs, big], None, MPI.SUM)
+        for _ in range(50):
+            assert not req.requests[0].Test() and not req.requests[1].Test() and not req.Test()
+        assert len(events) == 1  # the bucket's copies back were enqueued
+        assert req.requests[2].Test()  # the host array is done meanwhile
+        events[0].released = True
+        assert req.requests[0].Test() and req.requests[1].Test() and req.Test()
+        assert all(np.array_equal(d.get(), h) for d, h in zip(devs, src))
+        events.clear()
+        comm.Iallreduce_multi(devs, None, MPI.SUM).Wait()  # Wait synchronizes the event
+        assert len(events) == 1 and events[0].waited
+    finally:
+        comm.Free()
