@@ -346,12 +346,15 @@ def test_device_bucket_reused_and_refreshed(fake_cupy):
         comm.Allreduce_multi(devs, outs)
         assert len(cache._entries) == 1 and np.all(outs[2].get() == 5)
         preq = comm.Allreduce_multi_init(devs, outs)
+        synchronized = fake_cupy.cuda.runtime.synchronized
         for step in range(2):
             for d, h in zip(devs, src):
                 d.set(h * (step + 2))
             for o in outs:
                 o.set(np.full(o.array.shape, -1, "i4"))
+            synchronized.clear()
             preq.Start()
+            assert synchronized.count(1) >= 1  # the producers' stream (CAIBuffer's: 1), waited for
             preq.Wait()
             assert all(np.array_equal(o.get(), h * (step + 2)) for o, h in zip(outs, src))
         preq.Free()

@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from ..backends.cupy_backend import synchronize_producer
 from ..buffers import datatype_of
 from ..device.arrays import as_cupy, cupy_available
 from ..device.memory import is_device_buffer
@@ -152,10 +153,19 @@ class DevicePacker:
         """producers to wait for (CuPy arrays' work is on the current stream, where the copies go)"""
 
     def wait_producers(self) -> None:
-        """Wait for the producers of arrays that are not CuPy arrays (the stream named by their
-        `__cuda_array_interface__`, or a DLPack producer's work ordered before CuPy's stream)."""
+        """Wait for the producers of arrays that are not CuPy arrays: the stream named by their
+        `__cuda_array_interface__` (each stream once), or a DLPack producer's work ordered before
+        CuPy's stream (`as_cupy`)."""
+        seen = set()
         for a in self._waits:
-            as_cupy(a)
+            cai = getattr(a, "__cuda_array_interface__", None)
+            if not isinstance(cai, dict):
+                as_cupy(a)
+                continue
+            stream = cai.get("stream")
+            if stream not in seen:
+                seen.add(stream)
+                synchronize_producer(a)
 
     def pack(self, out: Any, stream: Any) -> None:
         """Enqueue on `stream` the copies of the arrays, in order, to the start of the device buffer `out`."""
