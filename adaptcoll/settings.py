@@ -89,6 +89,8 @@ class Settings:
     shm_slots: int = 4
     multi_pack_below: int = 128 << 10  # grouped Allreduce: arrays below this many bytes are packed together
     multi_bucket_size: int = 4 << 20  # grouped Allreduce: at most this many bytes per packed buffer (0: no cap)
+    multi_device_pack_below: int = 4 << 20  # grouped Allreduce: device arrays below this many bytes are packed
+    multi_device_bucket_size: int = 32 << 20  # grouped Allreduce: at most this many bytes per device bucket (0: no cap)
     tuning: str = ""
     allgather_algorithm: str = "ring"
     reduce_scatter_algorithm: str = "ring"
@@ -307,7 +309,7 @@ def _parse_field(field: str, value: Any, name: str) -> Any:
         return size
     if field == "shm_slots":
         return _parse_window(value, name)
-    if field in ("multi_pack_below", "multi_bucket_size"):
+    if field in ("multi_pack_below", "multi_bucket_size", "multi_device_pack_below", "multi_device_bucket_size"):
         return parse_size(value, name)
     if field in ("allgather_algorithm", "reduce_scatter_algorithm"):
         kind = str(value).strip().partition(":")[0]

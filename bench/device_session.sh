@@ -7,8 +7,9 @@
 #   bash bench/device_session.sh gpu      # at most 9 minutes
 #   bash bench/device_session.sh threshold  # at most 4 minutes
 #   bash bench/device_session.sh cpu16    # at most 9 minutes
+#   bash bench/device_session.sh grouped  # at most 8 minutes (about 3-4 expected)
 set -u
-part=${1:?usage: device_session.sh gpu|threshold|cpu16}
+part=${1:?usage: device_session.sh gpu|threshold|cpu16|grouped}
 OUT=${OUT:-bench/out/device}
 mkdir -p "$OUT"
 
@@ -54,6 +55,19 @@ threshold)  # where the served device pipeline overtakes staging (device_native_
       --impl "adaptcoll:device_native_below=0" --budget 0.5 --min-iterations 5 --quiet \
       --json "$OUT/osu_gpu_threshold_${n}ranks.json"
   done
+  ;;
+grouped)  # issue 21 on the device: CuPy gradient sets, grouped vs hand-staged / hand-packed, 2 and 4 ranks
+  for n in 2 4; do
+    for set in resnet50:20:60 bert_base:8:120 latency_1000:20:45; do
+      IFS=: read -r name iters limit <<<"$set"
+      step grouped_cupy_${name}_${n}ranks "$limit" "${MPICH[@]}" mpiexec -n $n -bind-to core python3 bench/grouped.py \
+        --device cupy --set "$name" --iters "$iters" --warmup 2 --impl per_array --impl packed --impl grouped \
+        --impl grouped_init --impl grouped:multi_device_bucket_size=8M --impl grouped:multi_device_bucket_size=128M \
+        --impl grouped:multi_device_pack_below=128K --impl grouped:multi_device_pack_below=16M \
+        --json "$OUT/grouped_cupy_${name}_${n}ranks.json"
+    done
+  done
+  python3 bench/grouped.py --summarize "$OUT"/grouped_cupy_*.json >"$OUT/grouped_cupy_summary.md" 2>&1
   ;;
 cpu16)
   osu16() {  # osu16 NAME RANKS launcher...

@@ -408,6 +408,15 @@ def fake_cupy(seed: int = 0, max_event_polls: int = 2) -> tuple[types.ModuleType
     def asnumpy(array: Any, stream: Any = None) -> np.ndarray:
         return np.array(asarray(array)).view(np.ndarray)
 
+    def concatenate(arrays: Any, axis: int = 0, out: Any = None) -> FakeDeviceArray:
+        if not all(isinstance(a, FakeDeviceArray) and on_device(a) for a in arrays):
+            raise AssertionError("concatenate: an operand is not device memory")
+        joined = np.concatenate([a.view(np.ndarray) for a in arrays], axis=axis)
+        if out is None:
+            return device_array(joined)
+        out[...] = joined
+        return out
+
     cupy = types.ModuleType("cupy")
     cupy.__dict__.update(
         ndarray=FakeDeviceArray,
@@ -415,6 +424,7 @@ def fake_cupy(seed: int = 0, max_event_polls: int = 2) -> tuple[types.ModuleType
         from_dlpack=from_dlpack,
         empty=_empty,
         asnumpy=asnumpy,
+        concatenate=concatenate,
         RawModule=RawModule,
         cuda=types.SimpleNamespace(
             Stream=Stream,

@@ -48,6 +48,31 @@ def test_layout_covers_every_array_once(n):
         assert plan_units(nbytes, kinds, pack_below, bucket, packable) == units
 
 
+@pytest.mark.parametrize("n", range(1, 18))
+def test_layout_keeps_device_and_host_apart(n):
+    """Device arrays are packed only with device arrays of their dtype, under the device threshold and
+    cap; host arrays under the host ones; the same inputs give the same layout."""
+    rng = np.random.default_rng(100 + n)
+    nbytes = [int(x) for x in rng.integers(0, 400, n)]
+    kinds = [KINDS[int(k)] for k in rng.integers(0, 2, n)]
+    on_device = [bool(d) for d in rng.random(n) < 0.5]
+    packable = [True] * n
+    for device_below, device_cap in ((0, 0), (300, 0), (300, 500), (1000, 64)):
+        units = plan_units(nbytes, kinds, 100, 150, packable, on_device, device_below, device_cap)
+        assert sorted(i for u in units for i in u.arrays) == list(range(n))
+        for u in units:
+            if not u.packed:
+                continue
+            assert {on_device[i] for i in u.arrays} == {u.device} and {kinds[i] for i in u.arrays} == {u.kind}
+            below, cap = (device_below, device_cap) if u.device else (100, 150)
+            assert all(nbytes[i] < below for i in u.arrays)
+            assert not cap or u.nbytes <= cap
+        packed_device = {i for u in units if u.packed and u.device for i in u.arrays}
+        if device_below == 0:
+            assert not packed_device
+        assert plan_units(nbytes, kinds, 100, 150, packable, on_device, device_below, device_cap) == units
+
+
 def _arrays(n: int, seed: int) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     out = []
@@ -225,10 +250,9 @@ def test_cache_keeps_no_array_alive(comm):
     assert cache.lookup(key, arrays, arrays) is None
 
 
-def test_device_arrays_go_alone_on_fake_device_memory(monkeypatch):
-    """Device arrays (host memory posing as CUDA memory, tests/fake_device.py) are never packed: each
-    is reduced alone like Iallreduce on it (staged below the device threshold, served above), beside
-    packed host arrays, in every form."""
+@pytest.fixture
+def fake_cupy(monkeypatch):
+    """The stand-in CuPy (tests/fake_device.py) in sys.modules, MPI not CUDA-aware."""
     import sys
 
     import fake_device as fd
@@ -243,25 +267,144 @@ def test_device_arrays_go_alone_on_fake_device_memory(monkeypatch):
     monkeypatch.setattr(cupy_backend, "_KERNELS", {})
     monkeypatch.setattr(staged_native, "_STAGING", {})
     monkeypatch.setenv("ADAPTCOLL_CUDA_AWARE", "0")
+    yield cupy
+    cache.clear()
+
+
+def _device_notes() -> tuple[int, int]:
+    """(packed device units, packed host units) counted so far under Allreduce_multi."""
+    notes = adaptcoll.stats().get("Allreduce_multi", {}).get("notes", {})
+    return notes.get("packed device unit", 0), notes.get("packed unit", 0)
+
+
+def test_device_arrays_are_packed_on_the_device(fake_cupy):
+    """Small device arrays (host memory posing as CUDA memory, tests/fake_device.py) are packed with
+    the device arrays of their dtype, on the device (device-to-device copies: the stand-in refuses host
+    pointers), into buckets reduced by one Allreduce each (staged below the device threshold, served
+    above), beside host arrays packed with host arrays, in every form; large ones go alone."""
+    import fake_device as fd
+
+    from adaptcoll.grouped.args import parse_group
+    from adaptcoll.grouped.multi import _layout
+
+    cupy = fake_cupy
     comm = adaptcoll.Intracomm(MPI.COMM_SELF.Dup())
     adaptcoll.reset_stats()
     try:
+        hosts = [np.arange(n, dtype="f4") for n in (3, 50, 7)]
+        dev_src = [np.arange(n, dtype="f8") + 1 for n in (40, 5, 9)] + [np.arange(6, dtype="f4") - 2]
+        devs = [fd.CAIBuffer(dev_src[0]), cupy.asarray(dev_src[1]), fd.CAIBuffer(dev_src[2]), cupy.asarray(dev_src[3])]
+        out_h = [np.zeros_like(h) for h in hosts]
+        out_d = [fd.CAIBuffer(np.zeros_like(h)) for h in dev_src]
+        group = parse_group(hosts + devs, out_h + out_d, MPI.SUM)
+        assert group.on_device == (False,) * 3 + (True,) * 4
+        units = _layout(group)
+        packed = sorted((u.arrays, u.device) for u in units if u.packed)
+        assert packed == [((0, 1, 2), False), ((3, 4, 5), True)]  # the lone f4 device array: alone
         for device_native_below in (4 << 20, 0):
             with adaptcoll.configured(device_native_below=device_native_below):
-                hosts = [np.arange(n, dtype="f4") for n in (3, 50, 7)]
-                dev_src = [np.arange(n, dtype="f8") + 1 for n in (40, 5)]
-                devs = [fd.CAIBuffer(h) for h in dev_src]
-                out_h = [np.zeros_like(h) for h in hosts]
-                out_d = [fd.CAIBuffer(np.zeros_like(h)) for h in dev_src]
+                before = _device_notes()
                 comm.Allreduce_multi(hosts + devs, out_h + out_d, MPI.SUM)
                 assert all(np.array_equal(o, h) for o, h in zip(out_h, hosts))
                 assert all(np.array_equal(o.get(), h) for o, h in zip(out_d, dev_src))
                 req = comm.Iallreduce_multi([*hosts, *out_d], None, MPI.MAX)  # in place, mixed
-                adaptcoll.Request.Waitall(req.requests)
+                adaptcoll.Request.Waitall(req.requests[::-1])
                 assert all(np.array_equal(o.get(), h) for o, h in zip(out_d, dev_src))
+                after = _device_notes()
+                assert (after[0] - before[0], after[1] - before[1]) == (2, 2)
         row = adaptcoll.stats()["Allreduce_multi"]
-        assert row["adaptcoll"] >= 4  # the device arrays above their threshold, served
-        assert row["native_reasons"].get("native (staged): below native_below", 0) >= 4
+        assert row["adaptcoll"] >= 2  # the device buckets with the threshold at 0, served
+        assert row["native_reasons"].get("native (staged): below native_below", 0) >= 2
+        # a device array at or above multi_device_pack_below goes alone; 0 packs none
+        with adaptcoll.configured(multi_device_pack_below=0):
+            before = _device_notes()
+            comm.Allreduce_multi(devs, out_d, MPI.SUM)
+            assert _device_notes()[0] == before[0]
+            assert all(np.array_equal(o.get(), h) for o, h in zip(out_d, dev_src))
+        with adaptcoll.configured(multi_device_pack_below=100):  # 40 f8 = 320 bytes: alone
+            units = _layout(parse_group(devs, out_d, MPI.SUM))
+            assert sorted(u.arrays for u in units if u.packed) == [(1, 2)]
     finally:
+        comm.Free()
+
+
+def test_device_bucket_reused_and_refreshed(fake_cupy):
+    """The cached layout of device arrays holds while they keep their memory, and a persistent grouped
+    call's device bucket sees inputs changed between starts."""
+    import fake_device as fd
+
+    comm = adaptcoll.Intracomm(MPI.COMM_SELF.Dup())
+    try:
         cache.clear()
+        src = [np.arange(n, dtype="i4") for n in (4, 0, 9, 3)]
+        devs = [fd.CAIBuffer(h) for h in src]
+        outs = [fd.CAIBuffer(np.zeros_like(h)) for h in src]
+        comm.Allreduce_multi(devs, outs)
+        comm.Allreduce_multi(devs, outs)
+        assert len(cache._entries) == 1
+        devs[2].array = fd.device_array(np.full(9, 5, "i4"))  # pointed at other memory: a new layout
+        comm.Allreduce_multi(devs, outs)
+        assert len(cache._entries) == 1 and np.all(outs[2].get() == 5)
+        preq = comm.Allreduce_multi_init(devs, outs)
+        synchronized = fake_cupy.cuda.runtime.synchronized
+        for step in range(2):
+            for d, h in zip(devs, src):
+                d.set(h * (step + 2))
+            for o in outs:
+                o.set(np.full(o.array.shape, -1, "i4"))
+            synchronized.clear()
+            preq.Start()
+            assert synchronized.count(1) >= 1  # the producers' stream (CAIBuffer's: 1), waited for
+            preq.Wait()
+            assert all(np.array_equal(o.get(), h * (step + 2)) for o, h in zip(outs, src))
+        preq.Free()
+    finally:
+        comm.Free()
+
+
+def test_device_bucket_completes_once_its_copies_back_land(fake_cupy, monkeypatch):
+    """A device bucket's arrays complete (their requests, and the group's) only once the event recorded
+    after the copies back is done: Test() says False until then, Wait() waits for it."""
+    import fake_device as fd
+
+    events: list = []
+
+    class HeldEvent:  # done only once released
+        def __init__(self) -> None:
+            self.released, self.waited = False, False
+            events.append(self)
+
+        @property
+        def done(self) -> bool:
+            return self.released
+
+        def synchronize(self) -> None:
+            self.waited = self.released = True
+
+    from adaptcoll.grouped.devpack import DevicePacker
+
+    unpack = DevicePacker.unpack
+
+    def held_unpack(self, src, stream):
+        unpack(self, src, stream)
+        return HeldEvent()
+
+    monkeypatch.setattr(DevicePacker, "unpack", held_unpack)
+    comm = adaptcoll.Intracomm(MPI.COMM_SELF.Dup())
+    try:
+        src = [np.arange(n, dtype="f4") + 1 for n in (5, 7)]
+        devs = [fd.CAIBuffer(h) for h in src]
+        big = np.zeros(1 << 20, "u1")  # a host array alone (no event)
+        req = comm.Iallreduce_multi([*devs, big], None, MPI.SUM)
+        for _ in range(50):
+            assert not req.requests[0].Test() and not req.requests[1].Test() and not req.Test()
+        assert len(events) == 1  # the bucket's copies back were enqueued
+        assert req.requests[2].Test()  # the host array is done meanwhile
+        events[0].released = True
+        assert req.requests[0].Test() and req.requests[1].Test() and req.Test()
+        assert all(np.array_equal(d.get(), h) for d, h in zip(devs, src))
+        events.clear()
+        comm.Iallreduce_multi(devs, None, MPI.SUM).Wait()  # Wait synchronizes the event
+        assert len(events) == 1 and events[0].waited
+    finally:
         comm.Free()

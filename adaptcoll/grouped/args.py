@@ -16,6 +16,8 @@ from typing import Any, Optional
 import numpy as np
 from mpi4py import MPI
 
+from .devpack import device_pair, is_device
+
 __all__ = ["NAME", "Group", "parse_group"]
 
 NAME = "Allreduce_multi"
@@ -25,7 +27,8 @@ _IN_PLACE = MPI.IN_PLACE
 @dataclass(frozen=True)
 class Group:
     """A grouped call's arrays: array i reduces `sends[i]` (the receive array itself when in place)
-    into `recvs[i]`; `packable[i]`: a host NumPy array, which may be packed with others."""
+    into `recvs[i]`; `packable[i]`: a host NumPy array, or a device array (`on_device[i]`), which may
+    be packed with others of its dtype and memory."""
 
     sends: tuple[Any, ...]
     recvs: tuple[Any, ...]
@@ -37,6 +40,8 @@ class Group:
     """dtype of each packable array ("" for the others)"""
     error: Optional[BaseException] = None
     """an error of this rank's own arrays, raised once the call is done (stand-ins took their place)"""
+    on_device: tuple[bool, ...] = ()
+    """whether each packable array is device memory (empty: none is)"""
 
     def __len__(self) -> int:
         return len(self.recvs)
@@ -63,12 +68,17 @@ def _stand_in(a: Any, what: str, writable: bool) -> tuple[Any, Optional[BaseExce
 
 
 def _mismatch(s: Any, r: Any, i: int) -> Optional[BaseException]:
-    if isinstance(s, np.ndarray) and isinstance(r, np.ndarray):
+    if _host(s) and _host(r):
         if s.dtype != r.dtype:
             return ValueError(f"{NAME}: sendbufs[{i}] is {s.dtype} but recvbufs[{i}] is {r.dtype}")
         if s.size != r.size:
             return ValueError(f"{NAME}: sendbufs[{i}] has {s.size} elements but recvbufs[{i}] has {r.size}")
     return None
+
+
+def _host(a: Any) -> bool:
+    """Whether `a` is a host NumPy array (a CuPy stand-in may subclass ndarray: it is not)."""
+    return type(a) is np.ndarray or (isinstance(a, np.ndarray) and not is_device(a))
 
 
 def _fast_in_place(arrays: Sequence[Any], name: str) -> Group:
@@ -90,7 +100,7 @@ def _fast_in_place(arrays: Sequence[Any], name: str) -> Group:
 
 def _general(sends: Sequence[Any], recvs: Sequence[Any], all_in_place: bool, name: str) -> Group:
     """Any mix of arrays and forms; this rank's own bad arrays are replaced by stand-ins (`Group.error`)."""
-    out_sends, out_recvs, in_place, packable, nbytes, kinds = [], [], [], [], [], []
+    out_sends, out_recvs, in_place, packable, nbytes, kinds, on_device = [], [], [], [], [], [], []
     first: Optional[BaseException] = None
     for i, (s, r) in enumerate(zip(sends, recvs)):
         r2, error = _stand_in(r, f"{name if all_in_place else 'recvbufs'}[{i}]", True)
@@ -106,15 +116,33 @@ def _general(sends: Sequence[Any], recvs: Sequence[Any], all_in_place: bool, nam
                 s2 = np.zeros(r2.shape, r2.dtype)
                 r2 = np.zeros(r2.shape, r2.dtype)
             own = s2 is r2
-        host = isinstance(r2, np.ndarray) and isinstance(s2, np.ndarray)
+        host = _host(r2) and _host(s2)
+        what_r = f"{name if all_in_place else 'recvbufs'}[{i}]"
+        device = None if host else device_pair(s2, r2, own, f"sendbufs[{i}]", what_r, NAME)
+        if device is not None:
+            s2, r2, n, kind, error = device
+            first = first or error
+            own = own and s2 is r2
         out_sends.append(s2)
         out_recvs.append(r2)
         in_place.append(own)
-        packable.append(host)
-        nbytes.append(r2.nbytes if host else 0)
-        kinds.append(r2.dtype.str if host else "")
+        packable.append(host or device is not None)
+        on_device.append(device is not None)
+        if device is not None:
+            nbytes.append(n)
+            kinds.append(kind)
+        else:
+            nbytes.append(r2.nbytes if host else 0)
+            kinds.append(r2.dtype.str if host else "")
     return Group(
-        tuple(out_sends), tuple(out_recvs), tuple(in_place), tuple(packable), tuple(nbytes), tuple(kinds), first
+        tuple(out_sends),
+        tuple(out_recvs),
+        tuple(in_place),
+        tuple(packable),
+        tuple(nbytes),
+        tuple(kinds),
+        first,
+        tuple(on_device) if any(on_device) else (),
     )
 
 

@@ -1,7 +1,8 @@
 """The layouts of the last few gradient sets (Horovod's response cache, locally): a training loop
 reduces the same arrays every step, so `Allreduce_multi` keeps, per set of arrays (by identity), the
 checked arguments, the layout and the packing datatypes, and on the next call with the same arrays
-only re-checks that they are alive and have their dtypes. An entry holds weak references only (a
+only re-checks that they are alive and have their dtypes (device arrays: their address, dtype and
+size). An entry holds weak references only (a
 loop that makes new arrays every step keeps no old ones alive: their entries just stop matching);
 at most `MAX_ENTRIES` are kept. Groups with objects that take no weak reference are not cached."""
 
@@ -12,15 +13,17 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from operator import attrgetter
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from .args import Group
+from .devpack import DevicePacker, signature
 from .layout import Unit
 from .packing import HostPacker
 
-__all__ = ["Entry", "lookup", "store", "clear", "MAX_ENTRIES"]
+__all__ = ["Entry", "Packer", "lookup", "store", "clear", "MAX_ENTRIES"]
 
 MAX_ENTRIES = 4
+Packer = Union[HostPacker, DevicePacker]
 _DTYPE = attrgetter("dtype")
 
 
@@ -43,13 +46,15 @@ class Entry:
         "_hosts_r",
         "_hosts_s",
         "_dtypes",
+        "_devs_r",
+        "_devs_s",
         "stale",
         "busy",
         "evicted",
         "__weakref__",
     )
 
-    def __init__(self, group: Group, units: list[Unit], packers: list[Optional[tuple[HostPacker, HostPacker]]]) -> None:
+    def __init__(self, group: Group, units: list[Unit], packers: list[Optional[tuple[Packer, Packer]]]) -> None:
         self.units = units
         self.packers = packers
         self.of_array = [0] * len(group)
@@ -57,9 +62,12 @@ class Entry:
         for k, u in enumerate(units):
             for i in u.arrays:
                 self.of_array[i] = k
-        self._meta = (group.in_place, group.packable, group.nbytes, group.kinds)
-        self._hosts_r = [i for i, p in enumerate(group.packable) if p]
+        self._meta = (group.in_place, group.packable, group.nbytes, group.kinds, None, group.on_device)
+        device = group.on_device or (False,) * len(group)
+        self._hosts_r = [i for i, p in enumerate(group.packable) if p and not device[i]]
         self._hosts_s = [i for i in self._hosts_r if not group.in_place[i]]
+        self._devs_r = [i for i, d in enumerate(device) if d]
+        self._devs_s = [i for i in self._devs_r if not group.in_place[i]]
         self._dtypes = self._host_dtypes(group.sends, group.recvs)
         self.stale = False
         """set when an array of the group has been freed (its id may now name another object)"""
@@ -73,7 +81,10 @@ class Entry:
         self.evicted = False
 
     def _host_dtypes(self, sends: Sequence[Any], recvs: Sequence[Any]) -> list[Any]:
-        return _dtypes([recvs[i] for i in self._hosts_r]) + _dtypes([sends[i] for i in self._hosts_s])
+        found = _dtypes([recvs[i] for i in self._hosts_r]) + _dtypes([sends[i] for i in self._hosts_s])
+        if self._devs_r:
+            found += [signature(recvs[i]) for i in self._devs_r] + [signature(sends[i]) for i in self._devs_s]
+        return found
 
     @property
     def cacheable(self) -> bool:

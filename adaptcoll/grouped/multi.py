@@ -5,7 +5,10 @@ bytes is reduced alone, in its own memory (no copy), by an Allreduce decided lik
 by adaptcoll's protocols or native, by size, the rule and the tuning table); smaller host arrays of
 one dtype are packed, in call order, into scratch buffers of at most `multi_bucket_size` bytes
 (through an MPI datatype, in C), each reduced by one Allreduce decided the same way and unpacked
-when it completes. Every unit is started at once, so the served ones progress together.
+when it completes. Device arrays below `multi_device_pack_below` are packed likewise, on the device
+(devpack.py), into device buckets of at most `multi_device_bucket_size` bytes, each reduced by one
+Allreduce on device memory (served by the device pipeline from the device threshold up, staged
+whole below it). Every unit is started at once, so the served ones progress together.
 """
 
 from __future__ import annotations
@@ -21,9 +24,10 @@ from ..persistent import Prequest, _prequest
 from ..requests import NativeRequest, Request
 from ..state import settle_setup
 from ..threads import enter, leave
-from . import cache, scratch
+from . import cache, devpack, scratch
 from .args import NAME, Group, parse_group
-from .cache import Entry
+from .cache import Entry, Packer
+from .devpack import DevicePacker
 from .layout import Unit as LayoutUnit
 from .layout import plan_units
 from .packing import HostPacker
@@ -35,11 +39,20 @@ _IN_PLACE = MPI.IN_PLACE
 _SUM = MPI.SUM
 _MPI_IALLREDUCE = MPI.Intracomm.Iallreduce
 PACKED_NOTE = "packed unit"
+DEVICE_PACKED_NOTE = "packed device unit"
 
 
-def _layout(group: Group) -> list[LayoutUnit]:
+def _settings_key() -> tuple[int, int, int, int]:
+    """The settings a layout depends on (pack thresholds and bucket caps, host and device)."""
     s = settings.current()
-    return plan_units(group.nbytes, group.kinds, s.multi_pack_below, s.multi_bucket_size, group.packable)
+    return s.multi_pack_below, s.multi_bucket_size, s.multi_device_pack_below, s.multi_device_bucket_size
+
+
+def _layout(group: Group, key: Optional[tuple[int, int, int, int]] = None) -> list[LayoutUnit]:
+    below, bucket, device_below, device_bucket = key or _settings_key()
+    return plan_units(
+        group.nbytes, group.kinds, below, bucket, group.packable, group.on_device, device_below, device_bucket
+    )
 
 
 def _start_one(comm: MPI.Intracomm, send: Any, recv: Any, op: MPI.Op, blocking: bool) -> Request:
@@ -51,14 +64,15 @@ def _start_one(comm: MPI.Intracomm, send: Any, recv: Any, op: MPI.Op, blocking: 
     return Request(operation)
 
 
-def _packers(group: Group, unit: LayoutUnit) -> Optional[tuple[HostPacker, HostPacker]]:
+def _packers(group: Group, unit: LayoutUnit) -> Optional[tuple[Packer, Packer]]:
     """(source, destination) packers of a packed unit (one packer when it is all in place)."""
     if not unit.packed:
         return None
-    dst = HostPacker([group.recvs[i] for i in unit.arrays])
+    kind: type[Packer] = DevicePacker if unit.device else HostPacker
+    dst = kind([group.recvs[i] for i in unit.arrays])
     if all(group.in_place[i] for i in unit.arrays):
         return dst, dst
-    return HostPacker([group.sends[i] for i in unit.arrays]), dst
+    return kind([group.sends[i] for i in unit.arrays]), dst
 
 
 def _prepare(sendbufs: Any, recvbufs: Any, op: Any) -> tuple[Entry, Group]:
@@ -66,22 +80,21 @@ def _prepare(sendbufs: Any, recvbufs: Any, op: Any) -> tuple[Entry, Group]:
     cache when the same arrays come again."""
     if not isinstance(op, MPI.Op):
         raise TypeError(f"Argument 'op' has incorrect type (expected mpi4py.MPI.Op, got {type(op).__name__})")
-    s = settings.current()
-    below, bucket = s.multi_pack_below, s.multi_bucket_size
+    sizes = _settings_key()
     key: Optional[tuple[Any, ...]] = None
     lists = (list, tuple)
     if isinstance(sendbufs, lists) and (recvbufs is None or isinstance(recvbufs, lists)):
         sends, recvs = sendbufs, sendbufs if recvbufs is None else recvbufs
-        key = (tuple(map(id, sendbufs)), None if recvbufs is None else tuple(map(id, recvbufs)), below, bucket)
+        key = (tuple(map(id, sendbufs)), None if recvbufs is None else tuple(map(id, recvbufs)), sizes)
     elif sendbufs is _IN_PLACE and isinstance(recvbufs, lists):
         sends = recvs = recvbufs
-        key = (None, tuple(map(id, recvbufs)), below, bucket)
+        key = (None, tuple(map(id, recvbufs)), sizes)
     if key is not None and len(sends) == len(recvs):
         found = cache.lookup(key, sends, recvs)
         if found is not None:
             return found
     group = parse_group(sendbufs, recvbufs, op)
-    units = plan_units(group.nbytes, group.kinds, below, bucket, group.packable)
+    units = _layout(group, sizes)
     entry = Entry(group, units, [_packers(group, u) for u in units])
     cache.store(key if group.error is None else None, entry)
     return entry, group
@@ -90,12 +103,15 @@ def _prepare(sendbufs: Any, recvbufs: Any, op: Any) -> tuple[Entry, Group]:
 def _start_packed(
     comm: MPI.Intracomm,
     unit: LayoutUnit,
-    pair: tuple[HostPacker, HostPacker],
+    pair: tuple[Packer, Packer],
     op: MPI.Op,
     blocking: bool,
     on_release: Optional[Callable[[], None]],
 ) -> Unit:
     src, dst = pair
+    if isinstance(src, DevicePacker) and isinstance(dst, DevicePacker):
+        return _start_device_packed(comm, unit, src, dst, op, blocking, on_release)
+    assert isinstance(src, HostPacker) and isinstance(dst, HostPacker)
     group_dtype, count = unit.dtype, unit.count
     buf = scratch.take(group_dtype, count)
     src.pack(buf)
@@ -108,6 +124,35 @@ def _start_packed(
         scratch.give(buf)
         if on_release is not None:
             on_release()
+
+    return Unit(req, finish)
+
+
+def _start_device_packed(
+    comm: MPI.Intracomm,
+    unit: LayoutUnit,
+    src: DevicePacker,
+    dst: DevicePacker,
+    op: MPI.Op,
+    blocking: bool,
+    on_release: Optional[Callable[[], None]],
+) -> Unit:
+    """A device bucket: its arrays copied into a fresh device buffer on CuPy's current stream (after
+    the producers of arrays that are not CuPy's), one Allreduce on it, copied back on that stream."""
+    stream = devpack.current_stream()
+    src.wait_producers()
+    if dst is not src:
+        dst.wait_producers()
+    buf = devpack.bucket_buffer(unit.dtype, unit.count)
+    src.pack(buf, stream)
+    counters.note(NAME, DEVICE_PACKED_NOTE)
+    req = _start_one(comm, _IN_PLACE, buf, op, blocking)
+
+    def finish(ok: bool) -> Any:
+        landing = devpack.Landing(dst.unpack(buf, stream), buf) if ok else None
+        if on_release is not None:
+            on_release()
+        return landing
 
     return Unit(req, finish)
 
@@ -154,19 +199,36 @@ def allreduce_multi(comm: MPI.Intracomm, sendbufs: Any, recvbufs: Any = None, op
 
 
 class _Packed:
-    """A persistent packed unit: its own scratch buffer and packers."""
+    """A persistent packed unit: its own scratch buffer (device memory for a device bucket) and packers."""
 
-    __slots__ = ("buf", "src", "dst")
+    __slots__ = ("buf", "src", "dst", "stream")
 
     def __init__(self, group: Group, unit: LayoutUnit) -> None:
         pair = _packers(group, unit)
         assert pair is not None
         self.src, self.dst = pair
-        self.buf = np.empty(unit.count, unit.dtype)
+        self.buf = devpack.bucket_buffer(unit.dtype, unit.count) if unit.device else np.empty(unit.count, unit.dtype)
+        self.stream: Any = None
 
-    def finish(self, ok: bool) -> None:
-        if ok:
-            self.dst.unpack(self.buf)
+    def pack(self) -> None:
+        src, dst = self.src, self.dst
+        if isinstance(src, DevicePacker):
+            self.stream = devpack.current_stream()
+            src.wait_producers()
+            if dst is not src:
+                assert isinstance(dst, DevicePacker)
+                dst.wait_producers()
+            src.pack(self.buf, self.stream)
+        else:
+            src.pack(self.buf)
+
+    def finish(self, ok: bool) -> Any:
+        if not ok:
+            return None
+        if isinstance(self.dst, DevicePacker):
+            return self.dst.unpack(self.buf, self.stream)
+        self.dst.unpack(self.buf)
+        return None
 
     def free(self) -> None:
         if self.src is not self.dst:
@@ -184,9 +246,9 @@ class _Part:
         self.packed = packed
 
     def start(self) -> Unit:
-        finish: Optional[Callable[[bool], None]] = None
+        finish: Optional[Callable[[bool], Any]] = None
         if self.packed is not None:
-            self.packed.src.pack(self.packed.buf)
+            self.packed.pack()
             finish = self.packed.finish
         assert isinstance(self.preq, Prequest)
         self.preq.Start()
@@ -261,7 +323,7 @@ def _init_part(comm: MPI.Intracomm, group: Group, unit: LayoutUnit, op: MPI.Op) 
     else:
         packed = _Packed(group, unit)
         send, recv = _IN_PLACE, packed.buf
-        counters.note(name, PACKED_NOTE)
+        counters.note(name, DEVICE_PACKED_NOTE if unit.device else PACKED_NOTE)
     preq = _prequest(
         name,
         comm,

@@ -1,6 +1,6 @@
 """Requests of a grouped Allreduce: one for the group (`MultiRequest`) and one per array
 (`MultiRequest.requests`), each complete as soon as the operation that carries its array is (and, for
-packed arrays, once they are unpacked)."""
+packed arrays, once they are unpacked: for device buckets, once the copies back have landed)."""
 
 from __future__ import annotations
 
@@ -16,28 +16,52 @@ __all__ = ["Unit", "MultiRequest", "ArrayRequest"]
 
 class Unit:
     """One running operation of a grouped call: its request, and what to do once it completed
-    (`finish(ok)`: unpack and give back scratch memory)."""
+    (`finish(ok)`: unpack and give back scratch memory; it may return an event, such as a CUDA
+    event after the copies back into device arrays, with `done` and `synchronize()`: the unit is
+    complete once that is done)."""
 
-    __slots__ = ("req", "finish", "done", "error")
+    __slots__ = ("req", "finish", "done", "error", "landing")
 
-    def __init__(self, req: Request, finish: Optional[Callable[[bool], None]] = None) -> None:
+    def __init__(self, req: Request, finish: Optional[Callable[[bool], Any]] = None) -> None:
         self.req = req
         self.finish = finish
         self.done = False
         self.error: Optional[BaseException] = None
+        self.landing: Any = None
 
     def check(self) -> bool:
         """True once complete; runs `finish` the first time it sees the operation complete."""
         if self.done:
             return True
-        if not self.req._finished():
+        if self.landing is None:
+            if not self.req._finished():
+                return False
+            self.error = self.req._failure()
+            if self.finish is not None:
+                finish, self.finish = self.finish, None
+                self.landing = finish(self.error is None)
+            if self.landing is None:
+                self.done = True
+                return True
+        if not self.landing.done:
             return False
+        self.landing = None
         self.done = True
-        self.error = self.req._failure()
-        if self.finish is not None:
-            finish, self.finish = self.finish, None
-            finish(self.error is None)
         return True
+
+    def wait(self) -> Optional[BaseException]:
+        """Block until complete; the operation's own error (or MPI's) if it failed."""
+        other: Optional[BaseException] = None
+        if self.landing is None:
+            try:
+                self.req.Wait()
+            except Exception as exc:  # an operation's failure (kept by the unit) or MPI's own error
+                other = exc
+            self.check()
+        if self.landing is not None:
+            self.landing.synchronize()
+            self.check()
+        return other
 
 
 class ArrayRequest(Request):
@@ -95,11 +119,8 @@ class MultiRequest(Request):
         other: Optional[BaseException] = None
         for u in self._units:
             if not u.done:
-                try:
-                    u.req.Wait()
-                except Exception as exc:  # an operation's failure (kept by its unit) or MPI's own error
-                    other = other or exc
-                u.check()
+                error = u.wait()
+                other = other or error
         self._reported = True
         _fill(status)
         error = self._failure() or other
