@@ -122,7 +122,11 @@ def test_no_device_pointer_reaches_mpi_when_it_is_not_cuda_aware(guard: tuple[Pa
     # small exact CuPy arrays: staged without a decision (adaptcoll.device.small), every root
     assert routes["small arrays decided"] == "0"
     for root in range(RANKS):
-        for label in (f"small Bcast root={root}", f"small Reduce f4 root={root}", f"small Reduce in place (IN_PLACE) root={root}"):
+        for label in (
+            f"small Bcast root={root}",
+            f"small Reduce f4 root={root}",
+            f"small Reduce in place (IN_PLACE) root={root}",
+        ):
             assert routes[label] == "native (staged): below native_below", (label, routes.get(label))
 
 

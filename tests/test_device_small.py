@@ -6,12 +6,17 @@ Multi-rank results under the MPI guard: tests/programs/device_routes.py (small_a
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import fake_device as fd
 import numpy as np
 import pytest
+from device_guard import GuardUnavailable, build
 from mpi4py import MPI
 
 import adaptcoll
@@ -40,7 +45,9 @@ def env(monkeypatch: pytest.MonkeyPatch) -> Any:
     decided: list[str] = []
     for name in ("bcast", "reduce", "allreduce"):
         real = getattr(decide, name)
-        monkeypatch.setattr(decide, name, lambda *a, _real=real, _name=name, **k: decided.append(_name) or _real(*a, **k))
+        monkeypatch.setattr(
+            decide, name, lambda *a, _real=real, _name=name, **k: decided.append(_name) or _real(*a, **k)
+        )
     base = MPI.COMM_SELF.Dup()
     comm = adaptcoll.Intracomm(base)
     comm.Allreduce(np.zeros(4), np.zeros(4))  # the communicator's tuning is set up by its first blocking call
@@ -96,7 +103,9 @@ def test_copies_follow_the_producer_stream_and_are_waited_for(env: Any, monkeypa
     runtime = cupy.cuda.runtime
     log: list[tuple] = []
     real_copy = runtime.memcpyAsync
-    monkeypatch.setattr(runtime, "memcpyAsync", lambda d, s, n, k, st: log.append(("copy", d, s, st)) or real_copy(d, s, n, k, st))
+    monkeypatch.setattr(
+        runtime, "memcpyAsync", lambda d, s, n, k, st: log.append(("copy", d, s, st)) or real_copy(d, s, n, k, st)
+    )
     monkeypatch.setattr(runtime, "streamSynchronize", lambda st: log.append(("sync", st)))
     for name in ("_BCAST", "_REDUCE", "_ALLREDUCE"):
         real = getattr(small, name)
@@ -108,9 +117,18 @@ def test_copies_follow_the_producer_stream_and_are_waited_for(env: Any, monkeypa
         s = producer.ptr
         xp, yp = x.data.ptr, y.data.ptr
         for call, want in (
-            (lambda: comm.Allreduce(x, y, MPI.SUM), [("copy", None, xp, s), ("sync", s), ("mpi",), ("copy", yp, None, s), ("sync", s)]),
-            (lambda: comm.Reduce(x, y, MPI.SUM, 0), [("copy", None, xp, s), ("sync", s), ("mpi",), ("copy", yp, None, s), ("sync", s)]),
-            (lambda: comm.Allreduce(MPI.IN_PLACE, y, MPI.SUM), [("copy", None, yp, s), ("sync", s), ("mpi",), ("copy", yp, None, s), ("sync", s)]),
+            (
+                lambda: comm.Allreduce(x, y, MPI.SUM),
+                [("copy", None, xp, s), ("sync", s), ("mpi",), ("copy", yp, None, s), ("sync", s)],
+            ),
+            (
+                lambda: comm.Reduce(x, y, MPI.SUM, 0),
+                [("copy", None, xp, s), ("sync", s), ("mpi",), ("copy", yp, None, s), ("sync", s)],
+            ),
+            (
+                lambda: comm.Allreduce(MPI.IN_PLACE, y, MPI.SUM),
+                [("copy", None, yp, s), ("sync", s), ("mpi",), ("copy", yp, None, s), ("sync", s)],
+            ),
             (lambda: comm.Bcast(x, 0), [("copy", None, xp, s), ("sync", s), ("mpi",)]),  # the root only sends
         ):
             log.clear()
@@ -125,12 +143,13 @@ def test_copies_follow_the_producer_stream_and_are_waited_for(env: Any, monkeypa
 
 
 def test_the_full_decision_takes_every_other_case(env: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    cupy, comm, decided = env
+    _, comm, decided = env
     host = np.arange(32, dtype="f8")
     x, y = fd.device_array(host), fd.device_array(np.zeros(32))
     comm.Allreduce(x, y, MPI.SUM)
     decided.clear()
     user_op = MPI.Op.Create(lambda a, b, t: None, commute=True)
+    pairs = np.dtype([("v", "f4"), ("i", "i4")])
     odd = [
         ("allreduce", "Allreduce", lambda: comm.Allreduce(fd.CAIBuffer(host), fd.CAIBuffer(host * 0), MPI.SUM)),
         ("allreduce", "Allreduce", lambda: comm.Allreduce(x, fd.device_array(np.zeros(32, "f4")), MPI.SUM)),
@@ -138,7 +157,7 @@ def test_the_full_decision_takes_every_other_case(env: Any, monkeypatch: pytest.
         ("reduce", "Reduce", lambda: comm.Reduce(x, y, MPI.SUM, np.int64(0))),
         ("reduce", "Reduce", lambda: comm.Reduce(x, np.zeros(32), MPI.SUM, 0)),
         ("bcast", "Bcast", lambda: comm.Bcast(fd.device_array(np.zeros((8, 4), "f4")).T, 0)),  # not C-contiguous
-        ("bcast", "Bcast", lambda: comm.Bcast(fd.device_array(np.zeros(4, [("v", "f4"), ("i", "i4")])), 0)),  # a dtype MPI lacks
+        ("bcast", "Bcast", lambda: comm.Bcast(fd.device_array(np.zeros(4, pairs)), 0)),  # a dtype MPI lacks
     ]
     for collective, name, call in odd:
         decided.clear()
@@ -165,7 +184,7 @@ def test_the_full_decision_takes_every_other_case(env: Any, monkeypatch: pytest.
 
 def test_errors_are_the_full_paths(env: Any) -> None:
     """Bad roots go through the decision, which stages them and lets MPI raise its own error."""
-    cupy, comm, decided = env
+    _, comm, decided = env
     x = fd.device_array(np.zeros(16, "f4"))
     comm.Bcast(x, 0)
     decided.clear()
@@ -179,7 +198,7 @@ def test_errors_are_the_full_paths(env: Any) -> None:
 
 def test_a_communicator_whose_tuning_is_unknown_takes_the_full_path(env: Any) -> None:
     """The first blocking call on a communicator sets its tuning up collectively: never skipped."""
-    cupy, comm, decided = env
+    _, comm, decided = env
     x = fd.device_array(np.zeros(16, "f4"))
     comm.Bcast(x, 0)
     base = MPI.COMM_SELF.Dup()
@@ -192,7 +211,7 @@ def test_a_communicator_whose_tuning_is_unknown_takes_the_full_path(env: Any) ->
 
 
 def test_host_arrays_and_numpy_fast_path_unchanged(env: Any) -> None:
-    cupy, comm, decided = env
+    cupy, comm, _ = env
     comm.Bcast(fd.device_array(np.zeros(16, "f4")), 0)
     a = np.arange(8.0)
     b = np.zeros(8)
@@ -200,3 +219,27 @@ def test_host_arrays_and_numpy_fast_path_unchanged(env: Any) -> None:
     np.testing.assert_array_equal(b, a)
     assert collectives._DEVICE_ARRAY[0] is cupy.ndarray
     assert adaptcoll.stats()["Allreduce"]["native_reasons"] == {"below native_below": 1}
+
+
+def test_bench_device_small_on_fake_device_memory(tmp_path: Path) -> None:
+    """bench/device_small.py end to end on the stand-in CuPy under the MPI guard (2 ranks): its result and
+    stats() checks pass, it writes its JSON, and no device pointer reaches MPI."""
+    try:
+        library, _ = build(tmp_path / "guard")
+    except GuardUnavailable as why:
+        pytest.skip(f"the MPI guard cannot be built here: {why}")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ADAPTCOLL_", "PYTEST_"))}
+    env.update(ADAPTCOLL_CUDA_AWARE="0", MPIEXEC_TIMEOUT="110", DEVICE_ROUTES_OUT=str(tmp_path))
+    program = Path(__file__).parent / "programs" / "device_small_fake.py"
+    out = tmp_path / "small.json"
+    command = ["mpiexec", "-n", "2", "-genv", "LD_PRELOAD", str(library), sys.executable, "-m", "mpi4py", str(program)]
+    command += ["--sizes", "4K,64K", "--iters", "5", "--warmup", "2", "--json", str(out)]
+    run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-4000:]
+    rows = json.loads(out.read_text())["results"]
+    assert [(r["collective"], r["bytes"]) for r in rows] == [
+        (c, b) for c in ("Bcast", "Reduce", "Allreduce") for b in (4096, 65536)
+    ]
+    for path in sorted(tmp_path.glob("small-rank*.json")):
+        report = json.loads(path.read_text())
+        assert report["hits"] == 0 and report["checked"] > 0, report

@@ -34,7 +34,7 @@ from .aware import CUDA_AWARE_ENV
 
 __all__ = ["ARRAY_TYPE", "enable", "bcast", "reduce", "allreduce"]
 
-ARRAY_TYPE: list[Optional[type]] = [None]
+ARRAY_TYPE: list[Any] = [None]
 """`cupy.ndarray` once a call on device memory has been staged with CuPy (MPI not CUDA-aware), else None."""
 
 _IN_PLACE = MPI.IN_PLACE
@@ -56,8 +56,12 @@ class _Cupy:
     def __init__(self, cupy: Any, cupyx: Any, env: Optional[str]) -> None:
         runtime = cupy.cuda.runtime
         self.module, self.env = cupy, env
-        self.memcpy, self.synchronize, self.get_device = runtime.memcpyAsync, runtime.streamSynchronize, runtime.getDevice
-        self.current_stream, self.pinned, self.kind = cupy.cuda.get_current_stream, cupyx.empty_pinned, runtime.memcpyDefault
+        self.memcpy, self.synchronize, self.kind = runtime.memcpyAsync, runtime.streamSynchronize, runtime.memcpyDefault
+        self.get_device, self.current_stream, self.pinned = (
+            runtime.getDevice,
+            cupy.cuda.get_current_stream,
+            cupyx.empty_pinned,
+        )
 
 
 _state: Optional[_Cupy] = None

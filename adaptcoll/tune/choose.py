@@ -3,9 +3,10 @@
 its first collective call (CommState's private duplicate + the table exchange).
 
 The small-message fast path (adaptcoll.collectives) reads `comm._adaptcoll_below[collective]` (and, for
-CuPy arrays, `comm._adaptcoll_device_below[collective]`): the communicator's thresholds, set on the Python communicator object here once its tuning is known and
-kept in step with the settings; before that it finds `UNKNOWN` (every threshold 0), so the first call
-on a communicator takes the full path on every rank, which sets the communicator up collectively.
+CuPy arrays, `comm._adaptcoll_device_below[collective]`): the communicator's thresholds, set on the
+Python communicator object here once its tuning is known and kept in step with the settings; before
+that it finds `UNKNOWN` (every threshold 0), so the first call on a communicator takes the full path on
+every rank, which sets the communicator up collectively.
 """
 
 from __future__ import annotations

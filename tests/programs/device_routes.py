@@ -200,9 +200,11 @@ def small_array_cases() -> None:
                     recv = send if spelled != "separate" else fd.device_array(np.zeros_like(host))
                     first = {"separate": send, "IN_PLACE": MPI.IN_PLACE, "same object": send}[spelled]
                     before = len(cupy.cuda.runtime.synchronized)
-                    case(f"small Allreduce {spelled}", "Allreduce", expect, lambda f=first, r=recv: comm.Allreduce(f, r))
+                    case(
+                        f"small Allreduce {spelled}", "Allreduce", expect, lambda f=first, r=recv: comm.Allreduce(f, r)
+                    )
                     waited = cupy.cuda.runtime.synchronized[before:]
-                    assert AWARE or waited == [producer.ptr] * 2, (spelled, waited)  # after the copy in, after the copy back
+                    assert AWARE or waited == [producer.ptr] * 2, (spelled, waited)  # after copy in, after copy back
                 np.testing.assert_array_equal(recv.get(), ref, err_msg=spelled)
                 calls += 1
             # a receiver's copy back runs on its producer's stream and is waited for before Bcast returns
