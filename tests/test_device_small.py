@@ -24,6 +24,10 @@ from adaptcoll import collectives, decide, settings
 from adaptcoll.backends import cupy_backend
 from adaptcoll.device import small
 from adaptcoll.device import staged as staged_native
+from adaptcoll.native import BELOW_THRESHOLD
+from adaptcoll.tune.config import ServeConfig
+from adaptcoll.tune.policy import CommFacts, CommTuning, resolve
+from adaptcoll.tune.table import Band
 
 STAGED_BELOW = "native (staged): below native_below"
 
@@ -243,3 +247,30 @@ def test_bench_device_small_on_fake_device_memory(tmp_path: Path) -> None:
     for path in sorted(tmp_path.glob("small-rank*.json")):
         report = json.loads(path.read_text())
         assert report["hits"] == 0 and report["checked"] > 0, report
+
+
+def test_device_threshold_is_where_the_decision_stops_saying_below_native_below() -> None:
+    """CommTuning.device_below: below it, and only below it, the full decision makes a device call
+    native with BELOW_THRESHOLD (so the fast path counts every call as the decision would); a tuned
+    native band after a served one (TUNED_NATIVE) and algorithm=native (its own reason) stay decided."""
+    base = resolve(b"", "", CommFacts(2, 1, 2, 1.0, "MPICH"), warn=False)
+    config = ServeConfig()
+    bands = dict(base.bands)
+    bands[("allreduce", "device")] = (Band(0, False, config), Band(1 << 14, True, config), Band(1 << 20, False, config))
+    tuning = CommTuning(base.facts, bands, base.sources)
+    sizes = [1, 1 << 13, (1 << 14) + 4, (1 << 20) - 4, 1 << 20, 3 << 20, 4 << 20, 8 << 20]
+
+    def below(collective: str) -> list[bool]:
+        return [decide._call(tuning, collective, n, True).native is BELOW_THRESHOLD for n in sizes]
+
+    def fast(collective: str) -> list[bool]:
+        return [n < tuning.device_below[collective] for n in sizes]
+
+    assert tuning.device_below["allreduce"] == 1 << 20
+    assert fast("allreduce") == below("allreduce") and fast("bcast") == below("bcast")
+    with settings.configured(device_native_below="2M"):
+        assert fast("allreduce") == below("allreduce") and tuning.device_below["bcast"] == 2 << 20
+    with settings.configured(allreduce_native_below="64K", device_native_below=-1):  # explicit: no tuned band
+        assert tuning.device_below["allreduce"] == 64 << 10 and fast("allreduce") == below("allreduce")
+    with settings.configured(allreduce_algorithm="native"):
+        assert tuning.device_below["allreduce"] == 0
