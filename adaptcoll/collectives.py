@@ -10,10 +10,11 @@ blocking call; 0 before, so the first calls take the full path) goes straight to
 reduces norms or flags makes such calls all the time). Its size is the NumPy array's `nbytes`, or for
 the other host forms (`[buf, count, datatype]` and friends over bytearray, mmap, array.array, ...)
 `spec_size.host_nbytes`, the signature's size from the count and datatype; everything else goes
-through the decision, which reaches the same native call for small messages. The blocking forms have
-a second fast path for exact `cupy.ndarray`s below the communicator's device threshold when MPI is not
-CUDA-aware (`adaptcoll.device.small`: the staged native call the decision would make, without it;
-counted as the decision counts it, "native (staged): below native_below"). Past the fast paths
+through the decision, which reaches the same native call for small messages. A second fast path takes
+exact `cupy.ndarray`s below the communicator's device threshold when MPI is not CUDA-aware
+(`adaptcoll.device.small`): the blocking forms run the staged native call the decision would make,
+the nonblocking ones start the decision's own StagedCall, neither asks the decision, and both are
+counted as it counts them ("native (staged): below native_below"). Past the fast paths
 each call marks its communicator busy (adaptcoll.threads), so a
 second thread calling a collective on the same communicator at the same time gets a clear error
 instead of a hang.
@@ -29,6 +30,7 @@ from mpi4py import MPI
 from . import counters, decide
 from .device import small as _small
 from .device.route import staged_reason
+from .device.staged import StagedCall
 from .engine import engine
 from .native import BELOW_THRESHOLD, Native
 from .protocols.operation import Operation
@@ -94,6 +96,15 @@ def start(name: str, decision: decide.Decision, comm: MPI.Intracomm, blocking: b
     return operation
 
 
+def _staged_request(name: str, comm: MPI.Intracomm, call: StagedCall) -> Request:
+    """A nonblocking call on small CuPy arrays staged without a decision (adaptcoll.device.small), started
+    as `start` starts the decision's staged call (the communicator's set-up queue) and counted alike."""
+    with engine().lock:
+        operation = comm_state(comm).submit(call.start)
+    _record(name, _STAGED_BELOW)
+    return Request(operation)
+
+
 def wait(operation: Operation) -> None:
     """Progress until `operation` has completed on this rank; raises its error if it failed."""
     if not operation.done:
@@ -130,7 +141,17 @@ def bcast(comm: MPI.Intracomm, buf: Any, root: Any = 0, name: str = "Bcast") -> 
 
 def ibcast(comm: MPI.Intracomm, buf: Any, root: Any = 0) -> Request:
     """comm.Ibcast(buf, root): an adaptcoll Request."""
-    nbytes = buf.nbytes if type(buf) is _NDARRAY else _host_nbytes(buf)
+    kind = type(buf)
+    if kind is _NDARRAY:
+        nbytes = buf.nbytes
+    elif kind is _DEVICE_ARRAY[0]:
+        if 0 < buf.nbytes < _getattr(comm, _DEVICE_BELOW_ATTR, UNKNOWN)["bcast"]:
+            call = _small.staged("bcast", comm, (buf, root))
+            if call is not None:
+                return _staged_request("Ibcast", comm, call)
+        nbytes = -1
+    else:
+        nbytes = _host_nbytes(buf)
     if 0 <= nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["bcast"]:
         _BELOW["Ibcast"] += 1
         settle_setup(comm)
@@ -180,7 +201,17 @@ def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM, root
 def ireduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM, root: Any = 0) -> Request:
     """comm.Ireduce(sendbuf, recvbuf, op, root): an adaptcoll Request (which keeps the buffers alive)."""
     data = recvbuf if sendbuf is _IN_PLACE else sendbuf
-    nbytes = data.nbytes if type(data) is _NDARRAY else _host_nbytes(data)
+    kind = type(data)
+    if kind is _NDARRAY:
+        nbytes = data.nbytes
+    elif kind is _DEVICE_ARRAY[0]:
+        if 0 < data.nbytes < _getattr(comm, _DEVICE_BELOW_ATTR, UNKNOWN)["reduce"]:
+            call = _small.staged("reduce", comm, (sendbuf, recvbuf, op, root))
+            if call is not None:
+                return _staged_request("Ireduce", comm, call)
+        nbytes = -1
+    else:
+        nbytes = _host_nbytes(data)
     if 0 <= nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["reduce"]:
         _BELOW["Ireduce"] += 1
         settle_setup(comm)
@@ -229,7 +260,17 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM) -
 def iallreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM) -> Request:
     """comm.Iallreduce(sendbuf, recvbuf, op): an adaptcoll Request (which keeps the buffers alive)."""
     data = recvbuf if sendbuf is _IN_PLACE else sendbuf
-    nbytes = data.nbytes if type(data) is _NDARRAY else _host_nbytes(data)
+    kind = type(data)
+    if kind is _NDARRAY:
+        nbytes = data.nbytes
+    elif kind is _DEVICE_ARRAY[0]:
+        if 0 < data.nbytes < _getattr(comm, _DEVICE_BELOW_ATTR, UNKNOWN)["allreduce"]:
+            call = _small.staged("allreduce", comm, (sendbuf, recvbuf, op))
+            if call is not None:
+                return _staged_request("Iallreduce", comm, call)
+        nbytes = -1
+    else:
+        nbytes = _host_nbytes(data)
     if 0 <= nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["allreduce"]:
         _BELOW["Iallreduce"] += 1
         settle_setup(comm)

@@ -126,6 +126,8 @@ def test_no_device_pointer_reaches_mpi_when_it_is_not_cuda_aware(guard: tuple[Pa
             f"small Bcast root={root}",
             f"small Reduce f4 root={root}",
             f"small Reduce in place (IN_PLACE) root={root}",
+            f"small Ibcast root={root}",
+            f"small Ireduce root={root}",
         ):
             assert routes[label] == "native (staged): below native_below", (label, routes.get(label))
 

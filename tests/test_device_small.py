@@ -99,6 +99,35 @@ def test_small_cupy_arrays_skip_the_decision_once_a_call_was_staged(env: Any) ->
     assert adaptcoll.stats()["Allreduce"]["native_reasons"] == {STAGED_BELOW: 4}
 
 
+def test_nonblocking_forms_start_the_staged_call_without_a_decision(env: Any) -> None:
+    cupy, comm, decided = env
+    host = np.arange(128, dtype="f4")
+    x, y, z = fd.device_array(host), fd.device_array(np.zeros(128, "f4")), fd.device_array(np.zeros(128, "f4"))
+    comm.Allreduce(x, y, MPI.SUM)  # decided: enables the fast path
+    decided.clear()
+    y[...] = 0
+    with cupy.cuda.Stream(non_blocking=True) as producer:
+        waited = cupy.cuda.runtime.synchronized
+        waited.clear()
+        requests = [
+            comm.Iallreduce(x, y, MPI.SUM),
+            comm.Ireduce(x, z, MPI.SUM, 0),
+            comm.Ibcast(x, 0),
+            comm.Iallreduce(MPI.IN_PLACE, x, MPI.SUM),
+        ]
+        adaptcoll.Request.Waitall(requests)
+        assert waited.count(producer.ptr) >= 4  # each start waited for the producer's stream (as_cupy)
+    assert decided == [], decided
+    for out in (y, z, x):
+        np.testing.assert_array_equal(out.get(), host)
+    for name, n in (("Iallreduce", 2), ("Ireduce", 1), ("Ibcast", 1)):
+        assert staged_count(name) == n, name
+    user_op = MPI.Op.Create(lambda a, b, t: None, commute=True)
+    comm.Iallreduce(x, y, user_op).Wait()  # not the plain case: decided
+    user_op.Free()
+    assert decided == ["allreduce"]
+
+
 def test_copies_follow_the_producer_stream_and_are_waited_for(env: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every copy out of or into the user's buffer is enqueued on CuPy's current stream (the producer's,
     as its __cuda_array_interface__ names it), so it comes after the work that produced or still uses

@@ -31,8 +31,9 @@ from mpi4py import MPI
 
 from ..buffers import datatype_of
 from .aware import CUDA_AWARE_ENV
+from .staged import StagedCall
 
-__all__ = ["ARRAY_TYPE", "enable", "bcast", "reduce", "allreduce"]
+__all__ = ["ARRAY_TYPE", "enable", "bcast", "reduce", "allreduce", "staged"]
 
 ARRAY_TYPE: list[Any] = [None]
 """`cupy.ndarray` once a call on device memory has been staged with CuPy (MPI not CUDA-aware), else None."""
@@ -136,7 +137,7 @@ def _copy_out(state: _Cupy, held: tuple[np.ndarray, int], buf: Any, stream: int)
 def bcast(comm: MPI.Intracomm, buf: Any, root: Any) -> bool:
     """comm.Bcast(buf, root) staged for a small cupy.ndarray `buf`; False (nothing done) if not the plain case."""
     state = _ready()
-    if state is None or type(root) is not int or not 0 <= root < comm.Get_size() or not _plain(state, buf):
+    if state is None or not _bcast_ok(state, comm, buf, root):
         return False
     stream = state.current_stream().ptr
     if root == comm.Get_rank():
@@ -159,14 +160,9 @@ def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, root: Any) 
     """comm.Reduce(sendbuf, recvbuf, op, root) staged for small cupy.ndarrays (a non-root's recvbuf: a
     cupy.ndarray or None, ignored); False (nothing done) if not the plain case."""
     state = _ready()
-    if state is None or type(op) is not _OP or not op.is_predefined:
+    if state is None or not _reduce_ok(state, comm, sendbuf, recvbuf, op, root):
         return False
-    if type(root) is not int or not 0 <= root < comm.Get_size():
-        return False
-    array = ARRAY_TYPE[0]
     if root != comm.Get_rank():
-        if sendbuf is _IN_PLACE or (recvbuf is not None and type(recvbuf) is not array) or not _plain(state, sendbuf):
-            return False
         stream = state.current_stream().ptr
         held = _copy_in(state, sendbuf, stream)
         try:
@@ -176,8 +172,6 @@ def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, root: Any) 
         return True
     if sendbuf is _IN_PLACE or sendbuf is recvbuf:
         return _in_place(state, comm, recvbuf, op, root)
-    if not _pair(state, sendbuf, recvbuf):
-        return False
     stream = state.current_stream().ptr
     held = _copy_in(state, sendbuf, stream)
     try:
@@ -196,12 +190,10 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any) -> bool:
     """comm.Allreduce(sendbuf, recvbuf, op) staged for small cupy.ndarrays (`sendbuf is recvbuf`: in
     place); False (nothing done) if not the plain case."""
     state = _ready()
-    if state is None or type(op) is not _OP or not op.is_predefined:
+    if state is None or not _allreduce_ok(state, sendbuf, recvbuf, op):
         return False
     if sendbuf is _IN_PLACE or sendbuf is recvbuf:
         return _in_place(state, comm, recvbuf, op, None)
-    if not _pair(state, sendbuf, recvbuf):
-        return False
     stream = state.current_stream().ptr
     held = _copy_in(state, sendbuf, stream)
     try:
@@ -214,6 +206,55 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any) -> bool:
     finally:
         _release(held)
     return True
+
+
+def staged(collective: str, comm: MPI.Intracomm, args: tuple[Any, ...]) -> Optional[StagedCall]:
+    """For the nonblocking forms: the StagedCall the decision would make for the plain case of a small
+    cupy.ndarray call (`args` in mpi4py's order after `comm`), without deciding it; None otherwise."""
+    state = _ready()
+    if state is None:
+        return None
+    if collective == "bcast":
+        ok = _bcast_ok(state, comm, *args)
+    elif collective == "reduce":
+        ok = _reduce_ok(state, comm, *args)
+    else:
+        ok = _allreduce_ok(state, *args)
+    return StagedCall(collective, comm, args, _is_array, with_cupy=True) if ok else None
+
+
+def _is_array(spec: Any) -> bool:
+    """StagedCall's device test for the buffers `staged` accepted: cupy.ndarrays (not None or IN_PLACE)."""
+    return type(spec) is ARRAY_TYPE[0]
+
+
+def _bcast_ok(state: _Cupy, comm: MPI.Intracomm, buf: Any, root: Any) -> bool:
+    """The plain case of a Bcast on a cupy.ndarray (the caller checked `buf`'s type and size)."""
+    return type(root) is int and 0 <= root < comm.Get_size() and _plain(state, buf)
+
+
+def _reduce_ok(state: _Cupy, comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, root: Any) -> bool:
+    """The plain case of a Reduce (the caller checked the type and size of recvbuf if sendbuf is
+    IN_PLACE, else of sendbuf): a predefined op, an int root in range, a non-root's recvbuf a
+    cupy.ndarray or None, the root's buffers plain (in place, or two of the same dtype and size)."""
+    if type(op) is not _OP or not op.is_predefined or type(root) is not int or not 0 <= root < comm.Get_size():
+        return False
+    if root != comm.Get_rank():
+        return (
+            sendbuf is not _IN_PLACE and (recvbuf is None or type(recvbuf) is ARRAY_TYPE[0]) and _plain(state, sendbuf)
+        )
+    if sendbuf is _IN_PLACE or sendbuf is recvbuf:
+        return _plain(state, recvbuf)
+    return _pair(state, sendbuf, recvbuf)
+
+
+def _allreduce_ok(state: _Cupy, sendbuf: Any, recvbuf: Any, op: Any) -> bool:
+    """The plain case of an Allreduce (the caller checked the type and size as for Reduce)."""
+    if type(op) is not _OP or not op.is_predefined:
+        return False
+    if sendbuf is _IN_PLACE or sendbuf is recvbuf:
+        return _plain(state, recvbuf)
+    return _pair(state, sendbuf, recvbuf)
 
 
 def _pair(state: _Cupy, sendbuf: Any, recvbuf: Any) -> bool:
@@ -230,8 +271,6 @@ def _pair(state: _Cupy, sendbuf: Any, recvbuf: Any) -> bool:
 
 def _in_place(state: _Cupy, comm: MPI.Intracomm, buf: Any, op: Any, root: Optional[int]) -> bool:
     """An in-place Reduce at its root (`root`) or Allreduce (None) on the cupy.ndarray `buf`."""
-    if not _plain(state, buf):
-        return False
     stream = state.current_stream().ptr
     held = _copy_in(state, buf, stream)
     try:

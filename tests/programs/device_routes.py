@@ -207,6 +207,10 @@ def small_array_cases() -> None:
                     assert AWARE or waited == [producer.ptr] * 2, (spelled, waited)  # after copy in, after copy back
                 np.testing.assert_array_equal(recv.get(), ref, err_msg=spelled)
                 calls += 1
+            # the nonblocking forms: the decision's StagedCall, started without the decision
+            for root in range(size):
+                small_requests(root, n, expect)
+                calls += 3
             # a receiver's copy back runs on its producer's stream and is waited for before Bcast returns
             with cupy.cuda.Stream(non_blocking=True) as producer:
                 ref = data(n, "u1", salt=44, who=0)
@@ -222,6 +226,31 @@ def small_array_cases() -> None:
     # not CUDA-aware: no call was decided; CUDA-aware: the fast path is off, every call is decided (native)
     assert len(decided) == (calls if AWARE else 0), (len(decided), calls)
     ROUTES["small arrays decided"] = str(len(decided))
+
+
+def small_requests(root: int, n: int, expect: str) -> None:
+    """Iallreduce, Ireduce and Ibcast on small exact cupy.ndarrays (root `root`), against native MPI."""
+    host = data(n, "f4", salt=45)
+    ref_all, ref_red = np.empty_like(host), np.empty_like(host)
+    world.Allreduce(host, ref_all, MPI.SUM)
+    world.Reduce(host, ref_red, MPI.SUM, root)
+    bref = data(n, "u1", salt=46, who=root)
+    send, recv, red = fd.device_array(host), fd.device_array(host * 0), fd.device_array(host * 0)
+    bbuf = fd.device_array(bref if rank == root else np.zeros(n, "u1"))
+    mine = red if rank == root else None
+    requests: list = []
+    case(f"small Iallreduce root={root}", "Iallreduce", expect, lambda: requests.append(comm.Iallreduce(send, recv)))
+    case(
+        f"small Ireduce root={root}",
+        "Ireduce",
+        expect,
+        lambda: requests.append(comm.Ireduce(send, mine, MPI.SUM, root)),
+    )
+    case(f"small Ibcast root={root}", "Ibcast", expect, lambda: requests.append(comm.Ibcast(bbuf, root)))
+    adaptcoll.Request.Waitall(requests)
+    np.testing.assert_array_equal(recv.get(), ref_all)
+    np.testing.assert_array_equal(red.get(), ref_red if rank == root else host * 0)
+    np.testing.assert_array_equal(bbuf.get(), bref)
 
 
 # -- what adaptcoll does not serve: specifications, derived types, MINLOC, algorithm=native, odd ops -----
