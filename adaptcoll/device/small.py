@@ -1,6 +1,7 @@
 """The fast path for small CuPy arrays: a blocking Bcast, Reduce or Allreduce on exact `cupy.ndarray`s
 below the device threshold, with an MPI that is not CUDA-aware, runs the call the decision layer would
-stage (`StagedCall.run`: pinned host copies, the native collective, copies back) without deciding it.
+stage (`StagedCall.run`: pinned host copies, the native collective, copies back) without deciding it;
+for the nonblocking forms `staged` gives the decision's own StagedCall for the same plain case.
 
 `adaptcoll.collectives` checks the type (`ARRAY_TYPE[0]`, set once a call has been staged with CuPy, so
 CuPy is never imported for it) and the size (the communicator's `device_below`, known once its tuning
