@@ -10,7 +10,11 @@ blocking call; 0 before, so the first calls take the full path) goes straight to
 reduces norms or flags makes such calls all the time). Its size is the NumPy array's `nbytes`, or for
 the other host forms (`[buf, count, datatype]` and friends over bytearray, mmap, array.array, ...)
 `spec_size.host_nbytes`, the signature's size from the count and datatype; everything else goes
-through the decision, which reaches the same native call for small messages. Past the fast path
+through the decision, which reaches the same native call for small messages. A second fast path takes
+exact `cupy.ndarray`s below the communicator's device threshold when MPI is not CUDA-aware
+(`adaptcoll.device.small`): the blocking forms run the staged native call the decision would make,
+the nonblocking ones start the decision's own StagedCall, neither asks the decision, and both are
+counted as it counts them ("native (staged): below native_below"). Past the fast paths
 each call marks its communicator busy (adaptcoll.threads), so a
 second thread calling a collective on the same communicator at the same time gets a clear error
 instead of a hang.
@@ -24,14 +28,17 @@ import numpy as np
 from mpi4py import MPI
 
 from . import counters, decide
+from .device import small as _small
+from .device.route import staged_reason
+from .device.staged import StagedCall
 from .engine import engine
-from .native import Native
+from .native import BELOW_THRESHOLD, Native
 from .protocols.operation import Operation
 from .requests import NativeRequest, Request
 from .spec_size import host_nbytes
 from .state import comm_state, settle_setup
 from .threads import enter, leave
-from .tune.choose import BELOW_ATTR, UNKNOWN
+from .tune.choose import BELOW_ATTR, DEVICE_BELOW_ATTR, UNKNOWN
 
 __all__ = ["start", "wait", "bcast", "ibcast", "reduce", "ireduce", "allreduce", "iallreduce"]
 
@@ -46,6 +53,9 @@ _MPI_ALLREDUCE = MPI.Intracomm.Allreduce
 _MPI_IALLREDUCE = MPI.Intracomm.Iallreduce
 _BELOW = counters.below
 _BELOW_ATTR = BELOW_ATTR
+_DEVICE_BELOW_ATTR = DEVICE_BELOW_ATTR
+_DEVICE_ARRAY = _small.ARRAY_TYPE  # [cupy.ndarray] once a call has been staged with CuPy, else [None]
+_STAGED_BELOW = staged_reason(BELOW_THRESHOLD)
 _getattr = getattr
 _record = counters.record
 _host_nbytes = host_nbytes
@@ -86,6 +96,15 @@ def start(name: str, decision: decide.Decision, comm: MPI.Intracomm, blocking: b
     return operation
 
 
+def _staged_request(name: str, comm: MPI.Intracomm, call: StagedCall) -> Request:
+    """A nonblocking call on small CuPy arrays staged without a decision (adaptcoll.device.small), started
+    as `start` starts the decision's staged call (the communicator's set-up queue) and counted alike."""
+    with engine().lock:
+        operation = comm_state(comm).submit(call.start)
+    _record(name, _STAGED_BELOW)
+    return Request(operation)
+
+
 def wait(operation: Operation) -> None:
     """Progress until `operation` has completed on this rank; raises its error if it failed."""
     if not operation.done:
@@ -97,7 +116,16 @@ def wait(operation: Operation) -> None:
 # -- broadcast ------------------------------------------------------------------------------------
 def bcast(comm: MPI.Intracomm, buf: Any, root: Any = 0, name: str = "Bcast") -> None:
     """Broadcast `buf` from `root` (mpi4py's Bcast: signature and semantics); `name`: the counter."""
-    nbytes = buf.nbytes if type(buf) is _NDARRAY else _host_nbytes(buf)
+    kind = type(buf)
+    if kind is _NDARRAY:
+        nbytes = buf.nbytes
+    elif kind is _DEVICE_ARRAY[0]:
+        if 0 < buf.nbytes < _getattr(comm, _DEVICE_BELOW_ATTR, UNKNOWN)["bcast"] and _small.bcast(comm, buf, root):
+            _record(name, _STAGED_BELOW)
+            return None
+        nbytes = -1
+    else:
+        nbytes = _host_nbytes(buf)
     if 0 <= nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["bcast"]:
         _BELOW[name] += 1
         return _MPI_BCAST(comm, buf, root)
@@ -113,7 +141,17 @@ def bcast(comm: MPI.Intracomm, buf: Any, root: Any = 0, name: str = "Bcast") -> 
 
 def ibcast(comm: MPI.Intracomm, buf: Any, root: Any = 0) -> Request:
     """comm.Ibcast(buf, root): an adaptcoll Request."""
-    nbytes = buf.nbytes if type(buf) is _NDARRAY else _host_nbytes(buf)
+    kind = type(buf)
+    if kind is _NDARRAY:
+        nbytes = buf.nbytes
+    elif kind is _DEVICE_ARRAY[0]:
+        if 0 < buf.nbytes < _getattr(comm, _DEVICE_BELOW_ATTR, UNKNOWN)["bcast"]:
+            call = _small.staged("bcast", comm, (buf, root))
+            if call is not None:
+                return _staged_request("Ibcast", comm, call)
+        nbytes = -1
+    else:
+        nbytes = _host_nbytes(buf)
     if 0 <= nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["bcast"]:
         _BELOW["Ibcast"] += 1
         settle_setup(comm)
@@ -133,7 +171,17 @@ def ibcast(comm: MPI.Intracomm, buf: Any, root: Any = 0) -> Request:
 def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM, root: Any = 0) -> None:
     """Reduce to `root` (mpi4py's Reduce: signature and semantics; a non-root's recvbuf is ignored)."""
     data = recvbuf if sendbuf is _IN_PLACE else sendbuf
-    nbytes = data.nbytes if type(data) is _NDARRAY else _host_nbytes(data)
+    kind = type(data)
+    if kind is _NDARRAY:
+        nbytes = data.nbytes
+    elif kind is _DEVICE_ARRAY[0]:
+        below = _getattr(comm, _DEVICE_BELOW_ATTR, UNKNOWN)["reduce"]
+        if 0 < data.nbytes < below and _small.reduce(comm, sendbuf, recvbuf, op, root):
+            _record("Reduce", _STAGED_BELOW)
+            return None
+        nbytes = -1
+    else:
+        nbytes = _host_nbytes(data)
     if 0 <= nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["reduce"]:
         _BELOW["Reduce"] += 1
         if sendbuf is recvbuf:
@@ -153,7 +201,17 @@ def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM, root
 def ireduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM, root: Any = 0) -> Request:
     """comm.Ireduce(sendbuf, recvbuf, op, root): an adaptcoll Request (which keeps the buffers alive)."""
     data = recvbuf if sendbuf is _IN_PLACE else sendbuf
-    nbytes = data.nbytes if type(data) is _NDARRAY else _host_nbytes(data)
+    kind = type(data)
+    if kind is _NDARRAY:
+        nbytes = data.nbytes
+    elif kind is _DEVICE_ARRAY[0]:
+        if 0 < data.nbytes < _getattr(comm, _DEVICE_BELOW_ATTR, UNKNOWN)["reduce"]:
+            call = _small.staged("reduce", comm, (sendbuf, recvbuf, op, root))
+            if call is not None:
+                return _staged_request("Ireduce", comm, call)
+        nbytes = -1
+    else:
+        nbytes = _host_nbytes(data)
     if 0 <= nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["reduce"]:
         _BELOW["Ireduce"] += 1
         settle_setup(comm)
@@ -175,7 +233,17 @@ def ireduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM, roo
 def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM) -> None:
     """Allreduce (mpi4py's signature; `sendbuf is recvbuf` is treated as IN_PLACE)."""
     data = recvbuf if sendbuf is _IN_PLACE else sendbuf
-    nbytes = data.nbytes if type(data) is _NDARRAY else _host_nbytes(data)
+    kind = type(data)
+    if kind is _NDARRAY:
+        nbytes = data.nbytes
+    elif kind is _DEVICE_ARRAY[0]:
+        below = _getattr(comm, _DEVICE_BELOW_ATTR, UNKNOWN)["allreduce"]
+        if 0 < data.nbytes < below and _small.allreduce(comm, sendbuf, recvbuf, op):
+            _record("Allreduce", _STAGED_BELOW)
+            return None
+        nbytes = -1
+    else:
+        nbytes = _host_nbytes(data)
     if 0 <= nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["allreduce"]:
         _BELOW["Allreduce"] += 1
         return _MPI_ALLREDUCE(comm, _IN_PLACE if sendbuf is recvbuf else sendbuf, recvbuf, op)
@@ -192,7 +260,17 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM) -
 def iallreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM) -> Request:
     """comm.Iallreduce(sendbuf, recvbuf, op): an adaptcoll Request (which keeps the buffers alive)."""
     data = recvbuf if sendbuf is _IN_PLACE else sendbuf
-    nbytes = data.nbytes if type(data) is _NDARRAY else _host_nbytes(data)
+    kind = type(data)
+    if kind is _NDARRAY:
+        nbytes = data.nbytes
+    elif kind is _DEVICE_ARRAY[0]:
+        if 0 < data.nbytes < _getattr(comm, _DEVICE_BELOW_ATTR, UNKNOWN)["allreduce"]:
+            call = _small.staged("allreduce", comm, (sendbuf, recvbuf, op))
+            if call is not None:
+                return _staged_request("Iallreduce", comm, call)
+        nbytes = -1
+    else:
+        nbytes = _host_nbytes(data)
     if 0 <= nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["allreduce"]:
         _BELOW["Iallreduce"] += 1
         settle_setup(comm)

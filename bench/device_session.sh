@@ -6,10 +6,11 @@
 #
 #   bash bench/device_session.sh gpu      # at most 9 minutes
 #   bash bench/device_session.sh threshold  # at most 4 minutes
+#   bash bench/device_session.sh small    # at most 3 minutes: small CuPy calls, fast path vs decided vs hand
 #   bash bench/device_session.sh cpu16    # at most 9 minutes
 #   bash bench/device_session.sh grouped  # at most 8 minutes (about 3-4 expected)
 set -u
-part=${1:?usage: device_session.sh gpu|threshold|cpu16|grouped}
+part=${1:?usage: device_session.sh gpu|threshold|small|cpu16|grouped}
 OUT=${OUT:-bench/out/device}
 mkdir -p "$OUT"
 
@@ -36,7 +37,7 @@ case $part in
 gpu)
   step gpu_tests 200 "${MPICH[@]}" python3 -m pytest -p no:cacheprovider -rs tests/test_gpu_mpi.py tests/test_backends.py \
     tests/test_kernels.py tests/test_device_routes.py tests/test_staging.py tests/test_allreduce_algorithms_mpi.py \
-    tests/test_grouped_mpi.py tests/test_cuda_detect.py
+    tests/test_grouped_mpi.py tests/test_cuda_detect.py tests/test_device_small.py
   step gpu_kernels_check 45 python3 bench/gpu_kernels.py --ops all --dtypes all --sizes 1M,256M --check
   step gpu_kernels 30 python3 bench/gpu_kernels.py --sizes 256K,1M,4M,64M,256M
   step osu_gpu_4ranks 120 "${MPICH[@]}" mpiexec -n 4 -bind-to core python3 bench/osu.py --device cupy \
@@ -47,6 +48,12 @@ gpu)
     --min-iterations 5 --quiet --json "$OUT/osu_gpu_2ranks.json"
   step check_cupy_4ranks 80 "${MPICH[@]}" mpiexec -n 4 -bind-to core python3 -m adaptcoll.check --quick --device cupy \
     --json "$OUT/check_cupy_4ranks.json"
+  ;;
+small)  # small CuPy calls: the fast path (adaptcoll.device.small) vs the full decision vs by hand, 2 ranks
+  for launch in 1 2 3; do
+    step device_small_2ranks_l$launch 50 "${MPICH[@]}" mpiexec -n 2 -bind-to core python3 bench/device_small.py \
+      --sizes 4K,64K,1M --iters 300 --json "$OUT/device_small_2ranks_l$launch.json"
+  done
   ;;
 threshold)  # where the served device pipeline overtakes staging (device_native_below), 2 and 4 ranks
   for n in 2 4; do

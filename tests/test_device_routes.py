@@ -119,6 +119,17 @@ def test_no_device_pointer_reaches_mpi_when_it_is_not_cuda_aware(guard: tuple[Pa
         assert label in served, (label, routes.get(label))
     assert routes["Bcast root out of range"] == "error Exception"
     assert routes["Allreduce non-contiguous"] == "error BufferError"
+    # small exact CuPy arrays: staged without a decision (adaptcoll.device.small), every root
+    assert routes["small arrays decided"] == "0"
+    for root in range(RANKS):
+        for label in (
+            f"small Bcast root={root}",
+            f"small Reduce f4 root={root}",
+            f"small Reduce in place (IN_PLACE) root={root}",
+            f"small Ibcast root={root}",
+            f"small Ireduce root={root}",
+        ):
+            assert routes[label] == "native (staged): below native_below", (label, routes.get(label))
 
 
 def test_guard_sees_the_routes_when_mpi_is_cuda_aware(guard: tuple[Path, list[str]], tmp_path: Path) -> None:
@@ -132,6 +143,7 @@ def test_guard_sees_the_routes_when_mpi_is_cuda_aware(guard: tuple[Path, list[st
         assert calls & {"MPI_Isend", "MPI_Issend", "MPI_Irecv"}, calls  # served calls: segments on the device
     routes = reports[0]["routes"]
     assert not any(how.startswith("native (staged)") for how in routes.values()), routes
+    assert int(routes["small arrays decided"]) > 0  # CUDA-aware: no small-array fast path, every call decided
 
 
 # -- in-process: the decisions, and the staged call on COMM_SELF ----------------------------------------

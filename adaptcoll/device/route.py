@@ -18,7 +18,9 @@ Calls adaptcoll serves itself run on the CuPy backend and, without CUDA-aware MP
 `StagingTransport`, so their segments reach MPI in pinned host memory only. The pickle-based
 collectives send pickled bytes; `host_pickle_buffer` copies an out-of-band pickle buffer whose exporter
 declares device memory (CUDA managed memory exports the buffer protocol too) into host memory.
-The small-message fast path in `adaptcoll.collectives` takes exact `numpy.ndarray`s only.
+The small-message fast path in `adaptcoll.collectives` takes exact `numpy.ndarray`s, and, once a call
+has been staged here with CuPy, exact `cupy.ndarray`s below the device threshold (`small`: the same
+staged native call without this decision).
 
 Rank consistency: the route depends on the decision (made from arguments every rank shares), on the
 buffers being device memory (pass device memory on every rank or on none, as the served path already
@@ -38,12 +40,10 @@ from ..native import Native
 from .arrays import cupy_available
 from .aware import mpi_cuda_aware
 from .memory import declares_device_memory, is_device_buffer
-from .staged import StagedCall
+from .small import enable as enable_small_arrays
+from .staged import STAGED, StagedCall
 
 __all__ = ["STAGED", "is_device_spec", "route_native", "staged_reason", "host_pickle_buffer"]
-
-STAGED = "native (staged)"
-"""Prefix of the stats() reason of calls run as native MPI on pinned host copies of device memory."""
 
 
 def staged_reason(native: Native) -> str:
@@ -71,7 +71,10 @@ def route_native(
     aware, _ = mpi_cuda_aware(comm)
     if aware:
         return native
-    return StagedCall(collective, comm, args, is_device_spec, with_cupy=cupy_available())
+    with_cupy = cupy_available()
+    if with_cupy:  # from now on small CuPy arrays may skip this decision (adaptcoll.device.small)
+        enable_small_arrays()
+    return StagedCall(collective, comm, args, is_device_spec, with_cupy=with_cupy)
 
 
 def host_pickle_buffer(buf: Any, flat: np.ndarray) -> np.ndarray:

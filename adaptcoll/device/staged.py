@@ -38,7 +38,10 @@ from .arrays import as_cupy
 from .driver import driver
 from .memory import device_array_info
 
-__all__ = ["StagedCall", "DriverStaging", "process_staging"]
+__all__ = ["STAGED", "StagedCall", "DriverStaging", "process_staging"]
+
+STAGED = "native (staged)"
+"""Prefix of the stats() reason of calls run as native MPI on pinned host copies of device memory."""
 
 _IN_PLACE = MPI.IN_PLACE
 _STAGING: dict[int, HostStaging] = {}

@@ -2,10 +2,11 @@
 `CallConfig` a call uses, and `comm_tuning(comm)` the communicator's tuning, set up collectively on
 its first collective call (CommState's private duplicate + the table exchange).
 
-The small-message fast path (adaptcoll.collectives) reads `comm._adaptcoll_below[collective]`: the
-communicator's thresholds, set on the Python communicator object here once its tuning is known and
-kept in step with the settings; before that it finds `UNKNOWN` (every threshold 0), so the first call
-on a communicator takes the full path on every rank, which sets the communicator up collectively.
+The small-message fast path (adaptcoll.collectives) reads `comm._adaptcoll_below[collective]` (and, for
+CuPy arrays, `comm._adaptcoll_device_below[collective]`): the communicator's thresholds, set on the
+Python communicator object here once its tuning is known and kept in step with the settings; before
+that it finds `UNKNOWN` (every threshold 0), so the first call on a communicator takes the full path on
+every rank, which sets the communicator up collectively.
 """
 
 from __future__ import annotations
@@ -18,10 +19,13 @@ from .config import CallConfig
 from .exchange import mpi_library
 from .policy import CommFacts, CommTuning, resolve
 
-__all__ = ["UNKNOWN", "BELOW_ATTR", "comm_tuning", "choose", "explicitly_native", "provisional"]
+__all__ = ["UNKNOWN", "BELOW_ATTR", "DEVICE_BELOW_ATTR", "comm_tuning", "choose", "explicitly_native", "provisional"]
 
 BELOW_ATTR = "_adaptcoll_below"
 """Attribute of an adaptcoll communicator object: its per-collective fast-path thresholds."""
+DEVICE_BELOW_ATTR = "_adaptcoll_device_below"
+"""Attribute of an adaptcoll communicator object: its per-collective thresholds for small device arrays
+(CommTuning.device_below; the fast path of adaptcoll.device.small)."""
 _TUNING_ATTR = "_adaptcoll_tuning"
 
 UNKNOWN: dict[str, int] = {c: 0 for c in settings.COLLECTIVES}
@@ -39,6 +43,7 @@ def comm_tuning(comm: MPI.Intracomm, blocking: bool = True) -> CommTuning:
         try:
             setattr(comm, _TUNING_ATTR, found)
             setattr(comm, BELOW_ATTR, found.below)
+            setattr(comm, DEVICE_BELOW_ATTR, found.device_below)
         except AttributeError:  # a plain mpi4py communicator object: no cache, the state has it
             pass
     assert isinstance(found, CommTuning)

@@ -98,6 +98,9 @@ class CommTuning:
         self._first_served = {k: next((i for i, b in enumerate(v) if b.serve), len(v)) for k, v in band_map.items()}
         self.below: dict[str, int] = {}
         """Host messages below below[collective] bytes go native (the fast path reads this dict)."""
+        self.device_below: dict[str, int] = {}
+        """Device messages below device_below[collective] bytes go native as "below native_below" (staged
+        whole when MPI is not CUDA-aware): the small-device-array fast path reads this dict."""
         self._calls: dict[tuple[str, str, int, bool], CallConfig] = {}
         self._settings = settings.current()
         self.refresh(self._settings)
@@ -109,6 +112,7 @@ class CommTuning:
         self._calls.clear()
         for coll in settings.COLLECTIVES:
             self.below[coll] = self.native_below(coll, current)
+            self.device_below[coll] = self.device_native_below(coll, current)
 
     def native_below(self, collective: str, current: settings.Settings) -> int:
         """Host messages of `collective` below this many bytes go native: the explicit threshold, else the
@@ -118,6 +122,22 @@ class CommTuning:
         key = (collective, "host")
         i = self._first_served[key]
         return self._starts[key][i] if i < len(self._starts[key]) else NEVER
+
+    def device_native_below(self, collective: str, current: settings.Settings) -> int:
+        """Device messages of `collective` below this many bytes are decided native with the reason
+        BELOW_THRESHOLD (decide._call): below the device threshold and below the first native band that
+        follows a served one (that band's reason is TUNED_NATIVE); 0 for algorithm=native (its own reason)."""
+        if current.algorithm(collective) == "native":
+            return 0
+        limit = current.device_threshold(collective)
+        if current.threshold_explicit(collective):
+            return limit
+        key = (collective, "device")
+        found = self.bands.get(key, ())
+        for band in found[self._first_served.get(key, len(found)) + 1 :]:
+            if not band.serve:
+                return min(limit, band.start)
+        return limit
 
     def band(self, collective: str, nbytes: int, on_device: bool = False) -> tuple[int, Band, bool]:
         """(index, the size band of `nbytes` bytes, whether it lies below the first served band)."""

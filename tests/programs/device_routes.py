@@ -27,7 +27,7 @@ from device_guard import Guard  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
 import adaptcoll  # noqa: E402
-from adaptcoll import pickled  # noqa: E402
+from adaptcoll import decide, pickled  # noqa: E402
 
 guard = Guard()
 guard.watch(fd.ARENA.lo, fd.ARENA.hi)
@@ -142,6 +142,115 @@ def blocking_cases() -> None:
     # the shipped defaults (device_native_below 4M): the H100 segmentation fault was 1 MiB float32 Allreduce
     allreduce_case("Allreduce 4MiB f4 shipped defaults", 1 << 20, "f4", MPI.SUM, "served")
     allreduce_case("Allreduce 1MiB f4 shipped defaults", 1 << 18, "f4", MPI.SUM, "below native_below")
+
+
+# -- the fast path for small CuPy arrays (adaptcoll.device.small) ---------------------------------------
+def small_array_cases() -> None:
+    """Exact cupy.ndarrays (the stand-in's) below the device threshold: without CUDA-aware MPI they skip
+    the decision (none is asked for) and run the staged native call; results against native MPI on host
+    copies, every root, in place where MPI allows it, a non-default producer stream."""
+    cupy = sys.modules["cupy"]
+    decided: list[str] = []
+    real = {name: getattr(decide, name) for name in ("bcast", "reduce", "allreduce")}
+    for name, fn in real.items():
+        setattr(decide, name, lambda *a, _fn=fn, _name=name, **k: decided.append(_name) or _fn(*a, **k))
+    calls = 0
+    expect = "below native_below"
+    try:
+        with adaptcoll.configured(**SMALL):
+            warm = fd.device_array(data(16, "f4"))
+            comm.Allreduce(MPI.IN_PLACE, warm)  # decided (staged: enables the fast path without CUDA-aware MPI)
+            decided.clear()
+            n = 256
+            for root in range(size):
+                ref = data(n * 4, "u1", salt=40, who=root)
+                buf = fd.device_array(ref if rank == root else np.zeros(n * 4, "u1"))
+                case(f"small Bcast root={root}", "Bcast", expect, lambda b=buf, r=root: comm.Bcast(b, r))
+                np.testing.assert_array_equal(buf.get(), ref)
+                calls += 1
+                for dtype, op in (("f4", MPI.SUM), ("i8", MPI.MAX)):
+                    host = data(n, dtype, salt=41)
+                    ref = np.empty_like(host)
+                    world.Reduce(host, ref, op, root)
+                    send = fd.device_array(host)
+                    recv = fd.device_array(np.zeros_like(host) if rank == root else np.full(n, 7, dtype))
+                    other = recv if rank == root or dtype == "f4" else None  # a non-root may pass None
+                    label = f"small Reduce {dtype} root={root}"
+                    case(label, "Reduce", expect, lambda s=send, o=other, op=op, r=root: comm.Reduce(s, o, op, r))
+                    want = ref if rank == root else np.full(n, 7, dtype)
+                    np.testing.assert_array_equal(recv.get(), want, err_msg=label)
+                    np.testing.assert_array_equal(send.get(), host, err_msg=label)
+                    calls += 1
+                for spelled in ("IN_PLACE", "same object"):
+                    host = data(n, "f8", salt=42)
+                    ref = np.empty_like(host)
+                    world.Reduce(host, ref, MPI.SUM, root)
+                    buf = fd.device_array(host)
+                    send = buf if spelled == "same object" or rank != root else MPI.IN_PLACE
+                    label = f"small Reduce in place ({spelled}) root={root}"
+                    case(label, "Reduce", expect, lambda s=send, b=buf, r=root: comm.Reduce(s, b, MPI.SUM, r))
+                    np.testing.assert_array_equal(buf.get(), ref if rank == root else host, err_msg=label)
+                    calls += 1
+            for spelled in ("separate", "IN_PLACE", "same object"):
+                host = data(n, "i4", salt=43)
+                ref = np.empty_like(host)
+                world.Allreduce(host, ref, MPI.SUM)
+                with cupy.cuda.Stream(non_blocking=True) as producer:  # the producer's stream is waited for
+                    send = fd.device_array(host)
+                    recv = send if spelled != "separate" else fd.device_array(np.zeros_like(host))
+                    first = {"separate": send, "IN_PLACE": MPI.IN_PLACE, "same object": send}[spelled]
+                    before = len(cupy.cuda.runtime.synchronized)
+                    case(
+                        f"small Allreduce {spelled}", "Allreduce", expect, lambda f=first, r=recv: comm.Allreduce(f, r)
+                    )
+                    waited = cupy.cuda.runtime.synchronized[before:]
+                    assert AWARE or waited == [producer.ptr] * 2, (spelled, waited)  # after copy in, after copy back
+                np.testing.assert_array_equal(recv.get(), ref, err_msg=spelled)
+                calls += 1
+            # the nonblocking forms: the decision's StagedCall, started without the decision
+            for root in range(size):
+                small_requests(root, n, expect)
+                calls += 3
+            # a receiver's copy back runs on its producer's stream and is waited for before Bcast returns
+            with cupy.cuda.Stream(non_blocking=True) as producer:
+                ref = data(n, "u1", salt=44, who=0)
+                buf = fd.device_array(ref if rank == 0 else np.zeros(n, "u1"))
+                before = len(cupy.cuda.runtime.synchronized)
+                case("small Bcast on a producer stream", "Bcast", expect, lambda: comm.Bcast(buf, 0))
+                assert AWARE or cupy.cuda.runtime.synchronized[before:] == [producer.ptr]
+                np.testing.assert_array_equal(buf.get(), ref)
+                calls += 1
+    finally:
+        for name, fn in real.items():
+            setattr(decide, name, fn)
+    # not CUDA-aware: no call was decided; CUDA-aware: the fast path is off, every call is decided (native)
+    assert len(decided) == (calls if AWARE else 0), (len(decided), calls)
+    ROUTES["small arrays decided"] = str(len(decided))
+
+
+def small_requests(root: int, n: int, expect: str) -> None:
+    """Iallreduce, Ireduce and Ibcast on small exact cupy.ndarrays (root `root`), against native MPI."""
+    host = data(n, "f4", salt=45)
+    ref_all, ref_red = np.empty_like(host), np.empty_like(host)
+    world.Allreduce(host, ref_all, MPI.SUM)
+    world.Reduce(host, ref_red, MPI.SUM, root)
+    bref = data(n, "u1", salt=46, who=root)
+    send, recv, red = fd.device_array(host), fd.device_array(host * 0), fd.device_array(host * 0)
+    bbuf = fd.device_array(bref if rank == root else np.zeros(n, "u1"))
+    mine = red if rank == root else None
+    requests: list = []
+    case(f"small Iallreduce root={root}", "Iallreduce", expect, lambda: requests.append(comm.Iallreduce(send, recv)))
+    case(
+        f"small Ireduce root={root}",
+        "Ireduce",
+        expect,
+        lambda: requests.append(comm.Ireduce(send, mine, MPI.SUM, root)),
+    )
+    case(f"small Ibcast root={root}", "Ibcast", expect, lambda: requests.append(comm.Ibcast(bbuf, root)))
+    adaptcoll.Request.Waitall(requests)
+    np.testing.assert_array_equal(recv.get(), ref_all)
+    np.testing.assert_array_equal(red.get(), ref_red if rank == root else host * 0)
+    np.testing.assert_array_equal(bbuf.get(), bref)
 
 
 # -- what adaptcoll does not serve: specifications, derived types, MINLOC, algorithm=native, odd ops -----
@@ -344,6 +453,7 @@ def pickled_cases() -> None:
 
 def main() -> None:
     blocking_cases()
+    small_array_cases()
     unserved_cases()
     error_cases()
     request_cases()
