@@ -89,7 +89,7 @@ class Settings:
     shm_slots: int = 4
     multi_pack_below: int = 128 << 10  # grouped Allreduce: arrays below this many bytes are packed together
     multi_bucket_size: int = 4 << 20  # grouped Allreduce: at most this many bytes per packed buffer (0: no cap)
-    multi_device_pack_below: int = 4 << 20  # grouped Allreduce: device arrays below this many bytes are packed
+    multi_device_pack_below: int = 16 << 20  # grouped Allreduce: device arrays below this many bytes are packed
     multi_device_bucket_size: int = 32 << 20  # grouped Allreduce: at most this many bytes per device bucket (0: no cap)
     tuning: str = ""
     allgather_algorithm: str = "ring"
