@@ -230,3 +230,41 @@ def test_recommendation_follows_correctness_then_speed():
     doc["recommendation"] = recommendation(doc)
     text = format_report(doc)
     assert "reduce" in text and "2.00" in text and "faster" in text and "Recommendation: drop" in text
+
+
+def test_grouped_cases_on_device_arrays_pass_and_pack_on_the_device(monkeypatch):
+    """`--device cupy` checks Allreduce_multi on device arrays too: here on the stand-in CuPy
+    (tests/fake_device.py, MPI not CUDA-aware), one rank, every form and route of the quick check, the
+    results against native MPI on host copies, with device packing seen in the notes."""
+    import fake_device as fd
+    from mpi4py import MPI
+
+    import adaptcoll
+    from adaptcoll.backends import cupy_backend
+    from adaptcoll.check.cases import DEVICE_COLLECTIVES, MULTI
+    from adaptcoll.check.correctness import Runner, run_cases
+    from adaptcoll.device import staged as staged_native
+    from adaptcoll.grouped import cache
+
+    cupy, cupyx = fd.fake_cupy(seed=9)
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monkeypatch.setitem(sys.modules, "cupyx", cupyx)
+    monkeypatch.setattr(cupy_backend, "_MODULES", {})
+    monkeypatch.setattr(cupy_backend, "_KERNELS", {})
+    monkeypatch.setattr(staged_native, "_STAGING", {})
+    monkeypatch.setenv("ADAPTCOLL_CUDA_AWARE", "0")
+    assert MULTI in DEVICE_COLLECTIVES
+    group = [c for c in cases(1, full=False) if c.collective == MULTI]
+    assert {c.form for c in group} == {"blocking", "in_place", "nonblocking", "persistent"}
+    comm = adaptcoll.Intracomm(MPI.COMM_SELF.Dup())
+    adaptcoll.reset_stats()
+    try:
+        results = run_cases(Runner(MPI.COMM_SELF, comm, MPI, adaptcoll, cupy), group)
+    finally:
+        comm.Free()
+        cache.clear()
+    failed = [(r.case.describe(), r.problem) for r in results if not r.passed]
+    assert not failed, failed
+    notes = adaptcoll.stats()[MULTI]["notes"]
+    assert notes.get("packed device unit", 0) >= len(group), notes
+    assert notes.get("packed unit", 0) == 0, notes  # no array went to host packing

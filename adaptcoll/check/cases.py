@@ -32,13 +32,19 @@ _ROOTED = ("Bcast", "Reduce")
 BLOCK_COLLECTIVES = {"Allgather": "allgather", "Reduce_scatter_block": "reduce_scatter"}
 """The ring's collectives -> their settings' name. A case's count is the per-rank block (the Allgather's
 sendbuf, the Reduce-scatter's recvbuf); host memory only (device buffers are not served: native)."""
-DEVICE_COLLECTIVES = ("Bcast", "Reduce", "Allreduce")
-"""The collectives `--device cupy` also checks on device arrays."""
+DEVICE_COLLECTIVES = ("Bcast", "Reduce", "Allreduce", MULTI)
+"""The collectives `--device cupy` also checks on device arrays (the grouped Allreduce: every array on
+the device, packed on the device below `multi_device_pack_below`)."""
 GROUP_COUNTS = (1, 1000, 17, 40_000, 3, 2500, 100_003, 700, 5, 300, 64, 1200)
 """The grouped Allreduce's arrays (elements; dtypes alternate between the case's two): a case's count is
 the number of arrays, the first `count` of these. Sizes on both sides of `multi_pack_below` (128K by
 default; 8K on the served routes, with 4K buckets, so a dtype's small arrays fill several buckets)."""
-_MULTI_SERVED = {"multi_pack_below": "8K", "multi_bucket_size": "4K"}
+_MULTI_SERVED = {
+    "multi_pack_below": "8K",
+    "multi_bucket_size": "4K",
+    "multi_device_pack_below": "8K",
+    "multi_device_bucket_size": "4K",
+}
 _GROUP_TYPES_QUICK = (("float32,int32", "SUM"), ("float64,float32", "MAX"))
 _GROUP_TYPES_FULL = _GROUP_TYPES_QUICK + (
     ("int64,complex128", "SUM"),

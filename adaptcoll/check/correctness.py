@@ -144,16 +144,16 @@ class Runner:
         return out
 
     def _multi(self, case: Case) -> list[np.ndarray]:
-        """The grouped Allreduce (host memory) in the case's form: Allreduce_multi, with MPI.IN_PLACE,
-        Iallreduce_multi (each array's request waited for, last first, then the group's), or
-        Allreduce_multi_init started twice (the receive arrays refilled in between)."""
+        """The grouped Allreduce (host or device arrays) in the case's form: Allreduce_multi, with
+        MPI.IN_PLACE, Iallreduce_multi (each array's request waited for, last first, then the group's),
+        or Allreduce_multi_init started twice (the receive arrays refilled in between)."""
         comm, MPI = self.comm, self.MPI
         op = getattr(MPI, case.op)
-        sends = group_inputs(case, self.rank)
+        sends = [self._array(a) for a in group_inputs(case, self.rank)]
         if case.form == "in_place":
             comm.Allreduce_multi(MPI.IN_PLACE, sends, op)
-            return sends
-        recvs = [_fill(a.size, a.dtype) for a in sends]
+            return [self._host(a) for a in sends]
+        recvs = [self._array(_fill(a.size, a.dtype)) for a in sends]
 
         def nonblocking() -> Any:
             req = comm.Iallreduce_multi(sends, recvs, op)
@@ -162,7 +162,7 @@ class Runner:
 
         def refill() -> None:
             for r in recvs:
-                r[...] = _fill(r.size, r.dtype)
+                r[...] = self._array(_fill(r.size, np.dtype(r.dtype)))
 
         self._run(
             case,
@@ -171,7 +171,7 @@ class Runner:
             lambda: comm.Allreduce_multi_init(sends, recvs, op),
             refill,
         )
-        return recvs
+        return [self._host(r) for r in recvs]
 
     def _adaptcoll(self, case: Case) -> Any:
         comm, MPI = self.comm, self.MPI
