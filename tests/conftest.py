@@ -31,6 +31,11 @@ FORKED = bool(os.environ.get("PYTEST_ISOLATE_MPI_IS_FORKED"))
 # Tests see the shipped rule, not a tuning table a developer's tuner run left in ~/.cache/adaptcoll
 # (set ADAPTCOLL_TUNING to run them with a table); the tuning tests set their own tables.
 os.environ.setdefault("ADAPTCOLL_TUNING", "off")
+if not FORKED:
+    # The ranks of each launch start pytest anew; Hypothesis's pytest plugin took about 1 s of every
+    # rank's start-up (tests/test_shm_mpi.py: 55 s -> 35 s without it), and no MPI test uses Hypothesis
+    # (tests/test_trees.py, the one that does, runs in this process, with the plugin).
+    os.environ["PYTEST_ADDOPTS"] = (os.environ.get("PYTEST_ADDOPTS", "") + " -p no:hypothesispytest").strip()
 DEFAULT_TIMEOUT = 120
 HANG_MARKERS = ("At least one MPI process has exited prematurely", "Timeout occurred")
 
