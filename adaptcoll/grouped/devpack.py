@@ -160,9 +160,10 @@ BATCH_FROM = 4
 the bucket, a scatter back, from a device table made once per layout) instead of a `memcpyAsync` per
 array (a few microseconds of host time each, and one tiny copy each on the GPU)."""
 
-PIECE_BYTES = 64 << 10
+PIECE_BYTES = 16 << 10
 """An array larger than this goes into the table as several pieces of at most this many bytes (a
-multiple of 16: the pieces keep the array's alignment), so one big array spreads over the SMs."""
+multiple of 16: the pieces keep the array's alignment), so one big array spreads over the SMs (one
+block per piece: on the H100, 11 pieces of 64 KiB gathered at only ~60 GB/s)."""
 
 _BLOCK = 256
 _MAX_GRID = 1 << 16
