@@ -242,3 +242,53 @@ ADAPTCOLL_ARITH_OPS(float64, double)
 ADAPTCOLL_SUM_PROD(complex64, c64)
 ADAPTCOLL_SUM_PROD(complex128, c128)
 ADAPTCOLL_LOGICAL_BITWISE(bool, boolean)
+
+// ---- gathering pieces into a bucket and scattering them back (grouped Allreduce) -------------
+//
+// A grouped Allreduce packs many small device arrays into one bucket. `table` holds 3 u64 per piece:
+// the array's address, the piece's byte offset in `bucket`, its byte count (at most a few KiB to
+// 64 KiB: adaptcoll splits big arrays into several pieces, so the work spreads over the SMs). One
+// block per piece (grid-stride over the pieces); the block's threads move 16 bytes per load/store
+// where the two addresses share their alignment mod 16 (after a short byte head), else 8, 4 or 1
+// (read-only loads: a piece's source is not written while the kernel runs; global stores even
+// through the table's generic addresses).
+//     void adaptcoll_gather_pieces(unsigned char* bucket, const u64* table, u64 pieces)   // arrays -> bucket
+//     void adaptcoll_scatter_pieces(unsigned char* bucket, const u64* table, u64 pieces)  // bucket -> arrays
+
+template <typename W>
+__device__ __forceinline__ void copy_words(unsigned char* dst, const unsigned char* src, u64 n) {
+    const u64 mask = sizeof(W) - 1;
+    u64 head = (sizeof(W) - ((u64)dst & mask)) & mask;
+    if (head > n) head = n;
+    for (u64 i = threadIdx.x; i < head; i += blockDim.x) __stcg(dst + i, __ldg(src + i));
+    const u64 words = (n - head) / sizeof(W);
+    W* d = reinterpret_cast<W*>(dst + head);
+    const W* s = reinterpret_cast<const W*>(src + head);
+    for (u64 i = threadIdx.x; i < words; i += blockDim.x) __stcg(d + i, __ldg(s + i));
+    for (u64 i = head + words * sizeof(W) + threadIdx.x; i < n; i += blockDim.x) __stcg(dst + i, __ldg(src + i));
+}
+
+__device__ __forceinline__ void copy_piece(unsigned char* dst, const unsigned char* src, u64 n) {
+    const u64 skew = ((u64)dst ^ (u64)src) & 15;
+    if (skew == 0) {
+        copy_words<uint4>(dst, src, n);
+    } else if ((skew & 7) == 0) {
+        copy_words<unsigned long long>(dst, src, n);
+    } else if ((skew & 3) == 0) {
+        copy_words<unsigned int>(dst, src, n);
+    } else {
+        copy_words<unsigned char>(dst, src, n);
+    }
+}
+
+extern "C" __global__ void adaptcoll_gather_pieces(unsigned char* bucket, const u64* table, unsigned long long pieces) {
+    for (u64 p = blockIdx.x; p < pieces; p += gridDim.x) {
+        copy_piece(bucket + table[3 * p + 1], reinterpret_cast<const unsigned char*>(table[3 * p]), table[3 * p + 2]);
+    }
+}
+
+extern "C" __global__ void adaptcoll_scatter_pieces(unsigned char* bucket, const u64* table, unsigned long long pieces) {
+    for (u64 p = blockIdx.x; p < pieces; p += gridDim.x) {
+        copy_piece(reinterpret_cast<unsigned char*>(table[3 * p]), bucket + table[3 * p + 1], table[3 * p + 2]);
+    }
+}

@@ -11,7 +11,8 @@
   (CUDA managed memory exports the buffer protocol).
 * `fake_cupy()`: stand-in `cupy`/`cupyx` modules (what adaptcoll's CuPy backend, host staging and
   whole-call staging use): arrays live in the arena, copies are memmoves, kernels fold with NumPy,
-  events complete after a few polls. Kernels and device-to-device copies refuse host memory, and pinned
+  events complete after a few polls (the gather/scatter kernels of grouped buckets copy by their
+  tables). Kernels and device-to-device copies refuse host memory, and pinned
   buffers come from the ordinary heap, so mixing the two up fails here as it would on a GPU.
 
 Not a test module: imported by tests and by tests/programs/device_routes.py.
@@ -346,6 +347,33 @@ def fake_cupy(seed: int = 0, max_event_polls: int = 2) -> tuple[types.ModuleType
     )
     driver = types.SimpleNamespace(occupancyMaxActiveBlocksPerMultiprocessor=lambda func, block, smem: 6)
 
+    class PieceFunction:
+        """The gather/scatter kernels of grouped device buckets: (bucket, table, pieces), the table
+        a device uint64 array of (address, offset in the bucket, bytes) per piece."""
+
+        def __init__(self, name: str) -> None:
+            self.name, self.gather, self.ptr = name, name == "adaptcoll_gather_pieces", 78
+            self.launches: list[tuple] = []
+
+        def __call__(self, grid: tuple, block: tuple, args: tuple, shared_mem: int = 0, stream: Any = None) -> None:
+            bucket, table, pieces = args
+            for operand in (bucket, table):
+                if not isinstance(operand, FakeDeviceArray) or not on_device(operand):
+                    raise AssertionError(f"{self.name}: a kernel operand is not device memory")
+            if not isinstance(pieces, np.uint64) or table.dtype != np.uint64 or table.size < 3 * int(pieces):
+                raise AssertionError(f"{self.name}: bad arguments {table.dtype} {table.size} {pieces!r}")
+            if not isinstance(stream, Stream):
+                raise AssertionError(f"{self.name}: launched without an explicit stream")
+            self.launches.append((grid, block, stream, int(pieces), table.__array_interface__["data"][0]))
+            base = bucket.__array_interface__["data"][0]
+            for address, offset, nbytes in np.array(table[: 3 * int(pieces)]).reshape(-1, 3).tolist():
+                if offset + nbytes > bucket.nbytes:
+                    raise AssertionError(f"{self.name}: piece {offset}+{nbytes} beyond the bucket's {bucket.nbytes}")
+                if not (ARENA.contains(address) and ARENA.contains(address + nbytes - 1)):
+                    raise AssertionError(f"{self.name}: a piece at {address:#x} is not device memory")
+                dst, src = (base + offset, address) if self.gather else (address, base + offset)
+                ctypes.memmove(dst, src, nbytes)
+
     class Function:
         def __init__(self, name: str) -> None:
             _, op, dtype = name.split("_", 2)
@@ -367,7 +395,7 @@ def fake_cupy(seed: int = 0, max_event_polls: int = 2) -> tuple[types.ModuleType
 
     class RawKernel:
         def __init__(self, name: str) -> None:
-            self.kernel = Function(name)
+            self.kernel = PieceFunction(name) if name.endswith("_pieces") else Function(name)
 
     class RawModule:
         def __init__(self, code: str, options: tuple = ()) -> None:

@@ -408,3 +408,142 @@ def test_device_bucket_completes_once_its_copies_back_land(fake_cupy, monkeypatc
         assert len(events) == 1 and events[0].waited
     finally:
         comm.Free()
+
+
+def _piece_launches() -> tuple[list, list]:
+    """The fake gather and scatter kernels' launches so far: (grid, block, stream, pieces, table address)."""
+    from adaptcoll.backends.cupy_backend import PIECE_KERNELS, load_kernel
+
+    gather, scatter = (load_kernel(name).kernel for name in PIECE_KERNELS)
+    return gather.launches, scatter.launches
+
+
+def test_device_buckets_copy_with_one_kernel_each_way(fake_cupy, monkeypatch):
+    """Hundreds of small device arrays of several dtypes (CuPy arrays and interface-only ones) go into
+    their buckets with one gather launch and come back with one scatter launch per bucket of at least
+    BATCH_FROM arrays (memcpyAsync below), over a device table made once per layout (the cached layout
+    and a persistent request launch with the same table); results hold in every form, persistent
+    started twice with changed inputs; small bucket caps spread the arrays over several tables and
+    small pieces split the arrays."""
+    import fake_device as fd
+
+    from adaptcoll.grouped import devpack
+    from adaptcoll.grouped.args import parse_group
+    from adaptcoll.grouped.multi import _layout
+
+    cupy = fake_cupy
+    rng = np.random.default_rng(11)
+    dtypes = ("f4", "f8", "i4", "u1", "f2")
+    src = [np.asarray(rng.integers(-50, 50, int(rng.integers(0, 1200))), dtypes[i % 5]) for i in range(300)]
+    src[7] = src[7][:0]  # empty arrays take part too
+
+    def dev(host, i):
+        return fd.CAIBuffer(host) if i % 7 == 3 else cupy.asarray(host)
+
+    def host(arrays):
+        return [a.get() for a in arrays]
+
+    def batched_buckets(sends, recvs):
+        units = _layout(parse_group(sends, recvs, MPI.SUM))
+        group = parse_group(sends, recvs, MPI.SUM)
+        return [u for u in units if u.device and sum(group.nbytes[i] > 0 for i in u.arrays) >= devpack.BATCH_FROM]
+
+    comm = adaptcoll.Intracomm(MPI.COMM_SELF.Dup())
+    try:
+        cache.clear()
+        gather, scatter = _piece_launches()
+        sends = [dev(h, i) for i, h in enumerate(src)]
+        recvs = [dev(np.full_like(h, 7), i) for i, h in enumerate(src)]
+        expected = len(batched_buckets(sends, recvs))
+        assert expected == 5  # one bucket per dtype, each of many arrays
+        seen: list = []
+        for _ in range(2):  # the second call: the cached layout, its tables again
+            g0, s0 = len(gather), len(scatter)
+            comm.Allreduce_multi(sends, recvs, MPI.SUM)
+            assert all(np.array_equal(r, h) for r, h in zip(host(recvs), src))
+            assert len(gather) - g0 == expected and len(scatter) - s0 == expected
+            seen.append(sorted(launch[4] for launch in gather[g0:]))
+        assert seen[0] == seen[1]
+        inplace = [dev(h.copy(), i) for i, h in enumerate(src)]
+        g0 = len(gather)
+        comm.Iallreduce_multi(inplace, None, MPI.MAX).Wait()
+        assert all(np.array_equal(r, h) for r, h in zip(host(inplace), src)) and len(gather) - g0 == expected
+        # few arrays: memcpyAsync, no launch
+        g0 = len(gather)
+        few = [cupy.asarray(h) for h in src[:15:5]]
+        comm.Allreduce_multi(few, [cupy.asarray(np.zeros_like(h)) for h in src[:15:5]])
+        assert len(gather) == g0
+        # small buckets: several tables per dtype; small pieces: arrays cut into several
+        with monkeypatch.context() as patch, adaptcoll.configured(multi_device_bucket_size=40000):
+            patch.setattr(devpack, "PIECE_BYTES", 48)
+            recvs2 = [dev(np.zeros_like(h), i) for i, h in enumerate(src)]
+            several = len(batched_buckets(sends, recvs2))
+            assert several > 2 * expected
+            g0 = len(gather)
+            comm.Allreduce_multi(sends, recvs2, MPI.SUM)
+            assert all(np.array_equal(r, h) for r, h in zip(host(recvs2), src))
+            assert len(gather) - g0 == several
+            assert any(launch[3] > 30 for launch in gather[g0:])  # pieces beyond the arrays' count
+        # persistent: one table each way for good, inputs changed between starts
+        preq = comm.Allreduce_multi_init(sends, recvs, MPI.SUM)
+        seen = []
+        for step in range(2):
+            changed = [(h * (step + 2)).astype(h.dtype) for h in src]
+            for s, c in zip(sends, changed):
+                s.set(c)
+            for r, h in zip(recvs, src):
+                r.set(np.full_like(h, 9))
+            g0 = len(gather)
+            preq.Start()
+            preq.Wait()
+            assert all(np.array_equal(r, c) for r, c in zip(host(recvs), changed)), step
+            seen.append(sorted(launch[4] for launch in gather[g0:]))
+            assert len(seen[-1]) == expected
+        assert seen[0] == seen[1]
+        preq.Free()
+    finally:
+        comm.Free()
+
+
+def test_fake_piece_kernels_refuse_host_memory(fake_cupy):
+    """The stand-in gather kernel refuses a table naming host memory, as a GPU would fault."""
+    from adaptcoll.backends.cupy_backend import load_kernel
+    from adaptcoll.grouped.devpack import piece_table
+
+    cupy = fake_cupy
+    bucket = cupy.empty(8, "u1")
+    on_host = np.arange(8, dtype="u1")
+    table = cupy.asarray(piece_table([(on_host.ctypes.data, 0, 8)]))
+    gather = load_kernel("adaptcoll_gather_pieces").kernel
+    with pytest.raises(AssertionError, match="not device memory"):
+        gather((1,), (256,), (bucket, table, np.uint64(1)), 0, cupy.cuda.Stream())
+    with pytest.raises(AssertionError, match="not device memory"):
+        gather((1,), (256,), (on_host, table, np.uint64(1)), 0, cupy.cuda.Stream())
+
+
+def test_cached_layout_of_cupy_arrays_checks_no_address(fake_cupy, monkeypatch):
+    """A cached layout is reused for the same CuPy arrays without reading any array's address (they
+    cannot change it), while an interface-only array's address is still compared on every call."""
+    import fake_device as fd
+
+    calls: list = []
+    real = cache.signature
+    monkeypatch.setattr(cache, "signature", lambda a: calls.append(a) or real(a))
+    comm = adaptcoll.Intracomm(MPI.COMM_SELF.Dup())
+    try:
+        cache.clear()
+        cupy = fake_cupy
+        arrays = [cupy.asarray(np.arange(n, dtype="f4")) for n in (3, 9, 4, 12, 5)]
+        comm.Allreduce_multi(arrays)
+        comm.Allreduce_multi(arrays)
+        assert len(cache._entries) == 1 and calls == []
+        cai = fd.CAIBuffer(np.arange(6, dtype="f4"))
+        comm.Allreduce_multi([*arrays, cai])
+        del calls[:]
+        comm.Allreduce_multi([*arrays, cai])
+        assert calls == [cai]
+        cai.array = fd.device_array(np.full(6, 2, "f4"))  # pointed elsewhere: a new layout
+        comm.Allreduce_multi([*arrays, cai])
+        assert np.all(cai.get() == 2) and all(np.array_equal(a.get(), np.arange(a.size)) for a in arrays)
+    finally:
+        comm.Free()

@@ -167,7 +167,7 @@ def test_grouped_device_equals_native(mpi_ranks, monkeypatch):
     adaptcoll.reset_stats()
     for k, settings in enumerate(DEVICE_SETTINGS):
         with adaptcoll.configured(**settings):
-            for n in (1, 2, 5, 9, 17):
+            for n in (1, 2, 5, 9, 17, 70):  # 70: buckets of many arrays, copied by the gather/scatter kernels
                 op = (MPI.SUM, MPI.MAX, MPI.PROD)[n % 3]
                 sends_h = _group(rank, n, 31 * k + n)
                 where = [int(x) for x in np.random.default_rng(n).integers(0, 3, n)]
@@ -204,6 +204,8 @@ def test_grouped_device_equals_native(mpi_ranks, monkeypatch):
                     preq.Free()
     notes = adaptcoll.stats()["Allreduce_multi"].get("notes", {})
     assert notes.get("packed device unit", 0) > 0, notes
+    gather = cupy_backend.load_kernel("adaptcoll_gather_pieces").kernel
+    assert len(gather.launches) > 0  # the batched copies were taken
     _device_errors_on_one_rank(world, comm, fd)
     cache.clear()
     comm.Free()

@@ -1,5 +1,6 @@
 """The CUDA kernels compile with nvcc for sm_80 and sm_90 and export exactly one kernel per (op, dtype)
-in the backend's table, with 16-byte vector loads and stores (read from the compiled output)."""
+in the backend's table plus the grouped buckets' gather and scatter, with 16-byte vector loads and
+stores (read from the compiled output)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from adaptcoll.backends.cupy_backend import KERNEL_DTYPES_BY_OP, kernel_name, kernel_source_path
+from adaptcoll.backends.cupy_backend import KERNEL_DTYPES_BY_OP, PIECE_KERNELS, kernel_name, kernel_source_path
 
 KERNEL_DIR = Path(__file__).resolve().parents[1] / "kernels"
 CU_FILES = sorted(KERNEL_DIR.glob("*.cu"))
@@ -41,7 +42,10 @@ def elf_function_symbols(blob: bytes) -> set[str]:
 
 
 def expected_kernel_names() -> set[str]:
-    return {kernel_name(op, dtype) for op, dtypes in KERNEL_DTYPES_BY_OP.items() for dtype in dtypes}
+    """One fold per (op, dtype) in the backend's table, and the grouped buckets' gather and scatter."""
+    return {kernel_name(op, dtype) for op, dtypes in KERNEL_DTYPES_BY_OP.items() for dtype in dtypes} | set(
+        PIECE_KERNELS
+    )
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +85,7 @@ def test_every_cu_file_compiles_and_exports_one_kernel_per_op_and_dtype(compiled
     ours = {name for name in exported if name.startswith("adaptcoll_")}
     expected = expected_kernel_names()
     assert ours == expected, f"missing {sorted(expected - ours)}, unexpected {sorted(ours - expected)}"
-    assert len(expected) == 106
+    assert len(expected) == 106 + 2
 
 
 @needs_nvcc

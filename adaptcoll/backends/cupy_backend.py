@@ -41,6 +41,7 @@ __all__ = [
     "HostStaging",
     "KERNEL_DTYPES_BY_OP",
     "KERNEL_SOURCE_FILE",
+    "PIECE_KERNELS",
     "import_cupy",
     "kernel_name",
     "kernel_source",
@@ -72,6 +73,10 @@ KERNEL_DTYPES_BY_OP: dict[str, tuple[str, ...]] = {
 _KERNEL_NAMES: dict[tuple[str, str], str] = {
     (op, dtype): f"adaptcoll_{op.lower()}_{dtype}" for op, dtypes in KERNEL_DTYPES_BY_OP.items() for dtype in dtypes
 }
+
+PIECE_KERNELS: tuple[str, str] = ("adaptcoll_gather_pieces", "adaptcoll_scatter_pieces")
+"""The copy kernels of kernels/reduce.cu that gather pieces of many device arrays into one bucket and
+scatter them back, from a device table of (address, offset in the bucket, bytes) per piece."""
 
 _CUPY_MISSING = (
     "adaptcoll's GPU backend needs CuPy: install the extra matching the CUDA version `nvidia-smi` "

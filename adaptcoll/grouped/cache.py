@@ -2,7 +2,7 @@
 reduces the same arrays every step, so `Allreduce_multi` keeps, per set of arrays (by identity), the
 checked arguments, the layout and the packing datatypes, and on the next call with the same arrays
 only re-checks that they are alive and have their dtypes (device arrays: their address, dtype and
-size). An entry holds weak references only (a
+size, except CuPy arrays, which cannot change them). An entry holds weak references only (a
 loop that makes new arrays every step keeps no old ones alive: their entries just stop matching);
 at most `MAX_ENTRIES` are kept. Groups with objects that take no weak reference are not cached."""
 
@@ -16,7 +16,7 @@ from operator import attrgetter
 from typing import Any, Optional, Union
 
 from .args import Group
-from .devpack import DevicePacker, signature
+from .devpack import DevicePacker, fixed, signature
 from .layout import Unit
 from .packing import HostPacker
 
@@ -66,8 +66,9 @@ class Entry:
         device = group.on_device or (False,) * len(group)
         self._hosts_r = [i for i, p in enumerate(group.packable) if p and not device[i]]
         self._hosts_s = [i for i in self._hosts_r if not group.in_place[i]]
-        self._devs_r = [i for i, d in enumerate(device) if d]
-        self._devs_s = [i for i in self._devs_r if not group.in_place[i]]
+        # device arrays whose address, dtype and size may change while they live (not CuPy arrays)
+        self._devs_r = [i for i, d in enumerate(device) if d and not fixed(group.recvs[i])]
+        self._devs_s = [i for i, d in enumerate(device) if d and not group.in_place[i] and not fixed(group.sends[i])]
         self._dtypes = self._host_dtypes(group.sends, group.recvs)
         self.stale = False
         """set when an array of the group has been freed (its id may now name another object)"""
@@ -82,7 +83,7 @@ class Entry:
 
     def _host_dtypes(self, sends: Sequence[Any], recvs: Sequence[Any]) -> list[Any]:
         found = _dtypes([recvs[i] for i in self._hosts_r]) + _dtypes([sends[i] for i in self._hosts_s])
-        if self._devs_r:
+        if self._devs_r or self._devs_s:
             found += [signature(recvs[i]) for i in self._devs_r] + [signature(sends[i]) for i in self._devs_s]
         return found
 

@@ -149,7 +149,7 @@ def _start_device_packed(
     req = _start_one(comm, _IN_PLACE, buf, op, blocking)
 
     def finish(ok: bool) -> Any:
-        landing = devpack.Landing(dst.unpack(buf, stream), buf) if ok else None
+        landing = devpack.Landing(dst.unpack(buf, stream), (buf, dst.keep)) if ok else None
         if on_release is not None:
             on_release()
         return landing
