@@ -230,6 +230,7 @@ def test_cache_reuses_and_drops(comm):
 def test_cache_keeps_no_array_alive(comm):
     """Entries hold weak references: arrays made anew every step are freed, their entries stop matching."""
     import gc
+    import warnings
     import weakref
 
     cache.clear()
@@ -246,7 +247,12 @@ def test_cache_keeps_no_array_alive(comm):
     arrays[1] = arrays[1].view("i4")  # a dtype that changed in place is not taken for the old one
     comm.Allreduce_multi(arrays)
     key = next(iter(cache._entries))
-    arrays[0].dtype = np.dtype("i4")
+    try:  # NumPy 2.5 deprecates setting a dtype in place (a later NumPy refuses it: nothing to check then)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            arrays[0].dtype = np.dtype("i4")
+    except (AttributeError, TypeError):
+        return
     assert cache.lookup(key, arrays, arrays) is None
 
 
