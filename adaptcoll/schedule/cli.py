@@ -3,6 +3,8 @@ write the description of a common shape. docs/schedules.md shows every use.
 
     python -m adaptcoll.schedule --topology FILE --collective bcast --root 0 [--trees 8] -o OUT [--png P]
     python -m adaptcoll.schedule synth ...            (the same, named)
+    python -m adaptcoll.schedule --topology FILE --collective reduce --size 4M --cpu -o OUT
+                                                      (CPU-aware: forests and fixed shapes, segment chosen)
     python -m adaptcoll.schedule bound --topology FILE --collective allreduce --root 0
     python -m adaptcoll.schedule describe fat-tree --nodes 256 --ranks-per-node 8 --oversubscription 4 -o ft.json
 
@@ -12,16 +14,20 @@ Bad options exit 2 (argparse's rule); a description or schedule that cannot be u
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 
+from ..settings import parse_size
 from ..topology import parse as parse_topology
 from . import describe, shapes
 from .bound import bound
+from .choose import FIXED, SEGMENTS, Choice, choose
+from .cost import CpuCosts, cpu_costs, estimate
 from .describe import DescriptionError
 from .forest import COLLECTIVES, ScheduleError
 from .forest import dumps as dump_schedule
-from .network import SynthesisError
+from .network import Network, SynthesisError
 from .plot import PlotError, draw
 from .synthesize import METHODS, synthesize
 
@@ -48,6 +54,24 @@ def _synth_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", choices=METHODS, default="auto", help="construction (default auto: the best rate)")
     p.add_argument("-o", "--output", required=True, metavar="SCHEDULE", help="schedule file to write")
     p.add_argument("--png", metavar="PNG", help="also draw the trees (needs matplotlib)")
+    p.add_argument(
+        "--size", metavar="M", help="message size (e.g. 16M): also print the time estimate (links, CPU, fill)"
+    )
+    p.add_argument("--segment", metavar="S", default="256K", help="segment size of the estimate without --cpu (256K)")
+    p.add_argument(
+        "--cpu",
+        action="store_true",
+        help="choose by the estimate among forests (--try-trees x --try-fanouts) and fixed shapes, each at its "
+        "best segment (--segments); needs --size",
+    )
+    p.add_argument("--try-trees", default="2,4,8", metavar="K,..", help="--cpu: forest sizes to try (2,4,8)")
+    p.add_argument("--try-fanouts", default="2,0", metavar="F,..", help="--cpu: fanouts to try, 0: K (2,0)")
+    p.add_argument("--segments", metavar="S,..", help="--cpu: segment sizes to try (64K..2M)")
+    p.add_argument(
+        "--fixed", default=",".join(FIXED), metavar="SHAPE,..", help=f"--cpu: fixed shapes ({','.join(FIXED)})"
+    )
+    p.add_argument("--margin", type=float, default=0.03, help="--cpu: a forest must beat the best fixed shape by this")
+    p.add_argument("--params", metavar="FILE", help="simulator parameters file (JSON) for o, engine, fold, eager")
 
 
 def _describe_parser(p: argparse.ArgumentParser) -> None:
@@ -116,7 +140,112 @@ def _load(path: str) -> describe.Description:
         raise DescriptionError(f"cannot read {path}: {exc.strerror}") from None
 
 
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3f} ms"
+
+
+def _sizes(text: str, what: str, p: argparse.ArgumentParser) -> list[int]:
+    try:
+        out = [parse_size(t) for t in text.split(",") if t.strip()]
+    except ValueError as exc:
+        p.error(f"{what}: {exc}")
+    if not out or min(out) < 1:
+        p.error(f"{what} must be sizes >= 1 byte, got {text!r}")
+    return out
+
+
+def _ints(text: str, what: str, p: argparse.ArgumentParser) -> list[int]:
+    try:
+        return [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        p.error(f"{what} must be comma-separated whole numbers, got {text!r}")
+
+
+def _cpu(args: argparse.Namespace) -> CpuCosts:
+    if not args.params:
+        return cpu_costs()
+    try:
+        with open(args.params) as f:
+            raw = json.load(f)
+        return cpu_costs(raw)
+    except (ValueError, TypeError) as exc:
+        raise DescriptionError(f"parameters {args.params}: {exc}") from None
+
+
+def _print_choice(c: Choice, collective: str) -> None:
+    b, e = c.bound, c.chosen.estimate
+    print(
+        f"bound: links {_ms(c.size / b.rate)} ({_gbs(b.rate)}, {b.limited_by}); "
+        f"CPU {_ms(c.cpu_floor_s)} (the average rank at {e.segment >> 10} KiB segments)"
+    )
+    for cand in sorted(c.candidates, key=lambda x: x.estimate.total_s):
+        x = cand.estimate
+        mark = "*" if cand is c.chosen else " "
+        print(
+            f" {mark} {cand.name:32s} {_ms(x.total_s):>11s}  seg {x.segment >> 10:5d}K  links {_ms(x.link_s)}  "
+            f"CPU {_ms(x.cpu_s)}  fill {_ms(x.fill_s)}  depth {x.depth}"
+        )
+    kind = "fixed shape " if c.chosen.fixed else ""
+    vs = ""
+    if c.best_fixed is not None and c.best_forest is not None:
+        ratio = c.best_forest.estimate.total_s / c.best_fixed.estimate.total_s
+        vs = f"; best forest / best fixed shape {ratio:.2f} (margin {c.margin:.0%})"
+    print(
+        f"chosen: {kind}{c.chosen.name}, segment {e.segment >> 10} KiB, estimate {_ms(e.total_s)} "
+        f"({e.binds} bind: links {_ms(e.link_s)}, CPU {_ms(e.cpu_s)} on rank {e.busiest_rank}, fill {_ms(e.fill_s)})"
+        + vs
+    )
+    print(f"run it with ADAPTCOLL_{collective.upper()}_ALGORITHM=forest:FILE and a {e.segment >> 10} KiB segment")
+
+
+def _choose(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
+    if not args.size:
+        p.error("--cpu needs --size")
+    size = _sizes(args.size, "--size", p)[0]
+    segments = _sizes(args.segments, "--segments", p) if args.segments else list(SEGMENTS)
+    trees = _ints(args.try_trees, "--try-trees", p)
+    fanouts = _ints(args.try_fanouts, "--try-fanouts", p)
+    if not trees or min(trees) < 1 or any(f < 0 or f == 1 for f in fanouts):
+        p.error("--try-trees must be >= 1 and --try-fanouts 0 or >= 2")
+    fixed = [s for s in args.fixed.split(",") if s]
+    bad = [s for s in fixed if s not in FIXED]
+    if bad:
+        p.error(f"--fixed: unknown shapes {bad} (known: {', '.join(FIXED)})")
+    if not 0 <= args.margin < 1:
+        p.error(f"--margin must be in [0, 1), got {args.margin}")
+    d = _load(args.topology)
+    if not 0 <= args.root < d.ranks:
+        p.error(f"--root must be a rank 0..{d.ranks - 1}, got {args.root}")
+    c = choose(
+        d,
+        args.collective,
+        args.root,
+        size,
+        segments,
+        trees,
+        fanouts,
+        fixed,
+        _cpu(args),
+        args.margin,
+        not args.no_symmetry,
+    )
+    schedule = c.schedule(args.collective, args.root, d)
+    with open(args.output, "w") as out:
+        out.write(dump_schedule(schedule))
+    print(f"topology: {d.name or args.topology} ({d.ranks} ranks, {len(d.switches)} switches, {len(d.links)} links)")
+    print(f"{args.collective} of {size} bytes from root {args.root}")
+    _print_choice(c, args.collective)
+    print(f"choice: {c.seconds:.2f} s")
+    print(f"wrote {args.output}")
+    if args.png:
+        draw(schedule.forests[0], d, args.png, f"{d.name}: {args.collective} from {args.root}, {c.chosen.name}")
+        print(f"wrote {args.png}")
+    return 0
+
+
 def _synth(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
+    if args.cpu:
+        return _choose(args, p)
     if args.trees < 1:
         p.error(f"--trees must be >= 1, got {args.trees}")
     if args.fanout < 0 or args.fanout == 1:
@@ -134,6 +263,16 @@ def _synth(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
     print(f"{args.collective} from root {args.root}: bound {_gbs(b.rate)} ({b.limited_by}, {b.flows} max-flows)")
     print(f"forest: {len(f.trees)} trees ({r.method}), rate {_gbs(r.rate)}, {r.gap:.1f} % below the bound")
     print(f"depths: {depths} (max {max(r.depths)})")
+    if args.size:
+        size = _sizes(args.size, "--size", p)[0]
+        seg = _sizes(args.segment, "--segment", p)[0]
+        trees = [(t.weight, t.children) for t in f.trees]
+        e = estimate(Network(d), trees, args.root, args.collective, size, seg, _cpu(args))
+        print(
+            f"estimate for {size} bytes in {e.segment >> 10} KiB segments: {_ms(e.total_s)} ({e.binds} bind: "
+            f"links {_ms(e.link_s)} (bound {_ms(size / b.rate)}), CPU {_ms(e.cpu_s)} on rank {e.busiest_rank}, "
+            f"fill {_ms(e.fill_s)})"
+        )
     print(f"synthesis: {r.seconds:.2f} s")
     print(f"wrote {args.output}")
     if args.png:

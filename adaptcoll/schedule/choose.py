@@ -1,0 +1,197 @@
+"""The CPU-aware choice: synthesized forests (trees K x fanout) and adaptcoll's fixed shapes (two_tree,
+binomial, topo over the nodes, pipeline), each at every segment size, ranked by one estimate
+(`cost.estimate`: links, each rank's CPU, pipeline fill); the best forest is taken only when it beats
+the best fixed shape by more than `margin` (a fixed shape is what the library runs without a file).
+
+The fixed shapes are written as forests (their trees at equal weights): a schedule file holding
+two_tree's two trees runs exactly as `two_tree`, so whatever is chosen is one schedule file. No MPI.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .. import trees as tree_shapes
+from . import forest as forest_file
+from .bound import Bound, bound
+from .cost import DEFAULT_CPU, CpuCosts, Estimate, estimate
+from .describe import Description
+from .hierarchy import hierarchy
+from .network import Network, SynthesisError, tree_depth
+from .synthesize import Result, synthesize
+
+__all__ = ["FIXED", "SEGMENTS", "Candidate", "Choice", "fixed_trees", "cpu_floor", "choose"]
+
+FIXED = ("two_tree", "binomial", "topo", "pipeline")
+"""adaptcoll's fixed shapes the choice compares against (topo only where the description has nodes)."""
+SEGMENTS = (64 << 10, 128 << 10, 256 << 10, 512 << 10, 1 << 20, 2 << 20)
+"""Segment sizes tried by default (bytes)."""
+
+Children = tuple[tuple[int, ...], ...]
+Weighted = list[tuple[float, Children]]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One schedule at its best segment size: its name, whether it is a fixed shape, trees, estimate."""
+
+    name: str
+    fixed: bool
+    trees: Weighted
+    estimate: Estimate
+    rate: float
+    """its throughput under the link capacities alone (bytes/s)"""
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The chosen schedule, the best of each kind, every candidate, the bounds, and the time taken."""
+
+    chosen: Candidate
+    best_forest: Candidate | None
+    best_fixed: Candidate | None
+    candidates: tuple[Candidate, ...]
+    bound: Bound
+    cpu_floor_s: float
+    size: int
+    margin: float
+    seconds: float
+
+    def schedule(self, collective: str, root: int, d: Description) -> forest_file.Schedule:
+        """The chosen schedule as a file value; its bound record holds the bounds and the estimate."""
+        c = self.chosen
+        record = {
+            **self.bound.as_dict(),
+            "forest_rate": c.rate,
+            "method": c.name,
+            "size": self.size,
+            "cpu_floor_s": self.cpu_floor_s,
+            **c.estimate.as_dict(),
+        }
+        raw = {
+            "format": forest_file.FORMAT,
+            "collective": collective,
+            "ranks": d.ranks,
+            "topology": d.name,
+            "forests": [
+                {
+                    "root": root,
+                    "bound": record,
+                    "trees": [{"weight": w, "children": [list(k) for k in kids]} for w, kids in c.trees],
+                }
+            ],
+        }
+        return forest_file.from_dict(raw, "<chosen>")
+
+
+def fixed_trees(d: Description, shape: str, root: int) -> Weighted | None:
+    """A fixed shape's trees over the description's ranks (equal weights); None where it does not apply
+    (topo without nodes)."""
+    n = d.ranks
+    built: tuple[tree_shapes.Tree, ...]
+    if shape == "topo":
+        owner = d.node_of()
+        if len(set(owner)) in (1, n):
+            return None
+        built = (tree_shapes.build("topo", n, root, levels=(tuple(owner),)),)
+    elif shape == "two_tree":
+        built = tree_shapes.build_all("two_tree", n, root)
+    else:
+        built = (tree_shapes.build(shape, n, root),)
+    return [(1.0, tuple(t.children(r) for r in range(n))) for t in built]
+
+
+def cpu_floor(collective: str, ranks: int, size: int, segment: int, cpu: CpuCosts = DEFAULT_CPU) -> float:
+    """CPU seconds the busiest rank spends at least (the average rank's) for any tree schedule in
+    `segment`-byte segments: per segment n-1 messages, each costing its two ends (twice for allreduce),
+    and for reduce and allreduce n-1 contributions of every byte folded, over n ranks."""
+    if ranks < 2:
+        return 0.0
+    nseg = max(1, math.ceil(size / segment)) if segment > 0 else 1
+    messages = nseg * 2 * (ranks - 1) / ranks * (2 if collective == "allreduce" else 1)
+    folds = 0.0 if collective == "bcast" else size * (ranks - 1) / ranks
+    return messages * cpu.message + folds * cpu.fold
+
+
+def _best(
+    net: Network,
+    name: str,
+    fixed: bool,
+    trees: Weighted,
+    root: int,
+    collective: str,
+    size: int,
+    segments: Sequence[int],
+    cpu: CpuCosts,
+) -> Candidate:
+    got = min((estimate(net, trees, root, collective, size, s, cpu) for s in segments), key=lambda e: e.total_s)
+    try:
+        rate = net.forest_rate(trees, collective)
+    except SynthesisError:  # a fixed shape with an edge that has no switch route (DGX-1: relayed)
+        rate = 0.0
+    return Candidate(name, fixed, trees, got, rate)
+
+
+def choose(
+    d: Description,
+    collective: str,
+    root: int,
+    size: int,
+    segments: Sequence[int] = SEGMENTS,
+    trees: Sequence[int] = (2, 4, 8),
+    fanouts: Sequence[int] = (2, 0),
+    fixed: Sequence[str] = FIXED,
+    cpu: CpuCosts = DEFAULT_CPU,
+    margin: float = 0.03,
+    symmetric: bool = True,
+) -> Choice:
+    """Every forest (trees x fanouts; fanout 0: K) and fixed shape at its best segment size by the
+    estimate; the best forest is chosen when its estimate is below (1 - margin) x the best fixed
+    shape's, else the best fixed shape."""
+    start = time.perf_counter()
+    if size < 1:
+        raise SynthesisError(f"size must be >= 1 byte, got {size}")
+    if not segments or min(segments) < 1:
+        raise SynthesisError(f"segment sizes must be >= 1 byte, got {list(segments)}")
+    net = Network(d)
+    the_bound = bound(d, collective, root, symmetric, hierarchy(d))
+    found: list[Candidate] = []
+    for shape in fixed:
+        shape_trees = fixed_trees(d, shape, root)
+        if shape_trees is not None:
+            found.append(_best(net, shape, True, shape_trees, root, collective, size, segments, cpu))
+    seen: set[tuple[int, int]] = set()
+    for k in trees:
+        for f in fanouts:
+            f = f or max(2, k)
+            if (k, f) in seen:
+                continue
+            seen.add((k, f))
+            got: Result = synthesize(d, collective, root, trees=k, fanout=f, symmetric=symmetric)
+            kids = [(t.weight, t.children) for t in got.schedule.forests[0].trees]
+            found.append(
+                _best(net, f"forest K={k} F={f} ({got.method})", False, kids, root, collective, size, segments, cpu)
+            )
+    forests = [c for c in found if not c.fixed]
+    shapes = [c for c in found if c.fixed]
+    best_forest = min(forests, key=lambda c: c.estimate.total_s, default=None)
+    best_fixed = min(shapes, key=lambda c: c.estimate.total_s, default=None)
+    if best_fixed is None or (
+        best_forest is not None and best_forest.estimate.total_s < (1.0 - margin) * best_fixed.estimate.total_s
+    ):
+        chosen = best_forest
+    else:
+        chosen = best_fixed
+    assert chosen is not None
+    floor = cpu_floor(collective, d.ranks, size, chosen.estimate.segment, cpu)
+    return Choice(
+        chosen, best_forest, best_fixed, tuple(found), the_bound, floor, size, margin, time.perf_counter() - start
+    )
+
+
+def depth(c: Candidate, root: int) -> int:
+    """The deepest tree of a candidate (edges)."""
+    return max(tree_depth(kids, root) for _, kids in c.trees)

@@ -1,0 +1,285 @@
+"""A time estimate for a weighted forest on a described network: the links AND each rank's CPU.
+
+The link model alone (`Network.forest_rate`) says how fast the links could carry a forest; in
+adaptcoll every message also costs its sender and its receiver CPU time (posting it, `o`; its
+completion callback, `engine`), and every reduction folds its children's bytes (`fold` per byte). The
+estimate for a message of `size` bytes cut into segments of `segment` bytes, dealt to the trees by
+weight, is
+
+    time = max(link time, CPU time) + fill
+
+- link time: the busiest link's bytes over its bandwidth (the forest's segments as dealt);
+- CPU time: the busiest rank's seconds: per segment of tree t, (1 receive if not the root + one send
+  per child) x (o + engine), twice for allreduce (up, then down), plus its children's bytes x fold
+  (reduce, allreduce);
+- fill: the slowest root-to-leaf path of one segment (a hop: the parent's callback and posts, the
+  route's latency, twice when the segment goes by rendezvous, the segment's bytes over the route's
+  links shared with the parent's other children in that tree, and a fold going up); up then down for
+  allreduce.
+
+It is what `choose` ranks schedules by, and it names the resource that binds. The CPU figures default
+to the simulator's built-in ones (`adaptcoll.simulate.params.DEFAULT_PARAMS`; a test keeps them equal);
+this module reads plain numbers only, so it imports nothing from the simulator. No MPI.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import networkx as nx
+import numpy as np
+
+from .network import Network, Route, SynthesisError
+
+__all__ = ["CpuCosts", "DEFAULT_CPU", "Estimate", "cpu_costs", "segments_dealt", "rank_work", "estimate"]
+
+Children = Sequence[Sequence[int]]
+
+
+@dataclass(frozen=True)
+class CpuCosts:
+    """Per-rank CPU costs (seconds, seconds per byte) and the eager limit (bytes) of the runtime."""
+
+    o: float = 5.9e-6
+    engine: float = 3.1e-6
+    fold: float = 1.5e-10
+    eager: int = 65536
+
+    @property
+    def message(self) -> float:
+        """CPU seconds one message costs each of its two ends (a post and a completion callback)."""
+        return self.o + self.engine
+
+
+DEFAULT_CPU = CpuCosts()
+"""The simulator's built-in figures (the 16-core node's calibration)."""
+
+
+def cpu_costs(raw: Mapping[str, Any] | Any | None = None) -> CpuCosts:
+    """CpuCosts from a simulator parameters object or a dict holding some of o, engine, fold, eager
+    (e.g. a parameters file's JSON); the rest keep the defaults."""
+    if raw is None:
+        return DEFAULT_CPU
+    get = raw.get if isinstance(raw, Mapping) else lambda k, d: getattr(raw, k, d)
+    out = CpuCosts(
+        float(get("o", DEFAULT_CPU.o)),
+        float(get("engine", DEFAULT_CPU.engine)),
+        float(get("fold", DEFAULT_CPU.fold)),
+        int(get("eager", DEFAULT_CPU.eager)),
+    )
+    if min(out.o, out.engine, out.fold, out.eager) < 0 or not all(map(math.isfinite, (out.o, out.engine, out.fold))):
+        raise ValueError(f"CPU costs must be finite numbers >= 0, got {out}")
+    return out
+
+
+def segments_dealt(weights: Sequence[float], nseg: int) -> list[int]:
+    """How many of `nseg` segments each tree carries: its largest-remainder quota by weight (as the
+    forest protocol deals them; equal weights: round-robin)."""
+    k = len(weights)
+    if len(set(weights)) <= 1:
+        return [nseg // k + (1 if t < nseg % k else 0) for t in range(k)]
+    total = sum(weights)
+    exact = [nseg * w / total for w in weights]
+    quota = [math.floor(x + 1e-12) for x in exact]
+    for t in sorted(range(k), key=lambda t: (-(exact[t] - quota[t]), t))[: nseg - sum(quota)]:
+        quota[t] += 1
+    return quota
+
+
+def rank_work(
+    trees: Sequence[tuple[int, Children]], root: int, collective: str, ranks: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per rank: messages (sent + received) and child contributions folded, for trees carrying
+    `count` segments each, given as (count, children). Allreduce counts both directions."""
+    msgs = np.zeros(ranks)
+    folds = np.zeros(ranks)
+    both = 2 if collective == "allreduce" else 1
+    for count, children in trees:
+        if not count:
+            continue
+        kids = np.array([len(k) for k in children], dtype=float)
+        degree = kids + 1.0
+        degree[root] -= 1.0
+        msgs += count * both * degree
+        if collective != "bcast":
+            folds += count * kids
+    return msgs, folds
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The estimated time of one schedule and what it is made of (seconds)."""
+
+    total_s: float
+    link_s: float
+    cpu_s: float
+    fill_s: float
+    segment: int
+    segments: int
+    busiest_rank: int
+    busiest_link: str
+    depth: int
+
+    @property
+    def binds(self) -> str:
+        """The resource whose busy time is the larger: 'cpu' or 'links'."""
+        return "cpu" if self.cpu_s >= self.link_s else "links"
+
+    def as_dict(self) -> dict[str, Any]:
+        """For a schedule file's free-form bound record."""
+        return {
+            "estimate_s": self.total_s,
+            "link_s": self.link_s,
+            "cpu_s": self.cpu_s,
+            "fill_s": self.fill_s,
+            "binds": self.binds,
+            "segment": self.segment,
+            "segments": self.segments,
+        }
+
+
+class _Routes:
+    """Routes for the estimate: the network's (through switches), or, for a pair without one, the
+    path with the fewest hops over any vertices (the simulator relays through ranks there)."""
+
+    def __init__(self, net: Network) -> None:
+        self.net = net
+        self._relayed: dict[tuple[int, int], Route] = {}
+        self._graph: nx.DiGraph | None = None
+
+    def route(self, u: int, v: int) -> Route:
+        try:
+            return self.net.route(u, v)
+        except SynthesisError:
+            pass
+        got = self._relayed.get((u, v))
+        if got is None:
+            if self._graph is None:
+                self._graph = nx.DiGraph()
+                for i, ln in enumerate(self.net.links):
+                    self._graph.add_edge(ln.src, ln.dst, link=i, weight=1.0 + ln.latency)
+            path = nx.shortest_path(self._graph, u, v, weight="weight")  # NetworkXNoPath if none
+            got = self._relayed[(u, v)] = tuple(
+                (self._graph.edges[a, b]["link"], 1.0) for a, b in itertools.pairwise(path)
+            )
+        return got
+
+    def edge(self, parent: int, child: int, collective: str) -> Route:
+        if collective == "bcast":
+            return self.route(parent, child)
+        if collective == "reduce":
+            return self.route(child, parent)
+        return self.route(parent, child) + self.route(child, parent)
+
+
+def _latency(net: Network, route: Sequence[tuple[int, float]]) -> float:
+    """A route's latency: the links' latencies weighted by the share of the bytes on each path."""
+    return sum(net.links[link].latency * frac for link, frac in route)
+
+
+def _hops(
+    net: Network,
+    routes: _Routes,
+    children: Children,
+    seg: float,
+    up: bool,
+    cpu: CpuCosts,
+    round_busy: np.ndarray,
+) -> np.ndarray:
+    """Per rank, the time one segment of `seg` bytes takes on the tree edge to it from its parent
+    (down) or from it to its parent (up; the parent's folds included); 0 at the root. The bytes move
+    at the parent's share of each link, and no faster than the link clears one round (one segment of
+    every tree: `round_busy`, seconds per link), since all trees fill their pipelines at once."""
+    handshakes = 2.0 if seg > cpu.eager else 1.0
+    hop = np.zeros(len(children))
+    for parent, kids in enumerate(children):
+        if not kids:
+            continue
+        share: dict[int, float] = {}  # this parent's edges in the tree on each link, per segment byte
+        paths = [routes.route(c, parent) if up else routes.route(parent, c) for c in kids]
+        for route in paths:
+            for link, frac in route:
+                share[link] = share.get(link, 0.0) + frac
+        f = len(kids)
+        for i, (c, route) in enumerate(zip(kids, paths)):
+            wire = max(
+                (max(seg * share[link] / net.capacity[link], round_busy[link]) for link, _ in route), default=0.0
+            )
+            wire += handshakes * _latency(net, route)
+            if up:  # the child posts its send; the parent takes the f arrivals and folds them
+                hop[c] = cpu.o + wire + (cpu.engine + seg * cpu.fold) * f
+            else:  # the parent's callback, then its posts to its children in order, the child's callback
+                hop[c] = cpu.engine + cpu.o * (i + 1) + wire + cpu.engine
+    return hop
+
+
+def _through(children: Children, root: int, hop: np.ndarray) -> tuple[np.ndarray, float, int]:
+    """Per rank, the longest root-to-leaf path through it (sum of hops); the longest path; the depth."""
+    order, depth_of = [root], {root: 0}
+    for r in order:
+        for c in children[r]:
+            depth_of[c] = depth_of[r] + 1
+            order.append(c)
+    pre = np.zeros(len(children))
+    for r in order:
+        for c in children[r]:
+            pre[c] = pre[r] + hop[c]
+    post = np.zeros(len(children))
+    for r in reversed(order):
+        for c in children[r]:
+            post[r] = max(post[r], post[c] + hop[c])
+    return pre + post, float(post[root]), max(depth_of.values())
+
+
+def estimate(
+    net: Network,
+    trees: Sequence[tuple[float, Children]],
+    root: int,
+    collective: str,
+    size: int,
+    segment: int,
+    cpu: CpuCosts = DEFAULT_CPU,
+) -> Estimate:
+    """The estimated time of weighted trees (weight, children) for `collective` of `size` bytes in
+    segments of `segment` bytes (0: one segment) on `net` (see the module docstring)."""
+    segment = size if segment <= 0 or segment > size else segment
+    nseg = max(1, math.ceil(size / segment))
+    counts = segments_dealt([w for w, _ in trees], nseg)
+    used = [(c, kids) for c, (_, kids) in zip(counts, trees) if c]
+    routes = _Routes(net)
+    load = np.zeros(len(net.links))
+    for c, kids in used:
+        for parent, ks in enumerate(kids):
+            for child in ks:
+                for link, frac in routes.edge(parent, child, collective):
+                    load[link] += c * segment * frac
+    load *= size / (nseg * segment)  # the last segment is short
+    busy = load / net.capacity
+    worst = int(np.argmax(busy)) if len(busy) else -1
+    link_s = float(busy[worst]) if worst >= 0 else 0.0
+    msgs, folds = rank_work(used, root, collective, net.ranks)
+    work = msgs * cpu.message + folds * (size / nseg) * cpu.fold
+    round_busy = busy / max(counts)
+    through = np.zeros(net.ranks)  # the longest path of one segment through each rank, over the trees
+    fill, depth = 0.0, 0
+    for _, kids in used:
+        if collective == "bcast":
+            per, f, dep = _through(kids, root, _hops(net, routes, kids, segment, False, cpu, round_busy))
+        else:
+            per, f, dep = _through(kids, root, _hops(net, routes, kids, segment, True, cpu, round_busy))
+            if collective == "allreduce":  # reduced up, then broadcast down the same tree
+                down, g, _ = _through(kids, root, _hops(net, routes, kids, segment, False, cpu, round_busy))
+                per, f = np.maximum(per + g, down + f), f + g
+        through = np.maximum(through, per)
+        fill, depth = max(fill, f), max(depth, dep)
+    # a rank's work is its segments' stages in a row; one of them lies on the path already
+    ranked = work * (1.0 - 1.0 / nseg) + through
+    busiest = int(np.argmax(ranked))
+    link_name = f"{net.links[worst].src}->{net.links[worst].dst}" if worst >= 0 else "-"
+    cpu_s = float(np.max(work))
+    total = max(link_s + fill, float(ranked[busiest]))
+    return Estimate(total, link_s, cpu_s, fill, segment, nseg, busiest, link_name, depth)

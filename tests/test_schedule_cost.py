@@ -1,0 +1,130 @@
+"""The CPU-aware cost model and choice of adaptcoll.schedule (cost.py, choose.py, `--cpu`): counts and
+times against hand arithmetic on small trees, the choice's rule, the CLI. No MPI; seconds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from adaptcoll import trees as tree_shapes
+from adaptcoll.protocols.links import deal
+from adaptcoll.schedule import describe, forest, shapes
+from adaptcoll.schedule.choose import choose, cpu_floor, fixed_trees
+from adaptcoll.schedule.cli import main
+from adaptcoll.schedule.cost import DEFAULT_CPU, CpuCosts, cpu_costs, estimate, rank_work, segments_dealt
+from adaptcoll.schedule.network import Network
+from adaptcoll.simulate.params import DEFAULT_PARAMS
+
+# 4 ranks: 0 -> 1, 2; 1 -> 3
+TREE = ((1, 2), (3,), (), ())
+
+
+def test_defaults_are_the_simulators() -> None:
+    assert (DEFAULT_CPU.o, DEFAULT_CPU.engine, DEFAULT_CPU.fold, DEFAULT_CPU.eager) == (
+        DEFAULT_PARAMS.o,
+        DEFAULT_PARAMS.engine,
+        DEFAULT_PARAMS.fold,
+        DEFAULT_PARAMS.eager,
+    )
+    assert cpu_costs(DEFAULT_PARAMS) == DEFAULT_CPU
+    assert cpu_costs({"o": 1e-6, "fold": 0}) == CpuCosts(1e-6, DEFAULT_CPU.engine, 0.0, DEFAULT_CPU.eager)
+    with pytest.raises(ValueError):
+        cpu_costs({"o": -1})
+
+
+@pytest.mark.parametrize("weights,nseg", [((1.0, 1.0), 7), ((3.0, 1.0), 8), ((0.5, 0.3, 0.2), 11), ((2.0, 1.0), 1)])
+def test_segments_dealt_as_the_protocol_deals(weights: tuple[float, ...], nseg: int) -> None:
+    assert segments_dealt(list(weights), nseg) == [len(p) for p in deal(len(weights), nseg, list(weights))]
+
+
+def test_rank_work_by_hand() -> None:
+    msgs, folds = rank_work([(3, TREE)], 0, "bcast", 4)
+    assert list(msgs) == [6, 6, 3, 3]  # per segment: 2 sends; 1 receive + 1 send; 1 receive; 1 receive
+    assert list(folds) == [0, 0, 0, 0]
+    msgs, folds = rank_work([(3, TREE)], 0, "reduce", 4)
+    assert list(msgs) == [6, 6, 3, 3] and list(folds) == [6, 3, 0, 0]
+    msgs, folds = rank_work([(3, TREE), (2, ((3,), (), (1,), (2,)))], 0, "allreduce", 4)
+    # second tree: 0 -> 3 -> 2 -> 1, 2 segments; allreduce doubles the messages
+    assert list(msgs) == [2 * (6 + 2), 2 * (6 + 2), 2 * (3 + 4), 2 * (3 + 4)]
+    assert list(folds) == [6 + 2, 3 + 0, 0 + 2, 0 + 2]
+
+
+def test_estimate_by_hand_on_a_flat_switch() -> None:
+    c = 10e9
+    d = shapes.flat_switch(4, bandwidth=c, latency=1e-6)
+    net = Network(d)
+    size, seg = 4 << 20, 1 << 20
+    cpu = CpuCosts(5e-6, 3e-6, 2e-11, 65536)
+    e = estimate(net, [(1.0, TREE)], 0, "reduce", size, seg, cpu)
+    assert e.segments == 4 and e.segment == seg
+    # rank 0 receives 2 x the message on its link from the switch; rank 1 receives 1 x and sends 1 x
+    assert e.link_s == pytest.approx(2 * size / c)
+    # busiest CPU: rank 0 (8 messages, 2 x 4 segments folded) vs rank 1 (8 messages, 4 folded)
+    assert e.cpu_s == pytest.approx(8 * 8e-6 + 8 * seg * 2e-11)
+    assert e.depth == 2 and e.binds == "links"
+    assert e.total_s >= max(e.link_s, e.cpu_s) and e.fill_s > 0
+    # more CPU per message: the CPU binds, and the estimate grows with it
+    slow = estimate(net, [(1.0, TREE)], 0, "reduce", size, seg, CpuCosts(1e-3, 0.0, 2e-11, 65536))
+    assert slow.binds == "cpu" and slow.cpu_s == pytest.approx(8 * 1e-3 + 8 * seg * 2e-11)
+    assert slow.total_s > e.total_s + 7e-3
+    # smaller segments: more messages, more CPU
+    assert estimate(net, [(1.0, TREE)], 0, "reduce", size, 64 << 10, cpu).cpu_s > e.cpu_s
+
+
+def test_cpu_floor_is_below_every_schedule() -> None:
+    d = shapes.nic_nodes(4, 4, nics=2)
+    net = Network(d)
+    for collective in ("bcast", "reduce", "allreduce"):
+        for shape in ("two_tree", "binomial", "topo", "pipeline"):
+            kids = fixed_trees(d, shape, 0)
+            assert kids is not None
+            for seg in (64 << 10, 1 << 20):
+                e = estimate(net, kids, 0, collective, 4 << 20, seg)
+                assert cpu_floor(collective, d.ranks, 4 << 20, seg) <= e.cpu_s * (1 + 1e-9)
+
+
+def test_fixed_trees_are_the_librarys() -> None:
+    d = shapes.nic_nodes(4, 4)
+    got = fixed_trees(d, "two_tree", 0)
+    assert got is not None
+    assert [k for _, k in got] == [
+        tuple(t.children(r) for r in range(16)) for t in tree_shapes.build_all("two_tree", 16, 0)
+    ]
+    assert fixed_trees(shapes.dgx1(), "topo", 0) is None  # no nodes: topo is binomial
+
+
+def test_choice_keeps_a_fixed_shape_unless_the_forest_is_clearly_better() -> None:
+    d = shapes.nic_nodes(8, 4, nics=2)  # 32 ranks: the layered construction (fast)
+    for collective, size in (("bcast", 16 << 20), ("reduce", 4 << 20)):
+        c = choose(d, collective, 0, size, segments=(256 << 10, 1 << 20), trees=(2, 4), fanouts=(2,))
+        assert c.best_fixed is not None and c.best_forest is not None
+        forest_t, fixed_t = c.best_forest.estimate.total_s, c.best_fixed.estimate.total_s
+        assert c.chosen is (c.best_forest if forest_t < 0.97 * fixed_t else c.best_fixed)
+        assert all(c.chosen.estimate.total_s <= x.estimate.total_s * 1.0 / 0.97 for x in c.candidates)
+        # a margin that no forest can beat keeps the fixed shape; no fixed shapes: a forest
+        assert choose(d, collective, 0, size, (1 << 20,), (2,), (2,), margin=0.99).chosen.fixed
+        assert not choose(d, collective, 0, size, (1 << 20,), (2,), (2,), fixed=()).chosen.fixed
+    # the reduce here is CPU-bound (folds at 6.7 GB/s, 9 us a message): two_tree's balance wins
+    c = choose(d, "reduce", 0, 4 << 20, segments=(256 << 10,), trees=(2, 4), fanouts=(2,))
+    assert c.chosen.fixed and c.chosen.estimate.binds == "cpu"
+
+
+def test_cli_cpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    topo = tmp_path / "n.json"
+    describe.save(topo, shapes.nic_nodes(8, 4, nics=2))
+    out = tmp_path / "s.json"
+    args = ["--topology", str(topo), "--collective", "reduce", "-o", str(out)]
+    assert main([*args, "--size", "4M", "--cpu", "--try-trees", "2", "--segments", "256K,1M"]) == 0
+    text = capsys.readouterr().out
+    assert "bound: links" in text and "CPU" in text and "chosen:" in text and "two_tree" in text
+    s = forest.load(out)
+    rec = s.forests[0].bound
+    assert rec["segment"] in (256 << 10, 1 << 20) and rec["binds"] in ("cpu", "links") and rec["size"] == 4 << 20
+    assert json.loads(out.read_text())["collective"] == "reduce"
+    assert main([*args, "--size", "4M", "--segment", "1M"]) == 0
+    assert "estimate for 4194304 bytes in 1024 KiB segments" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exc:
+        main([*args, "--cpu"])  # --cpu needs --size
+    assert exc.value.code == 2
