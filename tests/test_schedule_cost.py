@@ -78,21 +78,29 @@ def test_cpu_floor_is_below_every_schedule() -> None:
     net = Network(d)
     for collective in ("bcast", "reduce", "allreduce"):
         for shape in ("two_tree", "binomial", "topo", "pipeline"):
-            kids = fixed_trees(d, shape, 0)
-            assert kids is not None
+            got = fixed_trees(d, shape, 0, collective)
+            assert got is not None
+            kids, roots = got
+            assert len(set(roots)) == (d.ranks if collective == "allreduce" else 1)
             for seg in (64 << 10, 1 << 20):
-                e = estimate(net, kids, 0, collective, 4 << 20, seg)
+                e = estimate(net, kids, roots, collective, 4 << 20, seg)
                 assert cpu_floor(collective, d.ranks, 4 << 20, seg) <= e.cpu_s * (1 + 1e-9)
 
 
 def test_fixed_trees_are_the_librarys() -> None:
     d = shapes.nic_nodes(4, 4)
     got = fixed_trees(d, "two_tree", 0)
-    assert got is not None
-    assert [k for _, k in got] == [
+    assert got is not None and got[1] == (0, 0)
+    assert [k for _, k in got[0]] == [
         tuple(t.children(r) for r in range(16)) for t in tree_shapes.build_all("two_tree", 16, 0)
     ]
     assert fixed_trees(shapes.dgx1(), "topo", 0) is None  # no nodes: topo is binomial
+    # allreduce: one root per rank (0, 1, ..., as the library spreads them), cut once `limit` trees are there
+    got = fixed_trees(d, "two_tree", 0, "allreduce", limit=5)
+    assert got is not None and got[1] == (0, 0, 1, 1, 2, 2)
+    assert [k for _, k in got[0][2:4]] == [
+        tuple(t.children(r) for r in range(16)) for t in tree_shapes.build_all("two_tree", 16, 1)
+    ]
 
 
 def test_choice_keeps_a_fixed_shape_unless_the_forest_is_clearly_better() -> None:

@@ -41,9 +41,11 @@ class Candidate:
     name: str
     fixed: bool
     trees: Weighted
+    roots: tuple[int, ...]
+    """each tree's root (allreduce's fixed shapes: one forest per root, as the library runs them)"""
     estimate: Estimate
     rate: float
-    """its throughput under the link capacities alone (bytes/s)"""
+    """its throughput under the link capacities alone (bytes/s; for the forest of the first root)"""
 
 
 @dataclass(frozen=True)
@@ -71,25 +73,49 @@ class Choice:
             "cpu_floor_s": self.cpu_floor_s,
             **c.estimate.as_dict(),
         }
+        by_root: dict[int, list[dict[str, object]]] = {}
+        for (w, kids), r in zip(c.trees, c.roots):
+            by_root.setdefault(r, []).append({"weight": w, "children": [list(k) for k in kids]})
+        forests = [{"root": r, "trees": ts} for r, ts in by_root.items()]
+        forests[0]["bound"] = record
         raw = {
             "format": forest_file.FORMAT,
             "collective": collective,
             "ranks": d.ranks,
             "topology": d.name,
-            "forests": [
-                {
-                    "root": root,
-                    "bound": record,
-                    "trees": [{"weight": w, "children": [list(k) for k in kids]} for w, kids in c.trees],
-                }
-            ],
+            "forests": forests,
         }
         return forest_file.from_dict(raw, "<chosen>")
 
 
-def fixed_trees(d: Description, shape: str, root: int) -> Weighted | None:
-    """A fixed shape's trees over the description's ranks (equal weights); None where it does not apply
-    (topo without nodes)."""
+def fixed_trees(
+    d: Description, shape: str, root: int, collective: str = "bcast", allreduce_roots: int = 0, limit: int = 0
+) -> tuple[Weighted, tuple[int, ...]] | None:
+    """A fixed shape's trees over the description's ranks (equal weights) and their roots, as the
+    library runs them: Bcast and Reduce from `root`; Allreduce from `allreduce_roots` roots spread
+    evenly over the ranks (0: every rank; the library's default), segments dealt round-robin over all
+    their trees. `limit` > 0: stop after the root whose trees reach `limit` trees (a call of at most
+    `limit` segments deals none to the trees after: tree s % trees takes segment s). None where the
+    shape does not apply (topo without nodes)."""
+    if collective != "allreduce":
+        got = _shape_trees(d, shape, root)
+        return None if got is None else (got, (root,) * len(got))
+    count = min(d.ranks, allreduce_roots or d.ranks)
+    trees: Weighted = []
+    roots: list[int] = []
+    for k in range(count):
+        r = (k * d.ranks) // count
+        got = _shape_trees(d, shape, r)
+        if got is None:
+            return None
+        trees += got
+        roots += [r] * len(got)
+        if limit and len(trees) >= limit:
+            break
+    return trees, tuple(roots)
+
+
+def _shape_trees(d: Description, shape: str, root: int) -> Weighted | None:
     n = d.ranks
     built: tuple[tree_shapes.Tree, ...]
     if shape == "topo":
@@ -121,7 +147,7 @@ def _best(
     name: str,
     fixed: bool,
     trees: Weighted,
-    root: int,
+    root: tuple[int, ...],
     collective: str,
     size: int,
     segments: Sequence[int],
@@ -129,10 +155,10 @@ def _best(
 ) -> Candidate:
     got = min((estimate(net, trees, root, collective, size, s, cpu) for s in segments), key=lambda e: e.total_s)
     try:
-        rate = net.forest_rate(trees, collective)
+        rate = net.forest_rate([t for t, r in zip(trees, root) if r == root[0]], collective)
     except SynthesisError:  # a fixed shape with an edge that has no switch route (DGX-1: relayed)
         rate = 0.0
-    return Candidate(name, fixed, trees, got, rate)
+    return Candidate(name, fixed, trees, root, got, rate)
 
 
 def choose(
@@ -147,10 +173,12 @@ def choose(
     cpu: CpuCosts = DEFAULT_CPU,
     margin: float = 0.03,
     symmetric: bool = True,
+    allreduce_roots: int = 0,
 ) -> Choice:
     """Every forest (trees x fanouts; fanout 0: K) and fixed shape at its best segment size by the
     estimate; the best forest is chosen when its estimate is below (1 - margin) x the best fixed
-    shape's, else the best fixed shape."""
+    shape's, else the best fixed shape. `allreduce_roots`: the library's setting the fixed shapes run
+    with (0: every rank a root)."""
     start = time.perf_counter()
     if size < 1:
         raise SynthesisError(f"size must be >= 1 byte, got {size}")
@@ -159,10 +187,11 @@ def choose(
     net = Network(d)
     the_bound = bound(d, collective, root, symmetric, hierarchy(d))
     found: list[Candidate] = []
+    most = max(math.ceil(size / s) for s in segments)
     for shape in fixed:
-        shape_trees = fixed_trees(d, shape, root)
-        if shape_trees is not None:
-            found.append(_best(net, shape, True, shape_trees, root, collective, size, segments, cpu))
+        got_shape = fixed_trees(d, shape, root, collective, allreduce_roots, most)
+        if got_shape is not None:
+            found.append(_best(net, shape, True, got_shape[0], got_shape[1], collective, size, segments, cpu))
     seen: set[tuple[int, int]] = set()
     for k in trees:
         for f in fanouts:
@@ -172,8 +201,9 @@ def choose(
             seen.add((k, f))
             got: Result = synthesize(d, collective, root, trees=k, fanout=f, symmetric=symmetric)
             kids = [(t.weight, t.children) for t in got.schedule.forests[0].trees]
+            roots = (root,) * len(kids)
             found.append(
-                _best(net, f"forest K={k} F={f} ({got.method})", False, kids, root, collective, size, segments, cpu)
+                _best(net, f"forest K={k} F={f} ({got.method})", False, kids, roots, collective, size, segments, cpu)
             )
     forests = [c for c in found if not c.fixed]
     shapes = [c for c in found if c.fixed]

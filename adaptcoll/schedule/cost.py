@@ -55,6 +55,10 @@ class CpuCosts:
         return self.o + self.engine
 
 
+ROUND_SHARE = 0.5
+"""While the pipelines fill, a hop waits on average for this part of a round (one segment of every tree)
+on its busiest link; fitted on small fat trees and NIC nodes (0: no wait, 1: a full round each hop)."""
+
 DEFAULT_CPU = CpuCosts()
 """The simulator's built-in figures (the 16-core node's calibration)."""
 
@@ -90,20 +94,29 @@ def segments_dealt(weights: Sequence[float], nseg: int) -> list[int]:
     return quota
 
 
+def _roots(root: int | Sequence[int], n: int) -> list[int]:
+    """One root per tree (a single root: every tree's)."""
+    roots = [root] * n if isinstance(root, int) else list(root)
+    if len(roots) != n:
+        raise ValueError(f"{len(roots)} roots for {n} trees")
+    return roots
+
+
 def rank_work(
-    trees: Sequence[tuple[int, Children]], root: int, collective: str, ranks: int
+    trees: Sequence[tuple[int, Children]], root: int | Sequence[int], collective: str, ranks: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per rank: messages (sent + received) and child contributions folded, for trees carrying
-    `count` segments each, given as (count, children). Allreduce counts both directions."""
+    `count` segments each, given as (count, children), rooted at `root` (one, or one per tree).
+    Allreduce counts both directions."""
     msgs = np.zeros(ranks)
     folds = np.zeros(ranks)
     both = 2 if collective == "allreduce" else 1
-    for count, children in trees:
+    for (count, children), r in zip(trees, _roots(root, len(trees))):
         if not count:
             continue
         kids = np.array([len(k) for k in children], dtype=float)
         degree = kids + 1.0
-        degree[root] -= 1.0
+        degree[r] -= 1.0
         msgs += count * both * degree
         if collective != "bcast":
             folds += count * kids
@@ -204,14 +217,13 @@ def _hops(
         for route in paths:
             for link, frac in route:
                 share[link] = share.get(link, 0.0) + frac
-        f = len(kids)
         for i, (c, route) in enumerate(zip(kids, paths)):
             wire = max(
                 (max(seg * share[link] / net.capacity[link], round_busy[link]) for link, _ in route), default=0.0
             )
             wire += handshakes * _latency(net, route)
-            if up:  # the child posts its send; the parent takes the f arrivals and folds them
-                hop[c] = cpu.o + wire + (cpu.engine + seg * cpu.fold) * f
+            if up:  # the child posts its send (the parent's callback and fold: `_through_up`)
+                hop[c] = cpu.o + wire
             else:  # the parent's callback, then its posts to its children in order, the child's callback
                 hop[c] = cpu.engine + cpu.o * (i + 1) + wire + cpu.engine
     return hop
@@ -235,21 +247,46 @@ def _through(children: Children, root: int, hop: np.ndarray) -> tuple[np.ndarray
     return pre + post, float(post[root]), max(depth_of.values())
 
 
+def _through_up(children: Children, root: int, hop: np.ndarray, stage: float) -> tuple[np.ndarray, float, int]:
+    """`_through` for one segment going up: a parent takes its children's arrivals in the order they
+    come, each costing it `stage` (callback and fold) after the arrival, so a fold of an early child
+    overlaps the wait for a late one."""
+    order, depth_of = [root], {root: 0}
+    for r in order:
+        for c in children[r]:
+            depth_of[c] = depth_of[r] + 1
+            order.append(c)
+    ready = np.zeros(len(children))
+    for r in reversed(order):
+        t = 0.0
+        for a in sorted(ready[c] + hop[c] for c in children[r]):
+            t = max(t, a) + stage
+        ready[r] = t
+    post = np.zeros(len(children))
+    for r in order:
+        for c in children[r]:
+            post[c] = post[r] + hop[c] + stage
+    return ready + post, float(ready[root]), max(depth_of.values())
+
+
 def estimate(
     net: Network,
     trees: Sequence[tuple[float, Children]],
-    root: int,
+    root: int | Sequence[int],
     collective: str,
     size: int,
     segment: int,
     cpu: CpuCosts = DEFAULT_CPU,
 ) -> Estimate:
-    """The estimated time of weighted trees (weight, children) for `collective` of `size` bytes in
-    segments of `segment` bytes (0: one segment) on `net` (see the module docstring)."""
+    """The estimated time of weighted trees (weight, children) rooted at `root` (one, or one per tree:
+    an allreduce over several roots' forests, segments dealt over all their trees) for `collective` of
+    `size` bytes in segments of `segment` bytes (0: one segment) on `net` (see the module docstring)."""
     segment = size if segment <= 0 or segment > size else segment
     nseg = max(1, math.ceil(size / segment))
     counts = segments_dealt([w for w, _ in trees], nseg)
+    roots = _roots(root, len(trees))
     used = [(c, kids) for c, (_, kids) in zip(counts, trees) if c]
+    used_roots = [r for c, r in zip(counts, roots) if c]
     routes = _Routes(net)
     load = np.zeros(len(net.links))
     for c, kids in used:
@@ -261,23 +298,26 @@ def estimate(
     busy = load / net.capacity
     worst = int(np.argmax(busy)) if len(busy) else -1
     link_s = float(busy[worst]) if worst >= 0 else 0.0
-    msgs, folds = rank_work(used, root, collective, net.ranks)
+    msgs, folds = rank_work(used, used_roots, collective, net.ranks)
     work = msgs * cpu.message + folds * (size / nseg) * cpu.fold
-    round_busy = busy / max(counts)
-    through = np.zeros(net.ranks)  # the longest path of one segment through each rank, over the trees
+    round_busy = ROUND_SHARE * busy / max(counts)
+    shortest = np.full(net.ranks, np.inf)  # per rank, the shortest and the longest path through it, over the trees
+    longest = np.zeros(net.ranks)
     fill, depth = 0.0, 0
-    for _, kids in used:
+    for (_, kids), root in zip(used, used_roots):
         if collective == "bcast":
             per, f, dep = _through(kids, root, _hops(net, routes, kids, segment, False, cpu, round_busy))
         else:
-            per, f, dep = _through(kids, root, _hops(net, routes, kids, segment, True, cpu, round_busy))
+            stage = cpu.engine + segment * cpu.fold
+            per, f, dep = _through_up(kids, root, _hops(net, routes, kids, segment, True, cpu, round_busy), stage)
             if collective == "allreduce":  # reduced up, then broadcast down the same tree
                 down, g, _ = _through(kids, root, _hops(net, routes, kids, segment, False, cpu, round_busy))
                 per, f = np.maximum(per + g, down + f), f + g
-        through = np.maximum(through, per)
+        shortest, longest = np.minimum(shortest, per), np.maximum(longest, per)
         fill, depth = max(fill, f), max(depth, dep)
-    # a rank's work is its segments' stages in a row; one of them lies on the path already
-    ranked = work * (1.0 - 1.0 / nseg) + through
+    # a rank's work is its segments' stages in a row, one of them on a path of one segment already;
+    # which tree's path holds it is unknown: halfway between the shortest and the longest (fitted)
+    ranked = work * (1.0 - 1.0 / nseg) + (shortest + longest) / 2
     busiest = int(np.argmax(ranked))
     link_name = f"{net.links[worst].src}->{net.links[worst].dst}" if worst >= 0 else "-"
     cpu_s = float(np.max(work))
