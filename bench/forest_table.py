@@ -13,6 +13,12 @@ the tool prints): a floor no schedule reaches, pipeline fill, per-message CPU an
 
     python bench/forest_table.py --json bench/results/simulate/forest_table.json
     python bench/forest_table.py --topology dgx1 --only bcast:16M --samples 1      # one row, seconds
+    python bench/forest_table.py --topology dgx1 --tool    # the forest is the tool's CPU-aware choice
+                                                           # (python -m adaptcoll.schedule --cpu) at its segment
+
+With --tool the "forest" is whatever `adaptcoll.schedule.choose` picks from the same trees and segment
+sizes (a synthesized forest, or a fixed shape written as a forest file when no forest beats it by 3 %),
+run once at the segment size it chose; the fixed shapes still get their best of `--segments`.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from typing import Any
 from adaptcoll import settings
 from adaptcoll.schedule import forest as forest_file
 from adaptcoll.schedule import shapes
+from adaptcoll.schedule.choose import choose
 from adaptcoll.schedule.describe import Description
 from adaptcoll.schedule.synthesize import synthesize
 from adaptcoll.settings import parse_size
@@ -43,6 +50,8 @@ TOPOLOGIES = {
     "fat-tree": ("fat tree 4:1, 256 nodes x 8", lambda: shapes.fat_tree(256, 8, 4.0)),
     "nic2": ("512 nodes x 8, 2 NICs", lambda: shapes.nic_nodes(512, 8, nics=2)),
     "dgx1": ("DGX-1 NVLink (8 GPUs)", shapes.dgx1),
+    "fat-tree-32": ("fat tree 4:1, 32 nodes x 8", lambda: shapes.fat_tree(32, 8, 4.0)),
+    "nic2-32": ("32 nodes x 8, 2 NICs", lambda: shapes.nic_nodes(32, 8, nics=2)),
 }
 POINTS = ("bcast:16M", "reduce:4M", "allreduce:4M")
 FIXED = ("two_tree", "binomial", "topo", "rule")
@@ -86,7 +95,19 @@ def row(key: str, point: str, args: argparse.Namespace, workdir: Path) -> dict[s
     segments = [parse_size(t) for t in args.segments.split(",")]
     jobs: dict[str, list[tuple[str, Job]]] = {}  # algorithm -> [(configuration label, job)]
     synth: dict[int, Any] = {}
-    for k in (int(t) for t in args.trees.split(",")):
+    tool = None
+    if args.tool:
+        fanouts = [int(t) for t in args.tool_fanouts.split(",")]
+        tool = choose(d, collective, 0, nbytes, segments, [int(t) for t in args.trees.split(",")], fanouts)
+        path = workdir / f"{key}-{collective}-tool.json"
+        path.write_text(forest_file.dumps(tool.schedule(collective, 0, d)))
+        seg = tool.chosen.estimate.segment
+        job = Job(
+            collective, d.ranks, nbytes, seg, f"forest:{path}", settings.Settings(max_segments=0, topology=node_spec)
+        )
+        jobs["forest"] = [(f"tool: {tool.chosen.name} seg={seg >> 10}K", job)]
+        print(f"[{key} {point} tool: {tool.chosen.name} in {tool.seconds:.1f} s]", file=sys.stderr, flush=True)
+    for k in (int(t) for t in args.trees.split(",")) if tool is None else ():
         t0 = time.perf_counter()
         got = synthesize(d, collective, 0, trees=k, fanout=args.fanout)
         synth[k] = (got, time.perf_counter() - t0)
@@ -120,8 +141,17 @@ def row(key: str, point: str, args: argparse.Namespace, workdir: Path) -> dict[s
         job = dict(candidates)[configs[name]]
         times[name] = [quiet[configs[name]], *_times(job, routes, noises, args.seed, args.samples)[1:]]
         print(f"[{key} {point} {name}: {time.process_time() - t1:.0f} s CPU]", file=sys.stderr, flush=True)
-    best_k = int(configs["forest"].split()[0][2:])
-    synth_best, synth_s = synth[best_k]
+    if tool is None:
+        best_k = int(configs["forest"].split()[0][2:])
+        synth_best, synth_s = synth[best_k]
+        bound_rate, forest_rate = synth_best.bound.rate, synth_best.rate
+        ntrees, depth = len(synth_best.schedule.forests[0].trees), max(synth_best.depths)
+        estimates: dict[str, Any] = {}
+    else:
+        synth_s, bound_rate, forest_rate = tool.seconds, tool.bound.rate, tool.chosen.rate
+        ntrees, depth = len(tool.chosen.trees), tool.chosen.estimate.depth
+        estimates = {c.name: c.estimate.as_dict() for c in tool.candidates}
+        estimates["chosen"] = tool.chosen.name  # type: ignore[assignment]
     segment = segments[0]
     conditions = ["quiet", *args.noise]
     best = [min((n for n in times if n != "forest"), key=lambda n, i=i: times[n][i]) for i in range(len(conditions))]
@@ -144,12 +174,13 @@ def row(key: str, point: str, args: argparse.Namespace, workdir: Path) -> dict[s
         "collective": collective,
         "size": nbytes,
         "conditions": conditions,
-        "bound_rate": synth_best.bound.rate,
-        "forest_rate": synth_best.rate,
-        "bound_s": nbytes / synth_best.bound.rate,
-        "trees": len(synth_best.schedule.forests[0].trees),
-        "depth": max(synth_best.depths),
+        "bound_rate": bound_rate,
+        "forest_rate": forest_rate,
+        "bound_s": nbytes / bound_rate,
+        "trees": ntrees,
+        "depth": depth,
         "synthesis_s": synth_s,
+        "tool_estimates": estimates,
         "configs": configs,
         "searched_quiet_s": searched,
         "rule": rule_note,
@@ -202,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
         default=BEST_MAX_MESSAGES,
         help=f"skip lock-step baselines estimated to send more messages (default {BEST_MAX_MESSAGES:,}; 0: no limit)",
     )
+    p.add_argument("--tool", action="store_true", help="the forest is the tool's CPU-aware choice (choose.py)")
+    p.add_argument("--tool-fanouts", default="2,0", help="--tool: fanouts the choice tries (0: K)")
     p.add_argument("--json", help="write the rows")
     args = p.parse_args(argv)
     args.noise = args.noise or ["100Hz x 250us"]

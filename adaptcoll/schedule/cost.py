@@ -56,8 +56,9 @@ class CpuCosts:
 
 
 ROUND_SHARE = 0.5
-"""While the pipelines fill, a hop waits on average for this part of a round (one segment of every tree)
-on its busiest link; fitted on small fat trees and NIC nodes (0: no wait, 1: a full round each hop)."""
+"""While the pipelines fill, a hop waits on average for this part of a round (one segment of every tree
+of one root) on its busiest link; fitted on small fat trees and NIC nodes (0: no wait, 1: a full round
+each hop)."""
 
 DEFAULT_CPU = CpuCosts()
 """The simulator's built-in figures (the 16-core node's calibration)."""
@@ -300,7 +301,7 @@ def estimate(
     link_s = float(busy[worst]) if worst >= 0 else 0.0
     msgs, folds = rank_work(used, used_roots, collective, net.ranks)
     work = msgs * cpu.message + folds * (size / nseg) * cpu.fold
-    round_busy = ROUND_SHARE * busy / max(counts)
+    round_busy = ROUND_SHARE * busy / (max(counts) * len(set(used_roots)))  # roots' forests are apart
     shortest = np.full(net.ranks, np.inf)  # per rank, the shortest and the longest path through it, over the trees
     longest = np.zeros(net.ranks)
     fill, depth = 0.0, 0
