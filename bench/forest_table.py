@@ -18,7 +18,8 @@ the tool prints): a floor no schedule reaches, pipeline fill, per-message CPU an
 
 With --tool the "forest" is whatever `adaptcoll.schedule.choose` picks from the same trees and segment
 sizes (a synthesized forest, or a fixed shape written as a forest file when no forest beats it by 3 %),
-run once at the segment size it chose; the fixed shapes still get their best of `--segments`.
+run once at the segment size it chose (from `--tool-segments`); the fixed shapes get their best of
+`--segments` and that segment size.
 """
 
 from __future__ import annotations
@@ -98,10 +99,13 @@ def row(key: str, point: str, args: argparse.Namespace, workdir: Path) -> dict[s
     tool = None
     if args.tool:
         fanouts = [int(t) for t in args.tool_fanouts.split(",")]
-        tool = choose(d, collective, 0, nbytes, segments, [int(t) for t in args.trees.split(",")], fanouts)
+        tool_segments = [parse_size(t) for t in args.tool_segments.split(",")]
+        tool = choose(d, collective, 0, nbytes, tool_segments, [int(t) for t in args.trees.split(",")], fanouts)
         path = workdir / f"{key}-{collective}-tool.json"
         path.write_text(forest_file.dumps(tool.schedule(collective, 0, d)))
         seg = tool.chosen.estimate.segment
+        if seg not in segments:  # the fixed shapes get the tool's segment too: no win by segment size alone
+            segments.append(seg)
         job = Job(
             collective, d.ranks, nbytes, seg, f"forest:{path}", settings.Settings(max_segments=0, topology=node_spec)
         )
@@ -235,6 +239,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--tool", action="store_true", help="the forest is the tool's CPU-aware choice (choose.py)")
     p.add_argument("--tool-fanouts", default="2,0", help="--tool: fanouts the choice tries (0: K)")
+    p.add_argument(
+        "--tool-segments",
+        default="64K,128K,256K,512K,1M,2M",
+        help="--tool: segment sizes the choice tries (the fixed shapes also run at the one it picks)",
+    )
     p.add_argument("--json", help="write the rows")
     args = p.parse_args(argv)
     args.noise = args.noise or ["100Hz x 250us"]

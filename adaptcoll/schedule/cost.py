@@ -55,10 +55,11 @@ class CpuCosts:
         return self.o + self.engine
 
 
-ROUND_SHARE = 0.5
-"""While the pipelines fill, a hop waits on average for this part of a round (one segment of every tree
-of one root) on its busiest link; fitted on small fat trees and NIC nodes (0: no wait, 1: a full round
-each hop)."""
+ROUND_DOWN, ROUND_UP = 1.0, 0.5
+"""While the pipelines fill, a hop waits for this part of a round (one segment of every tree of one
+root) on its busiest link, going down / up. Fitted on small fat trees and NIC nodes (0: no wait, 1: a
+full round each hop); down takes the full round: half of it left deep forests with big segments
+estimated up to 27 % fast, and a forest estimated fast is the choice's costly mistake."""
 
 DEFAULT_CPU = CpuCosts()
 """The simulator's built-in figures (the 16-core node's calibration)."""
@@ -301,18 +302,22 @@ def estimate(
     link_s = float(busy[worst]) if worst >= 0 else 0.0
     msgs, folds = rank_work(used, used_roots, collective, net.ranks)
     work = msgs * cpu.message + folds * (size / nseg) * cpu.fold
-    round_busy = ROUND_SHARE * busy / (max(counts) * len(set(used_roots)))  # roots' forests are apart
+    round_busy = busy / (max(counts) * len(set(used_roots)))  # roots' forests are apart
     shortest = np.full(net.ranks, np.inf)  # per rank, the shortest and the longest path through it, over the trees
     longest = np.zeros(net.ranks)
     fill, depth = 0.0, 0
     for (_, kids), root in zip(used, used_roots):
         if collective == "bcast":
-            per, f, dep = _through(kids, root, _hops(net, routes, kids, segment, False, cpu, round_busy))
+            per, f, dep = _through(kids, root, _hops(net, routes, kids, segment, False, cpu, ROUND_DOWN * round_busy))
         else:
             stage = cpu.engine + segment * cpu.fold
-            per, f, dep = _through_up(kids, root, _hops(net, routes, kids, segment, True, cpu, round_busy), stage)
+            per, f, dep = _through_up(
+                kids, root, _hops(net, routes, kids, segment, True, cpu, ROUND_UP * round_busy), stage
+            )
             if collective == "allreduce":  # reduced up, then broadcast down the same tree
-                down, g, _ = _through(kids, root, _hops(net, routes, kids, segment, False, cpu, round_busy))
+                down, g, _ = _through(
+                    kids, root, _hops(net, routes, kids, segment, False, cpu, ROUND_DOWN * round_busy)
+                )
                 per, f = np.maximum(per + g, down + f), f + g
         shortest, longest = np.minimum(shortest, per), np.maximum(longest, per)
         fill, depth = max(fill, f), max(depth, dep)
