@@ -193,6 +193,7 @@ def choose(
         if got_shape is not None:
             found.append(_best(net, shape, True, got_shape[0], got_shape[1], collective, size, segments, cpu))
     seen: set[tuple[int, int]] = set()
+    made: set[tuple[tuple[float, Children], ...]] = set()  # the packing ignores the fanout: one of each
     for k in trees:
         for f in fanouts:
             f = f or max(2, k)
@@ -201,6 +202,9 @@ def choose(
             seen.add((k, f))
             got: Result = synthesize(d, collective, root, trees=k, fanout=f, symmetric=symmetric)
             kids = [(t.weight, t.children) for t in got.schedule.forests[0].trees]
+            if tuple(kids) in made:
+                continue
+            made.add(tuple(kids))
             roots = (root,) * len(kids)
             found.append(
                 _best(net, f"forest K={k} F={f} ({got.method})", False, kids, roots, collective, size, segments, cpu)
