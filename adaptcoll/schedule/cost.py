@@ -6,16 +6,18 @@ completion callback, `engine`), and every reduction folds its children's bytes (
 estimate for a message of `size` bytes cut into segments of `segment` bytes, dealt to the trees by
 weight, is
 
-    time = max(link time, CPU time) + fill
+    time = max(link time + fill, max over ranks r of (work_r x (1 - 1/segments) + path_r))
 
 - link time: the busiest link's bytes over its bandwidth (the forest's segments as dealt);
-- CPU time: the busiest rank's seconds: per segment of tree t, (1 receive if not the root + one send
+- work_r (the busiest rank's is the CPU time): per segment of tree t, (1 receive if not the root + one send
   per child) x (o + engine), twice for allreduce (up, then down), plus its children's bytes x fold
   (reduce, allreduce);
 - fill: the slowest root-to-leaf path of one segment (a hop: the parent's callback and posts, the
   route's latency, twice when the segment goes by rendezvous, the segment's bytes over the route's
-  links shared with the parent's other children in that tree, and a fold going up); up then down for
-  allreduce.
+  links shared with the parent's other children in that tree and with the other trees' segments
+  (`ROUND_DOWN`, `ROUND_UP`), and going up the parent's folds in arrival order); up then down for
+  allreduce; path_r is a longest path through rank r (halfway between its shortest and its longest
+  over the trees).
 
 It is what `choose` ranks schedules by, and it names the resource that binds. The CPU figures default
 to the simulator's built-in ones (`adaptcoll.simulate.params.DEFAULT_PARAMS`; a test keeps them equal);
@@ -59,7 +61,8 @@ ROUND_DOWN, ROUND_UP = 1.0, 0.5
 """While the pipelines fill, a hop waits for this part of a round (one segment of every tree of one
 root) on its busiest link, going down / up. Fitted on small fat trees and NIC nodes (0: no wait, 1: a
 full round each hop); down takes the full round: half of it left deep forests with big segments
-estimated up to 27 % fast, and a forest estimated fast is the choice's costly mistake."""
+estimated up to 27 % fast, and a forest estimated fast is the choice's costly mistake. A hop up also
+waits ROUND_UP x its parent's CPU work per segment (the parent folds other segments meanwhile)."""
 
 DEFAULT_CPU = CpuCosts()
 """The simulator's built-in figures (the 16-core node's calibration)."""
@@ -204,6 +207,7 @@ def _hops(
     up: bool,
     cpu: CpuCosts,
     round_busy: np.ndarray,
+    round_cpu: np.ndarray | None = None,
 ) -> np.ndarray:
     """Per rank, the time one segment of `seg` bytes takes on the tree edge to it from its parent
     (down) or from it to its parent (up; the parent's folds included); 0 at the root. The bytes move
@@ -225,7 +229,7 @@ def _hops(
             )
             wire += handshakes * _latency(net, route)
             if up:  # the child posts its send (the parent's callback and fold: `_through_up`)
-                hop[c] = cpu.o + wire
+                hop[c] = cpu.o + wire + (0.0 if round_cpu is None else round_cpu[parent])
             else:  # the parent's callback, then its posts to its children in order, the child's callback
                 hop[c] = cpu.engine + cpu.o * (i + 1) + wire + cpu.engine
     return hop
@@ -302,7 +306,8 @@ def estimate(
     link_s = float(busy[worst]) if worst >= 0 else 0.0
     msgs, folds = rank_work(used, used_roots, collective, net.ranks)
     work = msgs * cpu.message + folds * (size / nseg) * cpu.fold
-    round_busy = busy / (max(counts) * len(set(used_roots)))  # roots' forests are apart
+    rounds = max(counts) * len(set(used_roots))  # roots' forests are apart
+    round_busy, round_cpu = busy / rounds, work / nseg  # a parent also folds other segments meanwhile
     shortest = np.full(net.ranks, np.inf)  # per rank, the shortest and the longest path through it, over the trees
     longest = np.zeros(net.ranks)
     fill, depth = 0.0, 0
@@ -312,7 +317,10 @@ def estimate(
         else:
             stage = cpu.engine + segment * cpu.fold
             per, f, dep = _through_up(
-                kids, root, _hops(net, routes, kids, segment, True, cpu, ROUND_UP * round_busy), stage
+                kids,
+                root,
+                _hops(net, routes, kids, segment, True, cpu, ROUND_UP * round_busy, ROUND_UP * round_cpu),
+                stage,
             )
             if collective == "allreduce":  # reduced up, then broadcast down the same tree
                 down, g, _ = _through(
