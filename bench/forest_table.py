@@ -97,7 +97,7 @@ def row(key: str, point: str, args: argparse.Namespace, workdir: Path) -> dict[s
     jobs: dict[str, list[tuple[str, Job]]] = {}  # algorithm -> [(configuration label, job)]
     synth: dict[int, Any] = {}
     tool = None
-    if args.tool:
+    if getattr(args, "tool", False):
         fanouts = [int(t) for t in args.tool_fanouts.split(",")]
         tool_segments = [parse_size(t) for t in args.tool_segments.split(",")]
         tool = choose(d, collective, 0, nbytes, tool_segments, [int(t) for t in args.trees.split(",")], fanouts)

@@ -597,3 +597,35 @@ def test_forest_table_row_keeps_each_algorithms_fastest_configuration(tmp_path):
         assert row["ratio"][i] == pytest.approx(row["times_s"]["forest"][i] / fixed[row["best_fixed"][i]][i])
     assert row["bound_s"] < row["times_s"]["forest"][0]  # the bound is a floor
     assert row["best_lockstep"] and "DGX-1" in table.markdown([row])
+
+
+def test_forest_table_tool_runs_the_tools_choice(tmp_path):
+    """bench/forest_table.py --tool: the "forest" is the CPU-aware choice (adaptcoll.schedule.choose) run
+    once at the segment size it picked, the fixed shapes also run at that size, and the row keeps the
+    estimates; on DGX-1 the Reduce is CPU-bound, so the choice is a fixed shape and ties the best one."""
+    import argparse
+
+    table = _load("forest_table")
+    args = argparse.Namespace(
+        noise=["100Hz x 250us"],
+        seed=1,
+        samples=1,
+        trees="2,8",
+        fanout=2,
+        segments="1M",
+        lockstep=False,
+        max_messages=0,
+        tool=True,
+        tool_fanouts="2",
+        tool_segments="256K,1M",
+    )
+    row = table.row("dgx1", "reduce:4M", args, tmp_path)
+    (config,) = row["searched_quiet_s"]["forest"]
+    chosen = row["tool_estimates"]["chosen"]
+    assert config.startswith(f"tool: {chosen} seg=")
+    seg = config.rsplit("seg=", 1)[1]
+    assert all(
+        f"seg={seg}" in searched for n, searched in row["searched_quiet_s"].items() if n not in ("forest", "rule")
+    )
+    assert chosen in ("two_tree", "binomial", "topo", "pipeline")
+    assert row["ratio"][0] == pytest.approx(1.0)
