@@ -153,7 +153,8 @@ def _best(
     segments: Sequence[int],
     cpu: CpuCosts,
 ) -> Candidate:
-    got = min((estimate(net, trees, root, collective, size, s, cpu) for s in segments), key=lambda e: e.total_s)
+    memo: dict[object, object] = {}  # routes, loads and edges shared by the segment sizes
+    got = min((estimate(net, trees, root, collective, size, s, cpu, memo) for s in segments), key=lambda e: e.total_s)
     try:
         rate = net.forest_rate([t for t, r in zip(trees, root) if r == root[0]], collective)
     except SynthesisError:  # a fixed shape with an edge that has no switch route (DGX-1: relayed)

@@ -199,10 +199,60 @@ def _latency(net: Network, route: Sequence[tuple[int, float]]) -> float:
     return sum(net.links[link].latency * frac for link, frac in route)
 
 
+@dataclass(frozen=True)
+class _Skeleton:
+    """A tree's edges for `_hops`, made once for every segment size: per edge its child, parent, place
+    among its siblings (1-based), route latency and first entry; per route entry its link and the
+    parent's share of that link in this tree over the link's bandwidth."""
+
+    child: np.ndarray
+    parent: np.ndarray
+    place: np.ndarray
+    latency: np.ndarray
+    start: np.ndarray
+    link: np.ndarray
+    per_byte: np.ndarray
+
+
+def _skeleton(net: Network, routes: _Routes, children: Children, up: bool) -> _Skeleton:
+    child: list[int] = []
+    parent: list[int] = []
+    place: list[int] = []
+    start: list[int] = []
+    link: list[int] = []
+    latency: list[float] = []
+    per_byte: list[float] = []
+    for p, kids in enumerate(children):
+        if not kids:
+            continue
+        share: dict[int, float] = {}  # this parent's edges in the tree on each link, per segment byte
+        paths = [routes.route(c, p) if up else routes.route(p, c) for c in kids]
+        for route in paths:
+            for ln, frac in route:
+                share[ln] = share.get(ln, 0.0) + frac
+        for i, (c, route) in enumerate(zip(kids, paths)):
+            child.append(c)
+            parent.append(p)
+            place.append(i + 1)
+            latency.append(_latency(net, route))
+            start.append(len(link))
+            for ln, _ in route:
+                link.append(ln)
+                per_byte.append(share[ln] / net.capacity[ln])
+    return _Skeleton(
+        np.array(child, dtype=np.int64),
+        np.array(parent, dtype=np.int64),
+        np.array(place, dtype=float),
+        np.array(latency, dtype=float),
+        np.array(start, dtype=np.int64),
+        np.array(link, dtype=np.int64),
+        np.array(per_byte, dtype=float),
+    )
+
+
 def _hops(
-    net: Network,
-    routes: _Routes,
-    children: Children,
+    sk: _Skeleton,
+    ranks: int,
     seg: float,
     up: bool,
     cpu: CpuCosts,
@@ -213,25 +263,16 @@ def _hops(
     (down) or from it to its parent (up; the parent's folds included); 0 at the root. The bytes move
     at the parent's share of each link, and no faster than the link clears one round (one segment of
     every tree: `round_busy`, seconds per link), since all trees fill their pipelines at once."""
+    hop = np.zeros(ranks)
+    if not len(sk.child):
+        return hop
     handshakes = 2.0 if seg > cpu.eager else 1.0
-    hop = np.zeros(len(children))
-    for parent, kids in enumerate(children):
-        if not kids:
-            continue
-        share: dict[int, float] = {}  # this parent's edges in the tree on each link, per segment byte
-        paths = [routes.route(c, parent) if up else routes.route(parent, c) for c in kids]
-        for route in paths:
-            for link, frac in route:
-                share[link] = share.get(link, 0.0) + frac
-        for i, (c, route) in enumerate(zip(kids, paths)):
-            wire = max(
-                (max(seg * share[link] / net.capacity[link], round_busy[link]) for link, _ in route), default=0.0
-            )
-            wire += handshakes * _latency(net, route)
-            if up:  # the child posts its send (the parent's callback and fold: `_through_up`)
-                hop[c] = cpu.o + wire + (0.0 if round_cpu is None else round_cpu[parent])
-            else:  # the parent's callback, then its posts to its children in order, the child's callback
-                hop[c] = cpu.engine + cpu.o * (i + 1) + wire + cpu.engine
+    wire = np.maximum.reduceat(np.maximum(seg * sk.per_byte, round_busy[sk.link]), sk.start)
+    wire += handshakes * sk.latency
+    if up:  # the child posts its send (the parent's callback and fold: `_through_up`)
+        hop[sk.child] = cpu.o + wire + (0.0 if round_cpu is None else round_cpu[sk.parent])
+    else:  # the parent's callback, then its posts to its children in order, the child's callback
+        hop[sk.child] = 2 * cpu.engine + cpu.o * sk.place + wire
     return hop
 
 
@@ -283,23 +324,44 @@ def estimate(
     size: int,
     segment: int,
     cpu: CpuCosts = DEFAULT_CPU,
+    memo: dict[Any, Any] | None = None,
 ) -> Estimate:
     """The estimated time of weighted trees (weight, children) rooted at `root` (one, or one per tree:
     an allreduce over several roots' forests, segments dealt over all their trees) for `collective` of
-    `size` bytes in segments of `segment` bytes (0: one segment) on `net` (see the module docstring)."""
+    `size` bytes in segments of `segment` bytes (0: one segment) on `net` (see the module docstring).
+    `memo`: a dict kept across calls for the same `net` and trees (other segment sizes) that holds what
+    does not depend on the segment size."""
     segment = size if segment <= 0 or segment > size else segment
     nseg = max(1, math.ceil(size / segment))
     counts = segments_dealt([w for w, _ in trees], nseg)
     roots = _roots(root, len(trees))
     used = [(c, kids) for c, (_, kids) in zip(counts, trees) if c]
     used_roots = [r for c, r in zip(counts, roots) if c]
-    routes = _Routes(net)
+    memo = {} if memo is None else memo
+    routes = memo.setdefault("routes", _Routes(net))
+
+    def unit_load(kids: Children) -> np.ndarray:
+        key = ("load", id(kids), collective)
+        got = memo.get(key)
+        if got is None:
+            got = np.zeros(len(net.links))
+            for parent, ks in enumerate(kids):
+                for child in ks:
+                    for link, frac in routes.edge(parent, child, collective):
+                        got[link] += frac
+            memo[key] = got
+        return got
+
+    def hops(kids: Children, up: bool, share: float, round_cpu: np.ndarray | None = None) -> np.ndarray:
+        key = ("skeleton", id(kids), up)
+        sk = memo.get(key)
+        if sk is None:
+            sk = memo[key] = _skeleton(net, routes, kids, up)
+        return _hops(sk, net.ranks, segment, up, cpu, share * round_busy, round_cpu)
+
     load = np.zeros(len(net.links))
     for c, kids in used:
-        for parent, ks in enumerate(kids):
-            for child in ks:
-                for link, frac in routes.edge(parent, child, collective):
-                    load[link] += c * segment * frac
+        load += (c * segment) * unit_load(kids)
     load *= size / (nseg * segment)  # the last segment is short
     busy = load / net.capacity
     worst = int(np.argmax(busy)) if len(busy) else -1
@@ -313,19 +375,17 @@ def estimate(
     fill, depth = 0.0, 0
     for (_, kids), root in zip(used, used_roots):
         if collective == "bcast":
-            per, f, dep = _through(kids, root, _hops(net, routes, kids, segment, False, cpu, ROUND_DOWN * round_busy))
+            per, f, dep = _through(kids, root, hops(kids, False, ROUND_DOWN))
         else:
             stage = cpu.engine + segment * cpu.fold
             per, f, dep = _through_up(
                 kids,
                 root,
-                _hops(net, routes, kids, segment, True, cpu, ROUND_UP * round_busy, ROUND_UP * round_cpu),
+                hops(kids, True, ROUND_UP, ROUND_UP * round_cpu),
                 stage,
             )
             if collective == "allreduce":  # reduced up, then broadcast down the same tree
-                down, g, _ = _through(
-                    kids, root, _hops(net, routes, kids, segment, False, cpu, ROUND_DOWN * round_busy)
-                )
+                down, g, _ = _through(kids, root, hops(kids, False, ROUND_DOWN))
                 per, f = np.maximum(per + g, down + f), f + g
         shortest, longest = np.minimum(shortest, per), np.maximum(longest, per)
         fill, depth = max(fill, f), max(depth, dep)
