@@ -17,11 +17,14 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from .maxmin import refill
 from .network import SharedLinks
 from .routes import Routes
 from .timelines import Timeline
 
 __all__ = ["PathLinks"]
+
+_SAME = 1e-12  # a message off the changed links whose rate moved less (relative) keeps its rate and key
 
 
 class PathLinks(SharedLinks):
@@ -47,6 +50,8 @@ class PathLinks(SharedLinks):
         self.latest = 0.0  # the latest finish time ever scheduled (World.run ends at it)
         self._fin = self._finish
         self._begin_h = self._begin
+        self._cost = routes.cost
+        self._maxmin = routes.sharing == "maxmin"
 
     def _begin(self, msg: Any) -> None:
         now = self._w.now
@@ -56,7 +61,9 @@ class PathLinks(SharedLinks):
         msg.start = msg.tupd = now
         msg.rem = msg.n * (worst * self._itemsize)
         msg.rate = 0.0
-        msg.stamp = 0
+        msg.stamp = msg.mark = 0
+        msg.worst = worst
+        msg.bn = -1
         on = self._on
         for link in path:
             on[link][msg] = None
@@ -68,6 +75,52 @@ class PathLinks(SharedLinks):
         self._reshare(path, now, src)
 
     def _reshare(self, path: tuple[int, ...], now: float, src: int) -> None:
+        """New rates after a change of load on the links of `path` (`src`'s message started or finished)."""
+        if self._maxmin:
+            self._refill(path, now, src)
+        else:
+            self._bottleneck(path, now, src)
+
+    def _refill(self, path: tuple[int, ...], now: float, src: int) -> None:
+        """Max-min fair rates (`maxmin.refill`): every message on the links of `path` gets a new rate and
+        finish key, in order of those links and of arrival on them, and so does any other message whose
+        rate moved (by more than `_SAME` relative); then new heap entries where least keys moved."""
+        w = self._w
+        seq = w._seq
+        on = self._on
+        self._stamp = stamp = self._stamp + 1
+        core = []
+        for link in path:
+            for f in on[link]:
+                if f.stamp != stamp:
+                    f.stamp = stamp
+                    core.append(f)
+        filled = refill(core, on, self._cost, stamp)
+        ncore = len(core)
+        latest = self.latest
+        dirty = {src: None}
+        moved = 0
+        for i, f in enumerate(filled):
+            rate = f.nrate
+            f.bn = f.nbn
+            old = f.rate
+            if i >= ncore and abs(rate - old) <= _SAME * old:
+                continue
+            if rate <= 0.0:
+                raise RuntimeError(f"max-min sharing left message {f.src} -> {f.dst} no rate")
+            f.rem -= old * (now - f.tupd)
+            f.tupd = now
+            f.rate = rate
+            rem = f.rem
+            f.tfin = t = now + (rem if rem > 0.0 else 0.0) / rate
+            if t > latest:
+                latest = t
+            f.sq = seq()
+            moved += 1
+            dirty[f.snode] = None
+        self._settle(latest, moved, dirty)
+
+    def _bottleneck(self, path: tuple[int, ...], now: float, src: int) -> None:
         """New rates and finish keys for every message on the links of `path` (whose load just changed),
         in order of those links and of arrival on them; then new heap entries where least keys moved
         (`src`'s too: its message just started or finished)."""
@@ -98,6 +151,12 @@ class PathLinks(SharedLinks):
                 f.sq = seq()
                 moved += 1
                 dirty[f.snode] = None
+        self._settle(latest, moved, dirty)
+
+    def _settle(self, latest: float, moved: int, dirty: dict[int, None]) -> None:
+        """After `moved` messages were rescheduled: the latest finish, the event count, and new heap entries
+        for the senders in `dirty` (in order); sweep the stale entries if they are many."""
+        w = self._w
         self.latest = latest
         w._dropped += moved  # each message rescheduled is one event (as one heap entry per message would be)
         outs = self._out
