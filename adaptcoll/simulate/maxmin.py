@@ -79,7 +79,6 @@ def _fill(members: list[Any], on: Sequence[dict[Any, None]], cost: Sequence[floa
                         watch.append((x, g))
             room[x] = 1.0 - used
             held_top[x] = top
-    top_in: dict[int, float] = dict.fromkeys(count, 0.0)  # link -> the largest use of it by a member
     left = len(members)
     heap: Optional[list[tuple[float, int]]] = None
     if len(count) > _SCAN:  # many links: the next to fill up from a heap (stale entries skipped)
@@ -111,25 +110,30 @@ def _fill(members: list[Any], on: Sequence[dict[Any, None]], cost: Sequence[floa
             f.nbn = x
             left -= 1
             for y, wy in zip(f.path, f.weights):
-                u = rate * wy
-                room[y] -= u
+                room[y] -= rate * wy
                 count[y] -= 1
-                if u > top_in[y]:
-                    top_in[y] = u
-                touched.append(y)
+            if heap is not None:
+                touched.extend(f.path)
         if heap is not None:
             for y in dict.fromkeys(touched):
                 n = count[y]
                 if n:
                     heapq.heappush(heap, (room[y] / (n * cost[y]), y))
     more: list[Any] = []
+    top_in: dict[int, float] = {}  # link -> the largest use of it by a member
     for x, g in watch:  # a held message whose bottleneck was refilled: still full, none faster?
-        if room[x] > EPS or g.rate * (cost[x] / g.worst) * (1.0 + EPS) < top_in[x]:
+        top = top_in.get(x)
+        if top is None:
+            cx = cost[x]
+            top = top_in[x] = max(f.nrate * (cx / f.worst) for f in on[x] if f.mark == token)
+        if room[x] > EPS or g.rate * (cost[x] / g.worst) * (1.0 + EPS) < top:
             more.append(g)
     for f in members:  # no held message faster on a member's bottleneck
         x = f.nbn
-        cx = cost[x]
-        bound = f.nrate * (cx / f.worst) * (1.0 + EPS)
-        if held_top[x] > bound:
-            more.extend(g for g in on[x] if g.mark != token and g.rate * (cx / g.worst) > bound)
+        top = held_top[x]
+        if top:
+            cx = cost[x]
+            bound = f.nrate * (cx / f.worst) * (1.0 + EPS)
+            if top > bound:
+                more.extend(g for g in on[x] if g.mark != token and g.rate * (cx / g.worst) > bound)
     return more
