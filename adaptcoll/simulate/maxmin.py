@@ -122,11 +122,11 @@ def _fill(members: list[Any], on: Sequence[dict[Any, None]], cost: Sequence[floa
     more: list[Any] = []
     top_in: dict[int, float] = {}  # link -> the largest use of it by a member
     for x, g in watch:  # a held message whose bottleneck was refilled: still full, none faster?
-        top = top_in.get(x)
-        if top is None:
-            cx = cost[x]
-            top = top_in[x] = max(f.nrate * (cx / f.worst) for f in on[x] if f.mark == token)
-        if room[x] > EPS or g.rate * (cost[x] / g.worst) * (1.0 + EPS) < top:
+        cx = cost[x]
+        most = top_in.get(x)
+        if most is None:
+            most = top_in[x] = max(f.nrate * (cx / f.worst) for f in on[x] if f.mark == token)
+        if room[x] > EPS or g.rate * (cx / g.worst) * (1.0 + EPS) < most:
             more.append(g)
     for f in members:  # no held message faster on a member's bottleneck
         x = f.nbn
