@@ -33,7 +33,9 @@ def refill(core: Sequence[Any], on: Sequence[dict[Any, None]], cost: Sequence[fl
     """Max-min fair rates (`nrate`, with bottleneck `nbn`) for `core` and whatever held messages must move
     with them; returns those messages, `core` first in its order. `on`: link -> messages on it; `cost`:
     link -> seconds per byte; `token`: a number no message's `mark` holds yet."""
-    if len(core) == 1:
+    if len(core) < 2:
+        if not core:
+            return []
         f = core[0]
         if all(len(on[x]) == 1 for x in f.path):  # alone on its route: full speed, the costliest link first
             f.mark = token
