@@ -402,6 +402,28 @@ def test_cli_wrong_size_exits_2(tmp_path, capsys):
     assert "has 4 ranks but the job has 8" in capsys.readouterr().err
 
 
+def test_cli_sharing_picks_the_model(tmp_path, capsys):
+    """--sharing picks the model: the report and the summary line say which, the times are run_once's
+    with that model; an unknown model is refused."""
+    path = tmp_path / "star.json"
+    star = _star(6, 10e9, 0.0)
+    save(path, star)
+    argv = ["--collective", "bcast", "--ranks", "6", "--size", "1M", "--segment", "1M", "--algorithm", "binomial"]
+    times = {}
+    for sharing in ("maxmin", "bottleneck"):
+        out = tmp_path / f"{sharing}.json"
+        assert cli.main([*argv, "--topology", str(path), "--sharing", sharing, "--json", str(out)]) == 0
+        report = json.loads(out.read_text())
+        assert report["topology"]["sharing"] == sharing
+        times[sharing] = report["results"][0]["quiet_us"]
+        job = Job("bcast", 6, MB, MB, "binomial")
+        expect = run_once(job, DEFAULT_PARAMS, "adaptcoll", topology=Routes(star, sharing))[0].time_s * 1e6
+        assert times[sharing] == pytest.approx(expect, rel=REL)
+    assert "links shared by the bottleneck model" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="sharing must be one of"):
+        Routes(star, "fifo")
+
+
 def test_cli_topology(tmp_path):
     path = tmp_path / "tree.json"
     desc = _fat_tree(leaves=2, per_leaf=4, over=4.0)

@@ -60,6 +60,7 @@ def _fill(members: list[Any], on: Sequence[dict[Any, None]], cost: Sequence[floa
     messages that must join (empty: the rates are max-min fair)."""
     room: dict[int, float] = {}  # link -> fraction of its capacity not yet given out
     count: dict[int, int] = {}  # link -> members on it not yet frozen
+    mine: dict[int, list[Any]] = {}  # link -> members on it
     held_top: dict[int, float] = {}  # link -> the largest use of it by a held message
     watch: list[tuple[int, Any]] = []  # (link, held message whose bottleneck it is)
     for f in members:
@@ -67,8 +68,10 @@ def _fill(members: list[Any], on: Sequence[dict[Any, None]], cost: Sequence[floa
         for x in f.path:
             if x in count:
                 count[x] += 1
+                mine[x].append(f)
                 continue
             count[x] = 1
+            mine[x] = [f]
             cx = cost[x]
             used = top = 0.0
             for g in on[x]:
@@ -104,8 +107,8 @@ def _fill(members: list[Any], on: Sequence[dict[Any, None]], cost: Sequence[floa
         r0 = room[x]
         cx = cost[x]
         touched = []
-        for f in on[x]:
-            if f.mark != token or f.nrate >= 0.0:
+        for f in mine[x]:
+            if f.nrate >= 0.0:
                 continue
             rate = r0 / (n * (cx / f.worst)) if r0 > 0.0 else 0.0  # alone on x: 1 / (weight n)
             f.nrate = rate
@@ -127,7 +130,7 @@ def _fill(members: list[Any], on: Sequence[dict[Any, None]], cost: Sequence[floa
         cx = cost[x]
         most = top_in.get(x)
         if most is None:
-            most = top_in[x] = max(f.nrate * (cx / f.worst) for f in on[x] if f.mark == token)
+            most = top_in[x] = max(f.nrate * (cx / f.worst) for f in mine[x])
         if room[x] > EPS or g.rate * (cx / g.worst) * (1.0 + EPS) < most:
             more.append(g)
     for f in members:  # no held message faster on a member's bottleneck

@@ -1,16 +1,22 @@
-"""Messages over routes of a described network: each link shared equally, a message at its most crowded link.
+"""Messages over routes of a described network, sharing its links max-min fairly (or by the bottleneck model).
 
 `FairLinks` generalized from two links (the sender's out, the receiver's in) to a route of any length
-with a bandwidth per link. A message whose route crosses links l, each carrying n_l messages at c_l
-seconds per byte (1 / bandwidth), moves at 1 / max_l(n_l c_l) bytes per second: its equal share of its
-most crowded link. When a message starts or finishes, every message on one of its links gets a new
-rate and finish time (as FairLinks does for its two links); a message arrives the sum of its links'
-latencies after its last byte has left (cut-through: the bytes cross all links at once).
+with a bandwidth per link. A message arrives the sum of its links' latencies after its last byte has
+left (cut-through: the bytes cross all links at once). Two ways to share the links (`Routes.sharing`):
 
-The rates never overload a link, but they are not max-min fair: a link's share left over by a message
-held back elsewhere is not handed to the others on that link, so a message may finish later than under
-max-min (A alone with B on link 1, B also on link 2 with 3 others: A gets 1/2 of link 1, max-min 3/4).
-Cost per start or finish: every message on its links, times its route's length.
+- "maxmin" (default): max-min fair rates in bytes per second, by progressive filling (`maxmin.py`): a
+  message held back by one link hands the share it leaves on its other links to the messages there (A
+  alone with B on link 1, B also on link 2 with 3 others: B gets 1/4 of link 2, A the 3/4 left of link 1).
+  When a message starts or finishes, every message on one of its links gets a new rate and finish time,
+  and so does any message further off whose rate the change moved (the refilled set widens as far as
+  the change reaches; everything else keeps its rate). Exact to 1e-9 relative.
+- "bottleneck" (the earlier model): a message whose route crosses links l, each carrying n_l messages at
+  c_l seconds per byte, moves at 1 / max_l(n_l c_l) bytes per second, its equal share of its most
+  crowded link; a share left by a message held back elsewhere is not handed on (A above gets 1/2).
+
+Cost per start or finish: max-min refills the messages on the changed links and those it widens to,
+each over its route (its links' messages once each); the bottleneck model, the messages on the changed
+links times their routes' length.
 """
 
 from __future__ import annotations
@@ -31,7 +37,8 @@ class PathLinks(SharedLinks):
     """The links of a described network. As in `FairLinks`, rates are relative to a message's speed
     alone (`rem` in seconds at that speed), each sending rank has one heap entry (the least (finish,
     sequence) key of its messages), stale entries are swept in bulk and each message (re)scheduled
-    counts as one event; so a description of the default network gives FairLinks' results."""
+    counts as one event; so with bottleneck sharing a description of the default network gives
+    FairLinks' results bit for bit, and with max-min sharing wherever FairLinks' shares are max-min."""
 
     def __init__(self, world: Any, routes: Routes, itemsize: int, gap: float, net: Optional[Timeline]) -> None:
         self._w = world
