@@ -133,12 +133,16 @@ def _fill(members: list[Any], on: Sequence[dict[Any, None]], cost: Sequence[floa
             most = top_in[x] = max(f.nrate * (cx / f.worst) for f in mine[x])
         if room[x] > EPS or g.rate * (cx / g.worst) * (1.0 + EPS) < most:
             more.append(g)
-    for f in members:  # no held message faster on a member's bottleneck
+    least: dict[int, float] = {}  # bottleneck link of members -> the least use of it by one of them
+    for f in members:
         x = f.nbn
-        top = held_top[x]
-        if top:
+        if held_top[x]:
+            u = f.nrate * (cost[x] / f.worst)
+            if u < least.get(x, 2.0):
+                least[x] = u
+    for x, u in least.items():  # no held message faster than a member on that member's bottleneck
+        bound = u * (1.0 + EPS)
+        if held_top[x] > bound:
             cx = cost[x]
-            bound = f.nrate * (cx / f.worst) * (1.0 + EPS)
-            if top > bound:
-                more.extend(g for g in on[x] if g.mark != token and g.rate * (cx / g.worst) > bound)
+            more.extend(g for g in on[x] if g.mark != token and g.rate * (cx / g.worst) > bound)
     return more
