@@ -8,8 +8,9 @@ filled set has one by construction unless a held message on it moves faster; a h
 bottleneck it had unless its link was refilled. Where either fails, the held messages concerned join the
 filled set and it is filled again from the start: exact (to `EPS`), and only as wide as the change
 reaches, not the whole connected set of messages. A fill costs the members' routes plus the messages on
-their links; on a 2048-rank fat tree a start or finish took 1.1 fills of 1.7 messages on average for
-two_tree, 2 fills of about 40 where 40 messages cross one NIC (docs/simulate.md, "Cost").
+their links. A start or finish took on average 1.1 fills of 1.7 messages for two_tree on a 2048-rank fat
+tree, 1.4-2 fills of 40-130 for the bmtree binomial at 256-512 ranks, where up to 40 messages cross one
+NIC (docs/simulate.md, "Cost").
 
 A message is an object with `path` (link ids), `weights` (each link's cost over its slowest link's),
 `worst` (the slowest link's cost, s/B), `rate` (relative to its speed alone) and `bn` (its bottleneck
