@@ -6,9 +6,9 @@ machines, trees and segment plans over a timed transport (LogGP network, one CPU
 `python -m adaptcoll.simulate` is the command line; `calibrate` fits the parameters to this machine.
 
 Modules: params (cost model), timelines (noise), noise_setup (--noise values), world (the event core),
-network (per-node links), routes / pathlinks (a described network: routes, links shared along them),
-programs (adaptcoll set-up, protocol registry), nodelevel / region (the shared-memory node level and
-its simulated slots), lockstep (baselines), run (runs and reports),
+network (per-node links), routes / pathlinks / maxmin (a described network: routes, links shared along
+them, max-min fair rates), programs (adaptcoll set-up, protocol registry), nodelevel / region (the
+shared-memory node level and its simulated slots), lockstep (baselines), run (runs and reports),
 measured / calibrate (measurements, fitting, validation), sweep / plots (tables and figures), trace
 (Perfetto output), cli.
 """

@@ -4,7 +4,7 @@ Without a subcommand it simulates one call:
 
     python -m adaptcoll.simulate --collective bcast|reduce|allreduce --ranks N --size BYTES --segment BYTES
         [--algorithm TREE] [--noise SPEC]... [--baseline NAME]... [--params FILE] [--seed S]
-        [--samples K] [--json FILE] [--trace FILE] [--topology FILE]
+        [--samples K] [--json FILE] [--trace FILE] [--topology FILE [--sharing S]]
 
 Sizes and rank counts take K/M/G suffixes (binary). The JSON holds simulated results only, so two
 runs with one seed write identical files; wall-clock speed goes to stderr.
@@ -30,7 +30,7 @@ from .noise_setup import parse_noise
 from .params import DEFAULT_PARAMS, PARAM_DOCS, CostParams, load_params, save_params
 from .plots import plot_auto, plot_validation
 from .programs import COLLECTIVES, Job, prepare
-from .routes import Routes
+from .routes import SHARING, Routes
 from .run import ADAPTCOLL, BEST, BEST_MAX_MESSAGES, best_lockstep, compare, run_once
 from .sweep import parse_rank_list, rows_csv, sweep, write_rows_json
 from .trace import trace_events, write_trace
@@ -109,6 +109,13 @@ def _run_parser() -> argparse.ArgumentParser:
         help="a described network (adaptcoll.topology/1) whose links, switches and routes carry the messages "
         "(its ranks must equal --ranks); default: one link per node, no network core",
     )
+    p.add_argument(
+        "--sharing",
+        choices=SHARING,
+        default="maxmin",
+        help="how messages share a --topology's links: max-min fair rates (default) or 'bottleneck', each at "
+        "its equal share of its most crowded link (the earlier model)",
+    )
     return p
 
 
@@ -139,7 +146,8 @@ def _print_report(report: dict[str, Any]) -> None:
     if topo:
         print(
             f"network: {topo['name'] or topo.get('file', 'described')} ({topo['switches']:,} switches, "
-            f"{topo['links']:,} links; routes through switches, links shared fairly)"
+            f"{topo['links']:,} links; routes through switches, links shared "
+            f"{'max-min fairly' if topo.get('sharing', 'maxmin') == 'maxmin' else 'by the bottleneck model'})"
         )
     if report["noise"]:
         print(
@@ -179,7 +187,7 @@ def run_main(argv: Sequence[str]) -> int:
     job = Job(args.collective, args.ranks, args.size, args.segment, args.algorithm)
     routes = None
     if args.topology:
-        routes = Routes(describe.load(args.topology))
+        routes = Routes(describe.load(args.topology), args.sharing)
         routes.check_size(job.size)
     wall0 = time.perf_counter()
     cache: dict[Any, Any] = {}

@@ -1,34 +1,44 @@
-"""Messages over routes of a described network: each link shared equally, a message at its most crowded link.
+"""Messages over routes of a described network, sharing its links max-min fairly (or by the bottleneck model).
 
 `FairLinks` generalized from two links (the sender's out, the receiver's in) to a route of any length
-with a bandwidth per link. A message whose route crosses links l, each carrying n_l messages at c_l
-seconds per byte (1 / bandwidth), moves at 1 / max_l(n_l c_l) bytes per second: its equal share of its
-most crowded link. When a message starts or finishes, every message on one of its links gets a new
-rate and finish time (as FairLinks does for its two links); a message arrives the sum of its links'
-latencies after its last byte has left (cut-through: the bytes cross all links at once).
+with a bandwidth per link. A message arrives the sum of its links' latencies after its last byte has
+left (cut-through: the bytes cross all links at once). Two ways to share the links (`Routes.sharing`):
 
-The rates never overload a link, but they are not max-min fair: a link's share left over by a message
-held back elsewhere is not handed to the others on that link, so a message may finish later than under
-max-min (A alone with B on link 1, B also on link 2 with 3 others: A gets 1/2 of link 1, max-min 3/4).
-Cost per start or finish: every message on its links, times its route's length.
+- "maxmin" (default): max-min fair rates in bytes per second, by progressive filling (`maxmin.py`): a
+  message held back by one link hands the share it leaves on its other links to the messages there (A
+  alone with B on link 1, B also on link 2 with 3 others: B gets 1/4 of link 2, A the 3/4 left of link 1).
+  When a message starts or finishes, every message on one of its links gets a new rate and finish time,
+  and so does any message further off whose rate the change moved (the refilled set widens as far as
+  the change reaches; everything else keeps its rate). Exact to 1e-9 relative.
+- "bottleneck" (the earlier model): a message whose route crosses links l, each carrying n_l messages at
+  c_l seconds per byte, moves at 1 / max_l(n_l c_l) bytes per second, its equal share of its most
+  crowded link; a share left by a message held back elsewhere is not handed on (A above gets 1/2).
+
+Cost per start or finish: max-min refills the messages on the changed links and those it widens to,
+each over its route (its links' messages once each); the bottleneck model, the messages on the changed
+links times their routes' length.
 """
 
 from __future__ import annotations
 
 from typing import Any, Optional
 
+from .maxmin import refill
 from .network import SharedLinks
 from .routes import Routes
 from .timelines import Timeline
 
 __all__ = ["PathLinks"]
 
+_SAME = 1e-12  # a message off the changed links whose rate moved less (relative) keeps its rate and key
+
 
 class PathLinks(SharedLinks):
     """The links of a described network. As in `FairLinks`, rates are relative to a message's speed
     alone (`rem` in seconds at that speed), each sending rank has one heap entry (the least (finish,
     sequence) key of its messages), stale entries are swept in bulk and each message (re)scheduled
-    counts as one event; so a description of the default network gives FairLinks' results."""
+    counts as one event; so with bottleneck sharing a description of the default network gives
+    FairLinks' results bit for bit, and with max-min sharing wherever FairLinks' shares are max-min."""
 
     def __init__(self, world: Any, routes: Routes, itemsize: int, gap: float, net: Optional[Timeline]) -> None:
         self._w = world
@@ -47,6 +57,8 @@ class PathLinks(SharedLinks):
         self.latest = 0.0  # the latest finish time ever scheduled (World.run ends at it)
         self._fin = self._finish
         self._begin_h = self._begin
+        self._cost = routes.cost
+        self._maxmin = routes.sharing == "maxmin"
 
     def _begin(self, msg: Any) -> None:
         now = self._w.now
@@ -56,7 +68,9 @@ class PathLinks(SharedLinks):
         msg.start = msg.tupd = now
         msg.rem = msg.n * (worst * self._itemsize)
         msg.rate = 0.0
-        msg.stamp = 0
+        msg.stamp = msg.mark = 0
+        msg.worst = worst
+        msg.bn = -1
         on = self._on
         for link in path:
             on[link][msg] = None
@@ -68,6 +82,52 @@ class PathLinks(SharedLinks):
         self._reshare(path, now, src)
 
     def _reshare(self, path: tuple[int, ...], now: float, src: int) -> None:
+        """New rates after a change of load on the links of `path` (`src`'s message started or finished)."""
+        if self._maxmin:
+            self._refill(path, now, src)
+        else:
+            self._bottleneck(path, now, src)
+
+    def _refill(self, path: tuple[int, ...], now: float, src: int) -> None:
+        """Max-min fair rates (`maxmin.refill`): every message on the links of `path` gets a new rate and
+        finish key, in order of those links and of arrival on them, and so does any other message whose
+        rate moved (by more than `_SAME` relative); then new heap entries where least keys moved."""
+        w = self._w
+        seq = w._seq
+        on = self._on
+        self._stamp = stamp = self._stamp + 1
+        core = []
+        for link in path:
+            for f in on[link]:
+                if f.stamp != stamp:
+                    f.stamp = stamp
+                    core.append(f)
+        filled = refill(core, on, self._cost, stamp)
+        ncore = len(core)
+        latest = self.latest
+        dirty = {src: None}
+        moved = 0
+        for i, f in enumerate(filled):
+            rate = f.nrate
+            f.bn = f.nbn
+            old = f.rate
+            if i >= ncore and abs(rate - old) <= _SAME * old:
+                continue
+            if rate <= 0.0:
+                raise RuntimeError(f"max-min sharing left message {f.src} -> {f.dst} no rate")
+            f.rem -= old * (now - f.tupd)
+            f.tupd = now
+            f.rate = rate
+            rem = f.rem
+            f.tfin = t = now + (rem if rem > 0.0 else 0.0) / rate
+            if t > latest:
+                latest = t
+            f.sq = seq()
+            moved += 1
+            dirty[f.snode] = None
+        self._settle(latest, moved, dirty)
+
+    def _bottleneck(self, path: tuple[int, ...], now: float, src: int) -> None:
         """New rates and finish keys for every message on the links of `path` (whose load just changed),
         in order of those links and of arrival on them; then new heap entries where least keys moved
         (`src`'s too: its message just started or finished)."""
@@ -98,6 +158,12 @@ class PathLinks(SharedLinks):
                 f.sq = seq()
                 moved += 1
                 dirty[f.snode] = None
+        self._settle(latest, moved, dirty)
+
+    def _settle(self, latest: float, moved: int, dirty: dict[int, None]) -> None:
+        """After `moved` messages were rescheduled: the latest finish, the event count, and new heap entries
+        for the senders in `dirty` (in order); sweep the stale entries if they are many."""
+        w = self._w
         self.latest = latest
         w._dropped += moved  # each message rescheduled is one event (as one heap entry per message would be)
         outs = self._out

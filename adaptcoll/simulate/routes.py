@@ -16,7 +16,12 @@ from typing import Optional
 
 from ..schedule.describe import Description
 
-__all__ = ["Route", "Routes", "NoRoute", "route_mix"]
+__all__ = ["Route", "Routes", "NoRoute", "route_mix", "SHARING"]
+
+SHARING = ("maxmin", "bottleneck")
+"""How messages share a described network's links (`PathLinks`): max-min fair rates (progressive
+filling), or each message at its equal share of its most crowded link (the earlier model; on a
+description of the default network it is `FairLinks` bit for bit)."""
 
 _MASK = (1 << 64) - 1
 _PS = 1e12  # routing compares latencies in whole picoseconds: sums then do not depend on their order
@@ -53,10 +58,14 @@ class _Tree:
 
 
 class Routes:
-    """A description's links as arrays (`cost` s/B, `latency` s per link id) and its cached routes."""
+    """A description's links as arrays (`cost` s/B, `latency` s per link id), its cached routes, and how
+    messages share its links (`sharing`, one of `SHARING`)."""
 
-    def __init__(self, description: Description) -> None:
+    def __init__(self, description: Description, sharing: str = "maxmin") -> None:
+        if sharing not in SHARING:
+            raise ValueError(f"sharing must be one of {', '.join(SHARING)}, got {sharing!r}")
         d = description
+        self.sharing = sharing
         self.description = d
         self.ranks = d.ranks
         self.name = d.name
@@ -100,7 +109,13 @@ class Routes:
     def summary(self) -> dict[str, object]:
         """What a report says about the network: its name and size."""
         d = self.description
-        return {"name": d.name, "ranks": d.ranks, "switches": len(d.switches), "links": len(d.links)}
+        return {
+            "name": d.name,
+            "ranks": d.ranks,
+            "switches": len(d.switches),
+            "links": len(d.links),
+            "sharing": self.sharing,
+        }
 
     def check_size(self, size: int) -> None:
         """ValueError unless a job of `size` ranks fits the description (one rank per described rank)."""

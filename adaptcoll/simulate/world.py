@@ -99,6 +99,11 @@ class _Msg:
         "plat",
         "weights",
         "stamp",
+        "worst",  # max-min sharing (maxmin.py): slowest link's cost, bottleneck link, scratch
+        "bn",
+        "nrate",
+        "nbn",
+        "mark",
     )
 
     def __init__(self, src: int, dst: int, tag: int, n: int, sbuf: Any, scb: Callback, ts: float, eager: bool) -> None:
