@@ -46,6 +46,50 @@ def load_set(name: str) -> list[int]:
     return [int(np.prod(s["shape"])) for s in doc["shapes"]]
 
 
+def _with_grouped(
+    names: list[str],
+    per_array: Callable[[], None],
+    packed: Callable[[], None],
+    sends: list[Any],
+    recvs: list[Any],
+    comm: Any,
+    finish: Callable[[], None],
+) -> dict[str, Callable[[], None]]:
+    """The implementations named: the two native ones given, and adaptcoll's grouped calls (`grouped`,
+    `grouped:k=v;...` under those settings, `grouped_init`), each step ending with `finish()`."""
+    from mpi4py import MPI
+
+    import adaptcoll
+
+    impls: dict[str, Callable[[], None]] = {}
+    for name in names:
+        if name == "per_array":
+            impls[name] = per_array
+        elif name == "packed":
+            impls[name] = packed
+        elif name == "grouped_init":
+            preq = comm.Allreduce_multi_init(sends, recvs, MPI.SUM)
+
+            def persistent(preq: Any = preq) -> None:
+                preq.Start()
+                preq.Wait()
+                finish()
+
+            impls[name] = persistent
+        elif name == "grouped" or name.startswith("grouped:"):
+            kw = dict(kv.split("=", 1) for kv in name.partition(":")[2].split(";") if kv)
+
+            def grouped(kw: dict[str, str] = kw) -> None:
+                with adaptcoll.configured(**kw):
+                    comm.Allreduce_multi(sends, recvs, MPI.SUM)
+                finish()
+
+            impls[name] = grouped
+        else:
+            raise SystemExit(f"unknown implementation {name!r}")
+    return impls
+
+
 def make_device_impls(
     names: list[str], sends: list[Any], recvs: list[Any], comm: Any, native: Any
 ) -> dict[str, Callable[[], None]]:
@@ -77,43 +121,13 @@ def make_device_impls(
             r[...] = flat[lo:hi].reshape(r.shape)
         device.synchronize()
 
-    impls: dict[str, Callable[[], None]] = {}
-    for name in names:
-        if name == "per_array":
-            impls[name] = per_array
-        elif name == "packed":
-            impls[name] = packed
-        elif name == "grouped_init":
-            preq = comm.Allreduce_multi_init(sends, recvs, MPI.SUM)
-
-            def persistent(preq: Any = preq) -> None:
-                preq.Start()
-                preq.Wait()
-                device.synchronize()
-
-            impls[name] = persistent
-        elif name == "grouped" or name.startswith("grouped:"):
-            kw = dict(kv.split("=", 1) for kv in name.partition(":")[2].split(";") if kv)
-
-            def grouped(kw: dict[str, str] = kw) -> None:
-                import adaptcoll
-
-                with adaptcoll.configured(**kw):
-                    comm.Allreduce_multi(sends, recvs, MPI.SUM)
-                device.synchronize()
-
-            impls[name] = grouped
-        else:
-            raise SystemExit(f"unknown implementation {name!r}")
-    return impls
+    return _with_grouped(names, per_array, packed, sends, recvs, comm, device.synchronize)
 
 
 def make_impls(
     names: list[str], sends: list[np.ndarray], recvs: list[np.ndarray], comm: Any, native: Any
 ) -> dict[str, Callable[[], None]]:
     from mpi4py import MPI
-
-    import adaptcoll
 
     total = sum(a.size for a in sends)
     packbuf = np.empty(total, np.float32)
@@ -130,31 +144,7 @@ def make_impls(
         for r, (lo, hi) in zip(recvs, spans):
             r.reshape(-1)[...] = packbuf[lo:hi]
 
-    impls: dict[str, Callable[[], None]] = {}
-    for name in names:
-        if name == "per_array":
-            impls[name] = per_array
-        elif name == "packed":
-            impls[name] = packed
-        elif name == "grouped_init":
-            preq = comm.Allreduce_multi_init(sends, recvs, MPI.SUM)
-
-            def persistent(preq: Any = preq) -> None:
-                preq.Start()
-                preq.Wait()
-
-            impls[name] = persistent
-        elif name == "grouped" or name.startswith("grouped:"):
-            kw = dict(kv.split("=", 1) for kv in name.partition(":")[2].split(";") if kv)
-
-            def grouped(kw: dict[str, str] = kw) -> None:
-                with adaptcoll.configured(**kw):
-                    comm.Allreduce_multi(sends, recvs, MPI.SUM)
-
-            impls[name] = grouped
-        else:
-            raise SystemExit(f"unknown implementation {name!r}")
-    return impls
+    return _with_grouped(names, per_array, packed, sends, recvs, comm, lambda: None)
 
 
 def run(args: argparse.Namespace) -> None:
