@@ -474,3 +474,19 @@ def install(seed: int = 0) -> tuple[types.ModuleType, types.ModuleType]:
     cupy, cupyx = fake_cupy(seed)
     sys.modules["cupy"], sys.modules["cupyx"] = cupy, cupyx
     return cupy, cupyx
+
+
+def patch_in(monkeypatch: Any, seed: int = 0) -> tuple[types.ModuleType, types.ModuleType]:
+    """Put the fake CuPy into sys.modules for one test (pytest's `monkeypatch` undoes it), with empty
+    CuPy-backend and staging caches and CUDA-awareness off, as a host without a CUDA-aware MPI runs."""
+    from adaptcoll.backends import cupy_backend
+    from adaptcoll.device import staged as staged_native
+
+    cupy, cupyx = fake_cupy(seed)
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monkeypatch.setitem(sys.modules, "cupyx", cupyx)
+    monkeypatch.setattr(cupy_backend, "_MODULES", {})
+    monkeypatch.setattr(cupy_backend, "_KERNELS", {})
+    monkeypatch.setattr(staged_native, "_STAGING", {})
+    monkeypatch.setenv("ADAPTCOLL_CUDA_AWARE", "0")
+    return cupy, cupyx

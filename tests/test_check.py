@@ -240,19 +240,11 @@ def test_grouped_cases_on_device_arrays_pass_and_pack_on_the_device(monkeypatch)
     from mpi4py import MPI
 
     import adaptcoll
-    from adaptcoll.backends import cupy_backend
     from adaptcoll.check.cases import DEVICE_COLLECTIVES, MULTI
     from adaptcoll.check.correctness import Runner, run_cases
-    from adaptcoll.device import staged as staged_native
     from adaptcoll.grouped import cache
 
-    cupy, cupyx = fd.fake_cupy(seed=9)
-    monkeypatch.setitem(sys.modules, "cupy", cupy)
-    monkeypatch.setitem(sys.modules, "cupyx", cupyx)
-    monkeypatch.setattr(cupy_backend, "_MODULES", {})
-    monkeypatch.setattr(cupy_backend, "_KERNELS", {})
-    monkeypatch.setattr(staged_native, "_STAGING", {})
-    monkeypatch.setenv("ADAPTCOLL_CUDA_AWARE", "0")
+    cupy, _ = fd.patch_in(monkeypatch, seed=9)
     assert MULTI in DEVICE_COLLECTIVES
     group = [c for c in cases(1, full=False) if c.collective == MULTI]
     assert {c.form for c in group} == {"blocking", "in_place", "nonblocking", "persistent"}

@@ -27,10 +27,8 @@ from device_guard import GuardUnavailable, build, wrappers_source
 from mpi4py import MPI
 
 from adaptcoll import decide, settings
-from adaptcoll.backends import cupy_backend
 from adaptcoll.device import aware as cuda_aware
 from adaptcoll.device import route as device_route
-from adaptcoll.device import staged as staged_native
 from adaptcoll.device.staged import StagedCall
 from adaptcoll.engine import engine
 from adaptcoll.native import BELOW_THRESHOLD, Kind, Native
@@ -153,13 +151,7 @@ def test_guard_sees_the_routes_when_mpi_is_cuda_aware(guard: tuple[Path, list[st
 def fake_cupy(monkeypatch: pytest.MonkeyPatch):
     """The stand-in CuPy for this test only (module caches included), and a private communicator whose
     device context dies with it."""
-    cupy, cupyx = fd.fake_cupy(seed=3)
-    monkeypatch.setitem(sys.modules, "cupy", cupy)
-    monkeypatch.setitem(sys.modules, "cupyx", cupyx)
-    monkeypatch.setattr(cupy_backend, "_MODULES", {})
-    monkeypatch.setattr(cupy_backend, "_KERNELS", {})
-    monkeypatch.setattr(staged_native, "_STAGING", {})
-    monkeypatch.setenv("ADAPTCOLL_CUDA_AWARE", "0")
+    fd.patch_in(monkeypatch, seed=3)
     comm = MPI.COMM_SELF.Dup()
     yield comm
     comm.Free()

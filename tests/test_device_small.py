@@ -21,9 +21,7 @@ from mpi4py import MPI
 
 import adaptcoll
 from adaptcoll import collectives, decide, settings
-from adaptcoll.backends import cupy_backend
 from adaptcoll.device import small
-from adaptcoll.device import staged as staged_native
 from adaptcoll.native import BELOW_THRESHOLD
 from adaptcoll.tune.config import ServeConfig
 from adaptcoll.tune.policy import CommFacts, CommTuning, resolve
@@ -36,16 +34,10 @@ STAGED_BELOW = "native (staged): below native_below"
 def env(monkeypatch: pytest.MonkeyPatch) -> Any:
     """The stand-in CuPy, fresh fast-path state, an adaptcoll communicator over a COMM_SELF duplicate
     whose tuning is known (one blocking host call), and counters of the decisions asked for."""
-    cupy, cupyx = fd.fake_cupy(seed=5)
-    monkeypatch.setitem(sys.modules, "cupy", cupy)
-    monkeypatch.setitem(sys.modules, "cupyx", cupyx)
-    monkeypatch.setattr(cupy_backend, "_MODULES", {})
-    monkeypatch.setattr(cupy_backend, "_KERNELS", {})
-    monkeypatch.setattr(staged_native, "_STAGING", {})
+    cupy, _ = fd.patch_in(monkeypatch, seed=5)
     monkeypatch.setattr(small, "_state", None)
     monkeypatch.setattr(small, "_POOL", {})
     saved, small.ARRAY_TYPE[0] = small.ARRAY_TYPE[0], None
-    monkeypatch.setenv("ADAPTCOLL_CUDA_AWARE", "0")
     decided: list[str] = []
     for name in ("bcast", "reduce", "allreduce"):
         real = getattr(decide, name)

@@ -259,20 +259,10 @@ def test_cache_keeps_no_array_alive(comm):
 @pytest.fixture
 def fake_cupy(monkeypatch):
     """The stand-in CuPy (tests/fake_device.py) in sys.modules, MPI not CUDA-aware."""
-    import sys
 
     import fake_device as fd
 
-    from adaptcoll.backends import cupy_backend
-    from adaptcoll.device import staged as staged_native
-
-    cupy, cupyx = fd.fake_cupy(seed=5)
-    monkeypatch.setitem(sys.modules, "cupy", cupy)
-    monkeypatch.setitem(sys.modules, "cupyx", cupyx)
-    monkeypatch.setattr(cupy_backend, "_MODULES", {})
-    monkeypatch.setattr(cupy_backend, "_KERNELS", {})
-    monkeypatch.setattr(staged_native, "_STAGING", {})
-    monkeypatch.setenv("ADAPTCOLL_CUDA_AWARE", "0")
+    cupy, _ = fd.patch_in(monkeypatch, seed=5)
     yield cupy
     cache.clear()
 

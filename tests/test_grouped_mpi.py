@@ -133,20 +133,12 @@ def test_grouped_device_equals_native(mpi_ranks, monkeypatch):
     """Device arrays (the stand-in CuPy of tests/fake_device.py, MPI not CUDA-aware) packed on the device
     beside host arrays: every form against native per-array Allreduce on host copies, bucket caps of
     several sizes, persistent started twice with the inputs changed between starts; buckets are packed."""
-    import sys
 
     import fake_device as fd
 
     from adaptcoll.backends import cupy_backend
-    from adaptcoll.device import staged as staged_native
 
-    cupy, cupyx = fd.fake_cupy(seed=7)
-    monkeypatch.setitem(sys.modules, "cupy", cupy)
-    monkeypatch.setitem(sys.modules, "cupyx", cupyx)
-    monkeypatch.setattr(cupy_backend, "_MODULES", {})
-    monkeypatch.setattr(cupy_backend, "_KERNELS", {})
-    monkeypatch.setattr(staged_native, "_STAGING", {})
-    monkeypatch.setenv("ADAPTCOLL_CUDA_AWARE", "0")
+    cupy, _ = fd.patch_in(monkeypatch, seed=7)
     world = MPI.COMM_WORLD
     comm = adaptcoll.Intracomm(world.Dup())
     rank = world.Get_rank()
