@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from typing import Any, Optional
 
 import numpy as np
@@ -135,6 +136,21 @@ def _copy_out(state: _Cupy, held: tuple[np.ndarray, int], buf: Any, stream: int)
     state.synchronize(stream)
 
 
+def _out_of_place(state: _Cupy, sendbuf: Any, recvbuf: Any, call: Callable[[np.ndarray, np.ndarray], None]) -> None:
+    """`call(send, recv)` on pinned copies: `sendbuf` copied in, the result copied out into `recvbuf`."""
+    stream = state.current_stream().ptr
+    held = _copy_in(state, sendbuf, stream)
+    try:
+        result = _acquire(state, recvbuf)
+        try:
+            call(held[0], result[0])
+            _copy_out(state, result, recvbuf, stream)
+        finally:
+            _release(result)
+    finally:
+        _release(held)
+
+
 def bcast(comm: MPI.Intracomm, buf: Any, root: Any) -> bool:
     """comm.Bcast(buf, root) staged for a small cupy.ndarray `buf`; False (nothing done) if not the plain case."""
     state = _ready()
@@ -173,17 +189,7 @@ def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, root: Any) 
         return True
     if sendbuf is _IN_PLACE or sendbuf is recvbuf:
         return _in_place(state, comm, recvbuf, op, root)
-    stream = state.current_stream().ptr
-    held = _copy_in(state, sendbuf, stream)
-    try:
-        result = _acquire(state, recvbuf)
-        try:
-            _REDUCE(comm, held[0], result[0], op, root)
-            _copy_out(state, result, recvbuf, stream)
-        finally:
-            _release(result)
-    finally:
-        _release(held)
+    _out_of_place(state, sendbuf, recvbuf, lambda send, recv: _REDUCE(comm, send, recv, op, root))
     return True
 
 
@@ -195,17 +201,7 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any) -> bool:
         return False
     if sendbuf is _IN_PLACE or sendbuf is recvbuf:
         return _in_place(state, comm, recvbuf, op, None)
-    stream = state.current_stream().ptr
-    held = _copy_in(state, sendbuf, stream)
-    try:
-        result = _acquire(state, recvbuf)
-        try:
-            _ALLREDUCE(comm, held[0], result[0], op)
-            _copy_out(state, result, recvbuf, stream)
-        finally:
-            _release(result)
-    finally:
-        _release(held)
+    _out_of_place(state, sendbuf, recvbuf, lambda send, recv: _ALLREDUCE(comm, send, recv, op))
     return True
 
 
