@@ -20,7 +20,7 @@ from .bound import Bound, bound
 from .cost import DEFAULT_CPU, CpuCosts, Estimate, estimate
 from .describe import Description
 from .hierarchy import hierarchy
-from .network import Network, SynthesisError, tree_depth
+from .network import Network, SynthesisError
 from .synthesize import Result, synthesize
 
 __all__ = ["FIXED", "SEGMENTS", "Candidate", "Choice", "fixed_trees", "cpu_floor", "choose"]
@@ -225,8 +225,3 @@ def choose(
     return Choice(
         chosen, best_forest, best_fixed, tuple(found), the_bound, floor, size, margin, time.perf_counter() - start
     )
-
-
-def depth(c: Candidate, root: int) -> int:
-    """The deepest tree of a candidate (edges)."""
-    return max(tree_depth(kids, root) for _, kids in c.trees)

@@ -35,7 +35,7 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from .network import Network, Route, SynthesisError
+from .network import Network, Route, SynthesisError, edge_route
 
 __all__ = ["CpuCosts", "DEFAULT_CPU", "Estimate", "cpu_costs", "segments_dealt", "rank_work", "estimate"]
 
@@ -187,11 +187,8 @@ class _Routes:
         return got
 
     def edge(self, parent: int, child: int, collective: str) -> Route:
-        if collective == "bcast":
-            return self.route(parent, child)
-        if collective == "reduce":
-            return self.route(child, parent)
-        return self.route(parent, child) + self.route(child, parent)
+        """Links a tree edge loads for `collective` (`network.edge_route` over these routes)."""
+        return edge_route(self.route, parent, child, collective)
 
 
 def _latency(net: Network, route: Sequence[tuple[int, float]]) -> float:
@@ -276,13 +273,19 @@ def _hops(
     return hop
 
 
-def _through(children: Children, root: int, hop: np.ndarray) -> tuple[np.ndarray, float, int]:
-    """Per rank, the longest root-to-leaf path through it (sum of hops); the longest path; the depth."""
+def _order(children: Children, root: int) -> tuple[list[int], int]:
+    """The tree's ranks in breadth-first order from `root`, and its depth (edges)."""
     order, depth_of = [root], {root: 0}
     for r in order:
         for c in children[r]:
             depth_of[c] = depth_of[r] + 1
             order.append(c)
+    return order, max(depth_of.values())
+
+
+def _through(children: Children, root: int, hop: np.ndarray) -> tuple[np.ndarray, float, int]:
+    """Per rank, the longest root-to-leaf path through it (sum of hops); the longest path; the depth."""
+    order, depth = _order(children, root)
     pre = np.zeros(len(children))
     for r in order:
         for c in children[r]:
@@ -291,18 +294,14 @@ def _through(children: Children, root: int, hop: np.ndarray) -> tuple[np.ndarray
     for r in reversed(order):
         for c in children[r]:
             post[r] = max(post[r], post[c] + hop[c])
-    return pre + post, float(post[root]), max(depth_of.values())
+    return pre + post, float(post[root]), depth
 
 
 def _through_up(children: Children, root: int, hop: np.ndarray, stage: float) -> tuple[np.ndarray, float, int]:
     """`_through` for one segment going up: a parent takes its children's arrivals in the order they
     come, each costing it `stage` (callback and fold) after the arrival, so a fold of an early child
     overlaps the wait for a late one."""
-    order, depth_of = [root], {root: 0}
-    for r in order:
-        for c in children[r]:
-            depth_of[c] = depth_of[r] + 1
-            order.append(c)
+    order, depth = _order(children, root)
     ready = np.zeros(len(children))
     for r in reversed(order):
         t = 0.0
@@ -313,7 +312,7 @@ def _through_up(children: Children, root: int, hop: np.ndarray, stage: float) ->
     for r in order:
         for c in children[r]:
             post[c] = post[r] + hop[c] + stage
-    return ready + post, float(ready[root]), max(depth_of.values())
+    return ready + post, float(ready[root]), depth
 
 
 def estimate(

@@ -9,14 +9,14 @@ share the edge's bytes evenly (per path). Loads are in bytes per message byte; a
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import networkx as nx
 import numpy as np
 
 from .describe import Description, Vertex
 
-__all__ = ["SynthesisError", "Network", "Route", "tree_edges", "tree_depth"]
+__all__ = ["SynthesisError", "Network", "Route", "edge_route", "tree_edges", "tree_depth"]
 
 Route = tuple[tuple[int, float], ...]
 """(link index, fraction of the edge's bytes) for every link a rank-to-rank edge uses."""
@@ -166,12 +166,7 @@ class Network:
 
     def edge_route(self, parent: int, child: int, collective: str) -> Route:
         """Links a tree edge loads for `collective`: down (bcast), up (reduce) or both (allreduce)."""
-        if collective == "bcast":
-            return self.route(parent, child)
-        if collective == "reduce":
-            return self.route(child, parent)
-        down, up = self.route(parent, child), self.route(child, parent)
-        return down + up
+        return edge_route(self.route, parent, child, collective)
 
     def add_edge_load(self, load: np.ndarray, parent: int, child: int, collective: str, share: float) -> None:
         """Add one tree edge carrying `share` of the message to `load` (bytes per message byte, per link)."""
@@ -213,6 +208,16 @@ def _merge(options: list[tuple[int, int, list[tuple[int, float]]]]) -> tuple[int
         for link, frac in links:
             share[link] = share.get(link, 0.0) + frac * count / paths
     return best, paths, tuple(share.items())
+
+
+def edge_route(route: Callable[[int, int], Route], parent: int, child: int, collective: str) -> Route:
+    """The links a tree edge loads for `collective` under `route(u, v)`: down (bcast), up (reduce) or
+    both (allreduce)."""
+    if collective == "bcast":
+        return route(parent, child)
+    if collective == "reduce":
+        return route(child, parent)
+    return route(parent, child) + route(child, parent)
 
 
 def tree_edges(children: Sequence[Sequence[int]]) -> Iterable[tuple[int, int]]:
