@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -569,23 +570,19 @@ def test_scale_table_row_compares_the_rule_with_every_applicable_baseline():
     assert "native" in table.markdown([row, native])
 
 
+def _forest_table_args(**chosen: object) -> Any:
+    """bench/forest_table.py's options for one DGX-1 row: one noisy draw, forests of 2 and 8 trees."""
+    import argparse
+
+    return argparse.Namespace(noise=["100Hz x 250us"], seed=1, samples=1, trees="2,8", fanout=2, **chosen)
+
+
 def test_forest_table_row_keeps_each_algorithms_fastest_configuration(tmp_path):
     """bench/forest_table.py on the DGX-1 graph (8 ranks): the forest (two K values) and the fixed shapes
     each keep their quietly fastest configuration, which is the time reported quiet; the best fixed shape
     is the minimum per condition and the ratio forest / best; the lock-step baselines come along."""
-    import argparse
-
     table = _load("forest_table")
-    args = argparse.Namespace(
-        noise=["100Hz x 250us"],
-        seed=1,
-        samples=1,
-        trees="2,8",
-        fanout=2,
-        segments="256K,1M",
-        lockstep=True,
-        max_messages=1_000_000,
-    )
+    args = _forest_table_args(segments="256K,1M", lockstep=True, max_messages=1_000_000)
     row = table.row("dgx1", "bcast:16M", args, tmp_path)
     assert set(row["searched_quiet_s"]["forest"]) == {"K=2 seg=256K", "K=2 seg=1024K", "K=8 seg=256K", "K=8 seg=1024K"}
     for name, searched in row["searched_quiet_s"].items():
@@ -603,21 +600,9 @@ def test_forest_table_tool_runs_the_tools_choice(tmp_path):
     """bench/forest_table.py --tool: the "forest" is the CPU-aware choice (adaptcoll.schedule.choose) run
     once at the segment size it picked, the fixed shapes also run at that size, and the row keeps the
     estimates; on DGX-1 the Reduce is CPU-bound, so the choice is a fixed shape and ties the best one."""
-    import argparse
-
     table = _load("forest_table")
-    args = argparse.Namespace(
-        noise=["100Hz x 250us"],
-        seed=1,
-        samples=1,
-        trees="2,8",
-        fanout=2,
-        segments="1M",
-        lockstep=False,
-        max_messages=0,
-        tool=True,
-        tool_fanouts="2",
-        tool_segments="256K,1M",
+    args = _forest_table_args(
+        segments="1M", lockstep=False, max_messages=0, tool=True, tool_fanouts="2", tool_segments="256K,1M"
     )
     row = table.row("dgx1", "reduce:4M", args, tmp_path)
     (config,) = row["searched_quiet_s"]["forest"]
