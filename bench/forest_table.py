@@ -36,7 +36,7 @@ from typing import Any
 from adaptcoll import settings
 from adaptcoll.schedule import forest as forest_file
 from adaptcoll.schedule import shapes
-from adaptcoll.schedule.choose import choose
+from adaptcoll.schedule.choose import SEGMENTS, choose
 from adaptcoll.schedule.describe import Description
 from adaptcoll.schedule.synthesize import synthesize
 from adaptcoll.settings import parse_size
@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tool-fanouts", default="2,0", help="--tool: fanouts the choice tries (0: K)")
     p.add_argument(
         "--tool-segments",
-        default="64K,128K,256K,512K,1M,2M",
+        default=",".join(f"{s >> 10}K" for s in SEGMENTS),
         help="--tool: segment sizes the choice tries (the fixed shapes also run at the one it picks)",
     )
     p.add_argument("--json", help="write the rows")
