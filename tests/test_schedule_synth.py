@@ -16,7 +16,7 @@ from adaptcoll.schedule.bound import bound
 from adaptcoll.schedule.describe import Description, Link
 from adaptcoll.schedule.hierarchy import hierarchy
 from adaptcoll.schedule.network import Network, SynthesisError
-from adaptcoll.schedule.synthesize import synthesize
+from adaptcoll.schedule.synthesize import critical_first, synthesize
 from adaptcoll.topology import parse as parse_topology
 
 REPO = Path(__file__).resolve().parents[1]
@@ -194,6 +194,51 @@ def test_uneven_and_switchless_shapes() -> None:
     assert r.method == "packing" and r.bound.rate == 2.0 and r.gap < 1.0
     one = synthesize(shapes.flat_switch(1), "reduce", 0)
     assert one.schedule.forest(0).trees[0].children == ((),)
+
+
+def _heights(children, root: int) -> list[int]:
+    order = [root]
+    for r in order:
+        order.extend(children[r])
+    h = [0] * len(children)
+    for r in reversed(order):
+        for c in children[r]:
+            h[r] = max(h[r], h[c] + 1)
+    return h
+
+
+def test_bcast_children_in_critical_path_order() -> None:
+    # a broadcast posts its sends in child order: the deepest subtree first; reduce trees keep theirs
+    d = shapes.nic_nodes(16, 8, nics=2)
+    for trees, fanout in ((2, 2), (4, 4), (8, 8)):
+        got = synthesize(d, "bcast", 5, trees=trees, fanout=fanout).schedule.forest(5).trees
+        for t in got:
+            h = _heights(t.children, 5)
+            assert all([h[c] for c in kids] == sorted((h[c] for c in kids), reverse=True) for kids in t.children)
+    unordered = (((1, 2), (), (3,), ()), 0)  # 2 has the deeper subtree
+    assert critical_first(*unordered) == ((2, 1), (), (3,), ())
+    assert critical_first(((1, 2, 3), (), (), ()), 0) == ((1, 2, 3), (), (), ())  # ties keep their order
+
+
+def test_nic_nodes_leave_through_every_nic_and_bus_fanout() -> None:
+    # with 2 NICs a node, the rank that enters a node hands the tree straight to a rank behind the other NIC,
+    # so every tree can leave the node through both NICs; bus_fanout bounds the children inside a node
+    d = shapes.nic_nodes(16, 8, nics=2)
+    net = Network(d)
+    node_of = d.node_of()
+    for bus in (2, 3, 0):
+        r = synthesize(d, "bcast", 0, trees=4, fanout=4, bus_fanout=bus)
+        _check(r, d, "bcast", 0)
+        for t in r.schedule.forest(0).trees:
+            parent = {c: p for p, kids in enumerate(t.children) for c in kids}
+            for rank, kids in enumerate(t.children):
+                inside = [c for c in kids if node_of[c] == node_of[rank]]
+                assert len(inside) <= (bus or 4)
+                entered = rank in parent and node_of[parent[rank]] != node_of[rank]
+                if entered:  # an entry: one of its children inside the node sits behind the other NIC
+                    assert any(net.attachment(c, True) != net.attachment(rank, True) for c in inside)
+    with pytest.raises(SynthesisError, match="bus fanout must be"):
+        synthesize(d, "bcast", 0, bus_fanout=1)
 
 
 def test_unreachable_and_bad_options() -> None:

@@ -1,5 +1,5 @@
-"""The CPU-aware choice: synthesized forests (trees K x fanout) and adaptcoll's fixed shapes (two_tree,
-binomial, topo over the nodes, pipeline), each at every segment size, ranked by one estimate
+"""The CPU-aware choice: synthesized forests (trees K x fanout x fanout inside a node) and adaptcoll's
+fixed shapes (two_tree, binomial, topo over the nodes, pipeline), each at every segment size, ranked by one estimate
 (`cost.estimate`: links, each rank's CPU, pipeline fill); the best forest is taken only when it beats
 the best fixed shape by more than `margin` (a fixed shape is what the library runs without a file).
 
@@ -9,6 +9,7 @@ two_tree's two trees runs exactly as `two_tree`, so whatever is chosen is one sc
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Sequence
@@ -27,8 +28,9 @@ __all__ = ["FIXED", "SEGMENTS", "Candidate", "Choice", "fixed_trees", "cpu_floor
 
 FIXED = ("two_tree", "binomial", "topo", "pipeline")
 """adaptcoll's fixed shapes the choice compares against (topo only where the description has nodes)."""
-SEGMENTS = (64 << 10, 128 << 10, 256 << 10, 512 << 10, 1 << 20, 2 << 20)
-"""Segment sizes tried by default (bytes)."""
+SEGMENTS = (64 << 10, 128 << 10, 256 << 10, 384 << 10, 512 << 10, 768 << 10, 1 << 20, 3 << 19, 2 << 20)
+"""Segment sizes tried by default (bytes): powers of two and the halves between from 256 KiB on, where
+the CPU per message and the pipeline fill trade closely (at 4096 ranks two_tree's best is 384 KiB)."""
 
 Children = tuple[tuple[int, ...], ...]
 Weighted = list[tuple[float, Children]]
@@ -175,8 +177,10 @@ def choose(
     margin: float = 0.03,
     symmetric: bool = True,
     allreduce_roots: int = 0,
+    bus_fanouts: Sequence[int] = (0, 2, 3),
 ) -> Choice:
-    """Every forest (trees x fanouts; fanout 0: K) and fixed shape at its best segment size by the
+    """Every forest (trees x fanouts x bus_fanouts inside a node; fanout 0: K, bus fanout 0: the
+    fanout; bus fanouts only change forests over nodes) and fixed shape at its best segment size by the
     estimate; the best forest is chosen when its estimate is below (1 - margin) x the best fixed
     shape's, else the best fixed shape. `allreduce_roots`: the library's setting the fixed shapes run
     with (0: every rank a root)."""
@@ -193,23 +197,22 @@ def choose(
         got_shape = fixed_trees(d, shape, root, collective, allreduce_roots, most)
         if got_shape is not None:
             found.append(_best(net, shape, True, got_shape[0], got_shape[1], collective, size, segments, cpu))
-    seen: set[tuple[int, int]] = set()
-    made: set[tuple[tuple[float, Children], ...]] = set()  # the packing ignores the fanout: one of each
-    for k in trees:
-        for f in fanouts:
-            f = f or max(2, k)
-            if (k, f) in seen:
-                continue
-            seen.add((k, f))
-            got: Result = synthesize(d, collective, root, trees=k, fanout=f, symmetric=symmetric)
-            kids = [(t.weight, t.children) for t in got.schedule.forests[0].trees]
-            if tuple(kids) in made:
-                continue
-            made.add(tuple(kids))
-            roots = (root,) * len(kids)
-            found.append(
-                _best(net, f"forest K={k} F={f} ({got.method})", False, kids, roots, collective, size, segments, cpu)
-            )
+    seen: set[tuple[int, int, int]] = set()
+    made: set[tuple[tuple[float, Children], ...]] = set()  # the packing ignores the fanouts: one of each
+    for k, f0, b0 in itertools.product(trees, fanouts, bus_fanouts):
+        f = f0 or max(2, k)
+        b = b0 or f
+        if (k, f, b) in seen:
+            continue
+        seen.add((k, f, b))
+        got: Result = synthesize(d, collective, root, trees=k, fanout=f, symmetric=symmetric, bus_fanout=b)
+        kids = [(t.weight, t.children) for t in got.schedule.forests[0].trees]
+        if tuple(kids) in made:
+            continue
+        made.add(tuple(kids))
+        roots = (root,) * len(kids)
+        name = f"forest K={k} F={f}{'' if b == f else f' B={b}'} ({got.method})"
+        found.append(_best(net, name, False, kids, roots, collective, size, segments, cpu))
     forests = [c for c in found if not c.fixed]
     shapes = [c for c in found if c.fixed]
     best_forest = min(forests, key=lambda c: c.estimate.total_s, default=None)

@@ -51,6 +51,9 @@ def _synth_parser(p: argparse.ArgumentParser) -> None:
     _common(p)
     p.add_argument("--trees", type=int, default=8, metavar="K", help="at most K trees (default 8)")
     p.add_argument("--fanout", type=int, default=0, metavar="F", help="children per inner member (0: K, min 2)")
+    p.add_argument(
+        "--bus-fanout", type=int, default=0, metavar="B", help="children per inner rank inside a node (0: F)"
+    )
     p.add_argument("--method", choices=METHODS, default="auto", help="construction (default auto: the best rate)")
     p.add_argument("-o", "--output", required=True, metavar="SCHEDULE", help="schedule file to write")
     p.add_argument("--png", metavar="PNG", help="also draw the trees (needs matplotlib)")
@@ -66,6 +69,12 @@ def _synth_parser(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--try-trees", default="2,4,8", metavar="K,..", help="--cpu: forest sizes to try (2,4,8)")
     p.add_argument("--try-fanouts", default="2,0", metavar="F,..", help="--cpu: fanouts to try, 0: K (2,0)")
+    p.add_argument(
+        "--try-bus-fanouts",
+        default="0,2,3",
+        metavar="B,..",
+        help="--cpu: fanouts inside a node to try, 0: the fanout (0,2,3)",
+    )
     p.add_argument("--segments", metavar="S,..", help="--cpu: segment sizes to try (64K..2M)")
     p.add_argument(
         "--fixed", default=",".join(FIXED), metavar="SHAPE,..", help=f"--cpu: fixed shapes ({','.join(FIXED)})"
@@ -205,8 +214,9 @@ def _choose(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
     segments = _sizes(args.segments, "--segments", p) if args.segments else list(SEGMENTS)
     trees = _ints(args.try_trees, "--try-trees", p)
     fanouts = _ints(args.try_fanouts, "--try-fanouts", p)
-    if not trees or min(trees) < 1 or any(f < 0 or f == 1 for f in fanouts):
-        p.error("--try-trees must be >= 1 and --try-fanouts 0 or >= 2")
+    bus_fanouts = _ints(args.try_bus_fanouts, "--try-bus-fanouts", p)
+    if not trees or min(trees) < 1 or any(f < 0 or f == 1 for f in [*fanouts, *bus_fanouts]):
+        p.error("--try-trees must be >= 1 and --try-fanouts, --try-bus-fanouts 0 or >= 2")
     fixed = [s for s in args.fixed.split(",") if s]
     bad = [s for s in fixed if s not in FIXED]
     if bad:
@@ -228,6 +238,7 @@ def _choose(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
         _cpu(args),
         args.margin,
         not args.no_symmetry,
+        bus_fanouts=bus_fanouts,
     )
     schedule = c.schedule(args.collective, args.root, d)
     with open(args.output, "w") as out:
@@ -250,10 +261,14 @@ def _synth(args: argparse.Namespace, p: argparse.ArgumentParser) -> int:
         p.error(f"--trees must be >= 1, got {args.trees}")
     if args.fanout < 0 or args.fanout == 1:
         p.error(f"--fanout must be 0 or >= 2, got {args.fanout}")
+    if args.bus_fanout < 0 or args.bus_fanout == 1:
+        p.error(f"--bus-fanout must be 0 or >= 2, got {args.bus_fanout}")
     d = _load(args.topology)
     if not 0 <= args.root < d.ranks:
         p.error(f"--root must be a rank 0..{d.ranks - 1}, got {args.root}")
-    r = synthesize(d, args.collective, args.root, args.trees, args.fanout, args.method, not args.no_symmetry)
+    r = synthesize(
+        d, args.collective, args.root, args.trees, args.fanout, args.method, not args.no_symmetry, args.bus_fanout
+    )
     f = r.schedule.forests[0]
     with open(args.output, "w") as out:
         out.write(dump_schedule(r.schedule))

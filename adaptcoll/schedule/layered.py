@@ -7,7 +7,10 @@ load is the choice of inner members: every tree picks, at every level, the membe
 least over all trees so far (their NIC / uplink is the least loaded), so each member is inner in about
 one tree in K and sends about K edges in all (the ideal of K trees of equal weight). The root's own
 node and group are entered by every tree, so there the root hands each tree to one member only.
-Fanout bounds the depth: about log_fanout(members) per level. Linear time in the ranks. No MPI.
+Fanout bounds the depth: about log_fanout(members) per level (a node's own ranks may have another
+fanout, `bus_fanout`). Inside a node the entry's first children are one rank behind each of the node's
+other NICs, so that a tree leaves the node through every NIC one hop after it enters. Linear time in the
+ranks. No MPI.
 """
 
 from __future__ import annotations
@@ -25,14 +28,21 @@ Children = tuple[tuple[int, ...], ...]
 
 
 def _grow(
-    head: int, members: Sequence[int], count: list[int], fanout: int, budget: int, fixed: bool
+    head: int,
+    members: Sequence[int],
+    count: list[int],
+    fanout: int,
+    budget: int,
+    fixed: bool,
+    first: Sequence[int] = (),
 ) -> list[tuple[int, int]]:
     """Edges of a tree from `head` over `members` (head excluded): the least-counted members come first
     and are the inner ones, each with up to `fanout` children and never past `budget` edges over all trees;
     when every member in the tree is at its budget, the least-counted of them take one more child each in
     turn (spread thin rather than a chain). A `fixed` head (the same in every tree) has one child.
+    `first`: members placed ahead of that order (the head's first children).
     `count[m]` (edges m sent so far) is updated."""
-    order = sorted(members, key=lambda m: count[m])
+    order = [*first, *sorted((m for m in members if m not in first), key=lambda m: count[m])]
     edges: list[tuple[int, int]] = []
     queue = [head]
     at, nxt = 0, 0
@@ -68,9 +78,11 @@ def _cost(net: Network, load: np.ndarray, u: int, v: int, collective: str, share
 class _Builder:
     """The counters shared by all trees (what each group, node and rank has sent or received so far)."""
 
-    def __init__(self, net: Network, h: Hierarchy, root: int, collective: str, trees: int, fanout: int) -> None:
+    def __init__(
+        self, net: Network, h: Hierarchy, root: int, collective: str, trees: int, fanout: int, bus_fanout: int
+    ) -> None:
         self.net, self.h, self.root, self.collective = net, h, root, collective
-        self.fanout, self.budget, self.share = fanout, trees, 1.0 / trees
+        self.fanout, self.bus_fanout, self.budget, self.share = fanout, bus_fanout, trees, 1.0 / trees
         self.rnode = h.node_of[root]
         self.rgroup = h.group_of[self.rnode]
         self.group_sent = [0] * len(h.groups)
@@ -87,7 +99,12 @@ class _Builder:
         """The node's ranks, reached from `entry`."""
         self.node_entry[node] = entry
         others = [r for r in self.h.nodes[node] if r != entry]
-        for a, b in _grow(entry, others, self.bus_sent, self.fanout, self.budget, node == self.rnode):
+        ways: dict[tuple[str, ...], int] = {}  # the least used rank behind each of the node's other NICs
+        for r in sorted(others, key=lambda r: self.bus_sent[r]):
+            ways.setdefault(self.net.attachment(r, True), r)
+        ways.pop(self.net.attachment(entry, True), None)
+        first = list(ways.values()) if len(ways) < len(others) else []
+        for a, b in _grow(entry, others, self.bus_sent, self.bus_fanout, self.budget, node == self.rnode, first):
             self.kids[a].append(b)
             self.depth[b] = self.depth[a] + 1
 
@@ -165,9 +182,10 @@ class _Builder:
 
 
 def layered(
-    net: Network, h: Hierarchy, root: int, collective: str, trees: int, fanout: int
+    net: Network, h: Hierarchy, root: int, collective: str, trees: int, fanout: int, bus_fanout: int = 0
 ) -> list[tuple[float, Children]]:
     """`trees` trees of equal weight from `root` for `collective` (see the module docstring); a member
-    sends at most `trees` edges per level over all trees unless a tree cannot go on otherwise."""
-    build = _Builder(net, h, root, collective, trees, fanout)
+    sends at most `trees` edges per level over all trees unless a tree cannot go on otherwise.
+    `bus_fanout`: children per inner rank inside a node (0: `fanout`)."""
+    build = _Builder(net, h, root, collective, trees, fanout, bus_fanout or fanout)
     return [(1.0 / trees, build.tree()) for _ in range(trees)]

@@ -10,12 +10,16 @@ Two constructions, the better rate kept (ties: the shallower):
 Why not ForestColl's switch removal: it needs edge splitting-off that keeps every min-cut, then an
 exact arborescence packing on the switch-free multigraph; the packing above reaches the bound on the
 small graphs where an exact method matters, and the layered trees are what switch removal yields on
-symmetric trees of switches, at a fraction of the cost. No MPI.
+symmetric trees of switches, at a fraction of the cost.
+A broadcast forest's children are then put in critical-path order (the child with the deepest subtree
+first): a rank posts its sends in that order, so the longest path waits for no sibling's post. Reduce
+trees keep their order (ordered folds follow it). No MPI.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from . import forest as forest_file
@@ -26,7 +30,7 @@ from .layered import layered
 from .network import Network, SynthesisError, tree_depth
 from .packing import pack
 
-__all__ = ["METHODS", "Result", "synthesize"]
+__all__ = ["METHODS", "Result", "synthesize", "critical_first"]
 
 METHODS = ("auto", "packing", "layered")
 PACKING_MAX_RANKS = 16
@@ -63,8 +67,10 @@ def synthesize(
     fanout: int = 0,
     method: str = "auto",
     symmetric: bool = True,
+    bus_fanout: int = 0,
 ) -> Result:
-    """The forest for `collective` from `root` on `d` (at most `trees` trees, fanout 0: `trees`, >= 2)."""
+    """The forest for `collective` from `root` on `d` (at most `trees` trees, fanout 0: `trees`, >= 2;
+    `bus_fanout`: the layered trees' fanout inside a node, 0: `fanout`)."""
     start = time.perf_counter()
     if collective not in forest_file.COLLECTIVES:
         raise SynthesisError(f"collective must be one of {', '.join(forest_file.COLLECTIVES)}, got {collective!r}")
@@ -74,6 +80,8 @@ def synthesize(
         raise SynthesisError(f"trees must be a whole number >= 1, got {trees!r}")
     if isinstance(fanout, bool) or not isinstance(fanout, int) or fanout < 0 or fanout == 1:
         raise SynthesisError(f"fanout must be 0 (the number of trees) or >= 2, got {fanout!r}")
+    if isinstance(bus_fanout, bool) or not isinstance(bus_fanout, int) or bus_fanout < 0 or bus_fanout == 1:
+        raise SynthesisError(f"bus fanout must be 0 (the fanout) or >= 2, got {bus_fanout!r}")
     if isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < d.ranks:
         raise SynthesisError(f"root must be a rank 0..{d.ranks - 1}, got {root!r}")
     fanout = fanout or max(2, trees)
@@ -88,7 +96,7 @@ def synthesize(
         candidates.append(_score(net, got, collective, root, "packing"))
     if d.ranks > 1 and method in ("auto", "layered"):
         try:
-            got = layered(net, h, root, collective, trees, fanout)
+            got = layered(net, h, root, collective, trees, fanout, bus_fanout)
             candidates.append(_score(net, got, collective, root, "layered"))
         except SynthesisError:
             if method == "layered":
@@ -96,6 +104,8 @@ def synthesize(
             if not candidates:  # ranks without routes between some pairs (a ring, a mesh): pack, however slow
                 candidates.append(_score(net, pack(net, root, collective, trees), collective, root, "packing"))
     rate, _, name, chosen = max(candidates, key=lambda c: (c[0] * (1 - 1e-9), -c[1]))
+    if collective == "bcast":
+        chosen = [(w, critical_first(kids, root)) for w, kids in chosen]
     raw = {
         "format": forest_file.FORMAT,
         "collective": collective,
@@ -112,6 +122,19 @@ def synthesize(
     schedule = forest_file.from_dict(raw, "<synthesized>")  # the file format checks every tree spans
     depths = tuple(tree_depth(kids, root) for _, kids in chosen)
     return Result(schedule, the_bound, rate, name, depths, time.perf_counter() - start)
+
+
+def critical_first(children: Sequence[Sequence[int]], root: int) -> Children:
+    """The same tree with every rank's children sorted by the height of their subtrees, deepest first
+    (ties keep their order): the order a broadcast posts its sends in."""
+    order = [root]
+    for r in order:
+        order.extend(children[r])
+    height = [0] * len(children)
+    for r in reversed(order):
+        for c in children[r]:
+            height[r] = max(height[r], height[c] + 1)
+    return tuple(tuple(sorted(kids, key=lambda c: -height[c])) for kids in children)
 
 
 def _score(
