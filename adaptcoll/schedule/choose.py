@@ -190,7 +190,8 @@ def choose(
     if not segments or min(segments) < 1:
         raise SynthesisError(f"segment sizes must be >= 1 byte, got {list(segments)}")
     net = Network(d)
-    the_bound = bound(d, collective, root, symmetric, hierarchy(d))
+    h = hierarchy(d)
+    the_bound = bound(d, collective, root, symmetric, h)
     found: list[Candidate] = []
     most = max(math.ceil(size / s) for s in segments)
     for shape in fixed:
@@ -205,7 +206,9 @@ def choose(
         if (k, f, b) in seen:
             continue
         seen.add((k, f, b))
-        got: Result = synthesize(d, collective, root, trees=k, fanout=f, symmetric=symmetric, bus_fanout=b)
+        got: Result = synthesize(
+            d, collective, root, trees=k, fanout=f, symmetric=symmetric, bus_fanout=b, context=(net, h, the_bound)
+        )
         kids = [(t.weight, t.children) for t in got.schedule.forests[0].trees]
         if tuple(kids) in made:
             continue

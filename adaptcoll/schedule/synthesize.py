@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from . import forest as forest_file
 from .bound import Bound, bound
 from .describe import Description
-from .hierarchy import hierarchy
+from .hierarchy import Hierarchy, hierarchy
 from .layered import layered
 from .network import Network, SynthesisError, tree_depth
 from .packing import pack
@@ -68,9 +68,12 @@ def synthesize(
     method: str = "auto",
     symmetric: bool = True,
     bus_fanout: int = 0,
+    context: tuple[Network, Hierarchy, Bound] | None = None,
 ) -> Result:
     """The forest for `collective` from `root` on `d` (at most `trees` trees, fanout 0: `trees`, >= 2;
-    `bus_fanout`: the layered trees' fanout inside a node, 0: `fanout`)."""
+    `bus_fanout`: the layered trees' fanout inside a node, 0: `fanout`). `context`: the network, the
+    hierarchy and the bound of this `d`, collective, root and symmetry, when the caller has them already
+    (`choose` synthesizes many forests for one call; the network keeps its routes)."""
     start = time.perf_counter()
     if collective not in forest_file.COLLECTIVES:
         raise SynthesisError(f"collective must be one of {', '.join(forest_file.COLLECTIVES)}, got {collective!r}")
@@ -85,9 +88,11 @@ def synthesize(
     if isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < d.ranks:
         raise SynthesisError(f"root must be a rank 0..{d.ranks - 1}, got {root!r}")
     fanout = fanout or max(2, trees)
-    h = hierarchy(d)
-    the_bound = bound(d, collective, root, symmetric, h)
-    net = Network(d)
+    if context is None:
+        h = hierarchy(d)
+        net, the_bound = Network(d), bound(d, collective, root, symmetric, h)
+    else:
+        net, h, the_bound = context
     candidates: list[tuple[float, int, str, list[tuple[float, Children]]]] = []
     if d.ranks == 1:
         candidates.append((float("inf"), 0, "single", [(1.0, ((),))]))
