@@ -196,15 +196,9 @@ def test_uneven_and_switchless_shapes() -> None:
     assert one.schedule.forest(0).trees[0].children == ((),)
 
 
-def _heights(children, root: int) -> list[int]:
-    order = [root]
-    for r in order:
-        order.extend(children[r])
-    h = [0] * len(children)
-    for r in reversed(order):
-        for c in children[r]:
-            h[r] = max(h[r], h[c] + 1)
-    return h
+def _height(children, rank: int) -> int:
+    """Edges on the longest way down from `rank` (recursive: an oracle apart from critical_first's)."""
+    return max((1 + _height(children, c) for c in children[rank]), default=0)
 
 
 def test_bcast_children_in_critical_path_order() -> None:
@@ -213,8 +207,9 @@ def test_bcast_children_in_critical_path_order() -> None:
     for trees, fanout in ((2, 2), (4, 4), (8, 8)):
         got = synthesize(d, "bcast", 5, trees=trees, fanout=fanout).schedule.forest(5).trees
         for t in got:
-            h = _heights(t.children, 5)
-            assert all([h[c] for c in kids] == sorted((h[c] for c in kids), reverse=True) for kids in t.children)
+            for kids in t.children:
+                h = [_height(t.children, c) for c in kids]
+                assert h == sorted(h, reverse=True)
     unordered = (((1, 2), (), (3,), ()), 0)  # 2 has the deeper subtree
     assert critical_first(*unordered) == ((2, 1), (), (3,), ())
     assert critical_first(((1, 2, 3), (), (), ()), 0) == ((1, 2, 3), (), (), ())  # ties keep their order
