@@ -570,6 +570,24 @@ def test_scale_table_row_compares_the_rule_with_every_applicable_baseline():
     assert "native" in table.markdown([row, native])
 
 
+def test_nodes_rule_row_times_the_rule_the_candidates_and_the_best_baseline():
+    """bench/nodes_rule.py: a point on several nodes runs the rule's call as the simulator's choice makes it
+    (here the several-nodes case: Reduce 16M two_tree), each candidate with no cap, and the fastest
+    lock-step baseline; a native point takes the best baseline's time; the table gives best / time."""
+    import argparse
+
+    table = _load("nodes_rule")
+    args = argparse.Namespace(seed=1, max_messages=200_000, candidates="two_tree:256K,binomial:512K")
+    row = table.row("reduce", 16 << 20, 16, 4, args)
+    assert row["rule"].startswith("two_tree seg=256K") and "several nodes" in row["rule"]
+    assert row["rule_s"] == pytest.approx(row["candidates_s"]["two_tree:256K"])
+    assert row["best"] and row["best_s"] < row["candidates_s"]["binomial:512K"]
+    native = table.row("bcast", 16 << 20, 16, 4, args)
+    assert native["rule"] == "native" and native["rule_s"] == native["best_s"]
+    text = table.markdown([row, native])
+    assert "| reduce 16M | 16 x 4 |" in text and "1.00 (native)" in text
+
+
 def _forest_table_args(**chosen: object) -> Any:
     """bench/forest_table.py's options for one DGX-1 row: one noisy draw, forests of 2 and 8 trees."""
     import argparse

@@ -99,8 +99,10 @@ MEASURED_OPEN_MPI = [
 ]
 
 
-def _choice(collective: str, ranks: int, per_core: float, nbytes: int, library: str = ""):
-    bands = default_bands(collective, ranks, per_core, library)
+def _choice(collective: str, ranks: int, per_core: float, nbytes: int, library: str = "", per_node: int = 0):
+    """The rule's config at `nbytes` (None: native); `per_node` > 0: that many ranks per node, several nodes."""
+    nodes = -(-ranks // per_node) if per_node else 1
+    bands = default_bands(collective, ranks, per_core, library, nodes, per_node or ranks)
     band = bands[band_index([b.start for b in bands], nbytes)]
     return band.config if band.serve else None
 
@@ -204,6 +206,81 @@ def test_the_scale_cases_serve_only_configurations_simulated_faster(ranks, colle
     for nbytes, ratio in ratios.items():
         if _choice(collective, ranks, 1.0, nbytes) == config:
             assert ratio >= 1.0, (ranks, collective, nbytes, ratio)
+
+
+# (ranks, ranks per node, collective, config, {size: best lock-step time / adaptcoll time}) simulated with
+# bench/nodes_rule.py (built-in parameters with ranks_per_node, quiet; bench/RESULTS.md, "The rule on several
+# nodes"): the cases for several nodes.
+SIMULATED_NODES = [
+    (4, 1, "reduce", TWO_TREE, {4 * M: 1.45, 8 * M: 1.62, 16 * M: 1.74, 64 * M: 1.84}),
+    (32, 1, "reduce", TWO_TREE, {4 * M: 1.20, 8 * M: 1.46, 16 * M: 1.66, 64 * M: 1.83}),
+    (32, 1, "bcast", TWO_TREE, {4 * M: 0.85, 16 * M: 0.89, 64 * M: 1.18}),
+    (32, 1, "allreduce", TWO_TREE, {4 * M: 1.01, 16 * M: 1.21, 64 * M: 1.39}),
+    (4, 1, "allreduce", TWO_TREE, {4 * M: 1.34, 16 * M: 1.74, 64 * M: 1.86}),
+    (8, 4, "reduce", TWO_TREE, {4 * M: 1.10, 8 * M: 1.20, 16 * M: 1.25, 64 * M: 1.29}),
+    (16, 8, "reduce", TWO_TREE, {4 * M: 1.02, 8 * M: 1.14, 16 * M: 1.21, 64 * M: 1.28}),
+    (32, 8, "reduce", TWO_TREE, {4 * M: 1.03, 8 * M: 1.13, 16 * M: 1.23, 64 * M: 1.28}),
+    (48, 16, "reduce", TWO_TREE, {4 * M: 1.05, 8 * M: 1.14, 16 * M: 1.25, 64 * M: 1.29}),
+    (32, 8, "bcast", TWO_TREE, {4 * M: 0.85, 16 * M: 0.62, 64 * M: 0.72}),
+    (48, 1, "bcast", TWO_TREE, {4 * M: 0.94, 16 * M: 1.16, 64 * M: 1.20}),
+    (48, 1, "allreduce", TWO_TREE, {4 * M: 1.12, 16 * M: 1.23, 64 * M: 1.31}),
+    (32, 8, "allreduce", TWO_TREE, {4 * M: 0.60, 16 * M: 0.81, 64 * M: 0.84}),
+    (8, 4, "allreduce", TWO_TREE, {4 * M: 1.10, 16 * M: 1.17, 64 * M: 1.23}),
+    (64, 8, "bcast", TWO_TREE, {4 * M: 0.80, 16 * M: 0.99, 64 * M: 0.75}),
+    (64, 8, "reduce", TREE_128K, {4 * M: 1.18, 16 * M: 1.13}),
+    (64, 8, "reduce", TWO_TREE, {16 * M: 1.25, 64 * M: 1.30}),
+    (64, 8, "allreduce", TWO_TREE, {4 * M: 0.54, 16 * M: 0.74, 64 * M: 0.75}),
+    (256, 8, "bcast", TWO_TREE, {4 * M: 1.04, 16 * M: 1.06, 64 * M: 1.06}),
+    (256, 8, "reduce", TREE_128K, {4 * M: 1.27, 16 * M: 1.39}),
+    (256, 8, "reduce", TWO_TREE, {16 * M: 1.50, 64 * M: 1.40}),
+    (256, 8, "allreduce", TWO_TREE, {4 * M: 0.52, 16 * M: 0.73, 64 * M: 0.80}),
+    (1024, 8, "bcast", TWO_TREE, {16 * M: 1.46, 64 * M: 1.15}),
+    (1024, 8, "reduce", TWO_TREE, {16 * M: 1.65}),
+    (1024, 8, "allreduce", TWO_TREE, {16 * M: 0.83}),
+]
+
+
+@pytest.mark.parametrize("ranks, per_node, collective, config, ratios", SIMULATED_NODES)
+def test_the_cases_for_several_nodes_serve_only_configurations_simulated_faster(
+    ranks, per_node, collective, config, ratios
+):
+    for nbytes, ratio in ratios.items():
+        if _choice(collective, ranks, 1.0, nbytes, per_node=per_node) == config:
+            assert ratio >= 1.0, (ranks, per_node, collective, nbytes, ratio)
+
+
+def test_several_nodes_change_only_what_was_simulated_to_lose():
+    # one node (what was measured) keeps its rule; 3-63 ranks on nodes of several ranks: native Bcast and
+    # Allreduce, Reduce two_tree from 8M; one rank per node: two_tree from 4M / 16M / 64M (Reduce /
+    # Allreduce / Bcast); 2 ranks are one link either way; from 64 ranks only nodes of several ranks
+    # change (one rank per node is what the scale cases were simulated with)
+    assert defaults.case(16, 1.0, nodes=1, ranks_per_node=16) == "9+ ranks"
+    assert defaults.case(32, 1.0, "MPICH", nodes=4, ranks_per_node=8) == "3-63 ranks, several nodes"
+    assert defaults.case(32, 1.0, "Open MPI v5.0.11", nodes=4, ranks_per_node=8) == "3-63 ranks, several nodes"
+    assert defaults.case(8, 1.0, nodes=8, ranks_per_node=1) == "3-63 ranks, one per node"
+    for ranks in (3, 8, 32, 63):
+        assert _choice("bcast", ranks, 1.0, 16 * M, per_node=1) is None
+        assert _choice("bcast", ranks, 1.0, 64 * M, per_node=1) == TWO_TREE
+        assert _choice("reduce", ranks, 1.0, 4 * M, per_node=1) == TWO_TREE
+        assert _choice("allreduce", ranks, 1.0, 4 * M, per_node=1) is None
+        assert _choice("allreduce", ranks, 1.0, 16 * M, per_node=1) == TWO_TREE
+    assert defaults.case(2, 1.0, nodes=2, ranks_per_node=1) == "2 ranks"
+    assert defaults.case(64, 1.0, nodes=64, ranks_per_node=1) == "64+ ranks"
+    assert defaults.case(64, 1.0, nodes=8, ranks_per_node=8) == "64+ ranks, several per node"
+    assert defaults.case(1024, 1.0, nodes=128, ranks_per_node=8) == "512+ ranks, several per node"
+    assert defaults.case(8192, 1.0, nodes=1024, ranks_per_node=8) == "8K+ ranks"
+    for ranks, per_node in ((8, 4), (16, 8), (32, 8), (48, 16)):
+        for nbytes in (M, 4 * M, 16 * M, 64 * M, 256 * M):
+            assert _choice("bcast", ranks, 1.0, nbytes, per_node=per_node) is None
+            assert _choice("allreduce", ranks, 1.0, nbytes, per_node=per_node) is None
+        assert _choice("reduce", ranks, 1.0, 4 * M, per_node=per_node) is None
+        assert _choice("reduce", ranks, 1.0, 8 * M, per_node=per_node) == TWO_TREE
+    for ranks in (64, 256, 1024, 4096):
+        assert _choice("allreduce", ranks, 1.0, 64 * M, per_node=8) is None
+        assert _choice("allreduce", ranks, 1.0, 64 * M, per_node=1) == TWO_TREE
+        assert _choice("reduce", ranks, 1.0, 16 * M, per_node=8) == _choice("reduce", ranks, 1.0, 16 * M, per_node=1)
+    assert _choice("bcast", 64, 1.0, 64 * M, per_node=8) is None
+    assert _choice("bcast", 1024, 1.0, 16 * M, per_node=8) == TWO_TREE
 
 
 def test_describe_names_the_case():

@@ -56,7 +56,9 @@ def _gpu(cupy_wanted: bool) -> dict[str, Any]:
     return out
 
 
-def _tuning(adaptcoll: Any, world: Any, MPI: Any, ranks_per_core: float) -> dict[str, Any]:
+def _tuning(
+    adaptcoll: Any, world: Any, MPI: Any, ranks_per_core: float, nodes: int = 1, ranks_per_node: int = 1
+) -> dict[str, Any]:
     """Whether a tuning table is in use: one tiny adaptcoll call on a duplicate resolves the tuning of
     that communicator, and adaptcoll says how (table, nearest measured size, shipped rule)."""
     from ..counters import tuning_notes
@@ -76,7 +78,7 @@ def _tuning(adaptcoll: Any, world: Any, MPI: Any, ranks_per_core: float) -> dict
         "setting": setting or "(ADAPTCOLL_TUNING unset)",
         "table": str(path) if path is not None else None,
         "notes": tuning_notes(),
-        "shipped_rule": describe(world.Get_size(), ranks_per_core, library).splitlines(),
+        "shipped_rule": describe(world.Get_size(), ranks_per_core, library, nodes, ranks_per_node).splitlines(),
     }
 
 
@@ -120,5 +122,5 @@ def gather_environment(world: Any, MPI: Any, adaptcoll: Any, cupy_wanted: bool) 
         "adaptcoll_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("ADAPTCOLL_")},
         "executable": sys.executable,
     }
-    env["tuning"] = _tuning(adaptcoll, world, MPI, float(env["ranks_per_core"]))
+    env["tuning"] = _tuning(adaptcoll, world, MPI, float(env["ranks_per_core"]), len(nodes), max(sizes) if sizes else 1)
     return env

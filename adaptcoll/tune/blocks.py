@@ -66,7 +66,13 @@ def describe_blocks(facts: CommFacts) -> str:
     """One line per collective: what the shipped rule serves on this communicator."""
     lines = []
     for coll in settings.BLOCK_COLLECTIVES:
-        served = [b for b in default_bands(coll, facts.size, facts.ranks_per_core, facts.mpi_library) if b.serve]
+        served = [
+            b
+            for b in default_bands(
+                coll, facts.size, facts.ranks_per_core, facts.mpi_library, facts.nodes, facts.ranks_per_node
+            )
+            if b.serve
+        ]
         text = "; ".join(f"from {b.start >> 10}K {b.config.label()}" for b in served) or "always native"
         lines.append(f"  {coll:<14} {text}")
     return "\n".join(lines)

@@ -109,15 +109,21 @@ against 3.46 ms), so two_tree serves Bcast only from 64M, where the bandwidth te
 still wins by far (6.18 against 8.49 ms at 16K ranks); Allreduce was not simulated there: native."""
 
 
-def case(comm_size: int, ranks_per_core: float, mpi_library: str = "") -> str:
+def case(comm_size: int, ranks_per_core: float, mpi_library: str = "", nodes: int = 1, ranks_per_node: int = 1) -> str:
     """Which case of the rule applies: 'shared cores', '2 ranks' ('2 ranks, Open MPI'), '3-4 ranks',
-    '5-8 ranks', '9+ ranks' ('9+ ranks, Open MPI'), '64+ ranks', '512+ ranks', '8K+ ranks'."""
+    '5-8 ranks', '9+ ranks' ('9+ ranks, Open MPI'), '3-63 ranks, several nodes' (nodes of several
+    ranks), '3-63 ranks, one per node', '64+ ranks' and
+    '512+ ranks' (each also ', several per node': several nodes of several ranks), '8K+ ranks'.
+    `nodes`, `ranks_per_node`: how the ranks are placed (the default, one node, is what was measured)."""
+    packed = ", several per node" if nodes > 1 and ranks_per_node > 1 else ""
     if comm_size >= HUGE_FROM:
         return "8K+ ranks"
     if comm_size >= WIDE_FROM:
-        return "512+ ranks"
+        return "512+ ranks" + packed
     if comm_size >= SCALE_FROM:
-        return "64+ ranks"
+        return "64+ ranks" + packed
+    if nodes > 1 and comm_size >= 3:
+        return "3-63 ranks, several nodes" if ranks_per_node > 1 else "3-63 ranks, one per node"
     if ranks_per_core > 1.0:
         return "shared cores"
     if comm_size <= 2:
@@ -139,6 +145,30 @@ _MANY_OPEN_MPI: _Rule = {**_MANY, "bcast": ((16 * M, SIXTEEN),)}
 16 ranks on 2026-11-25) and 16 segments at 8M (0.95); 16 segments won at 16M (1.13-1.16) and 64M (1.26-1.33).
 Reduce and Allreduce as under MPICH (16 ranks: 2.69 / 1.27 at 16M against `tuned`)."""
 
+_SEVERAL_NODES: _Rule = {"bcast": (), "reduce": ((8 * M, TWO_TREE),), "allreduce": ()}
+"""3-63 ranks on two or more nodes of 4-16 ranks each (simulated, `python bench/nodes_rule.py`, 4-48
+ranks, against the best lock-step baseline; bench/RESULTS.md, "The rule on several nodes"). The
+one-node choices lose there: binomial Bcast 16M 0.05-0.36 (its bmtree sends from every rank of a node
+across the node's link at once), Allreduce 16M 0.09-1.08; two_tree does better but still loses Bcast
+(0.60-0.80) and mostly Allreduce (0.59-1.17): native. Reduce with two_tree 256K wins from 8M in every
+point (1.13-1.20; 16M 1.21-1.26; 4M only 1.02-1.10)."""
+_ONE_PER_NODE: _Rule = {
+    "bcast": ((64 * M, TWO_TREE),),
+    "reduce": ((4 * M, TWO_TREE),),
+    "allreduce": ((16 * M, TWO_TREE),),
+}
+"""3-63 ranks, one per node (simulated as above): two_tree 256K wins Reduce from 4M (1.20-1.45),
+Allreduce from 16M (1.21-1.74; 4M 1.01-1.34 too close) and Bcast at 64M (1.18-1.23; 16M 0.89-1.17,
+4M 0.84-0.95: native), where the one-node choices lose (binomial Bcast 0.20-0.58)."""
+_SCALE_PACKED: _Rule = {**_SCALE, "bcast": (), "allreduce": ()}
+"""64-511 ranks on nodes of several ranks (simulated, 8 per node): two_tree's Bcast 16M ties at 64
+ranks (0.99) and loses at 64M (0.75), its Allreduce 16M loses (0.74 at 64 ranks, 0.73 at 256: MPICH's
+ring keeps most of its steps inside a node); Reduce wins as with one rank per node (4M 1.18 / 1.27,
+16M 1.25 / 1.50 at 64 / 256 ranks)."""
+_WIDE_PACKED: _Rule = {**_WIDE, "allreduce": ()}
+"""512-8191 ranks on nodes of several ranks (simulated, 1K ranks x 8): Bcast 16M two_tree 1.46 (kept);
+Allreduce 16M loses as at 64-256 ranks (see bench/RESULTS.md): native; Reduce as with one rank per node."""
+
 _CASES: dict[str, _Rule] = {
     "shared cores": _SHARED_CORES,
     "2 ranks": _TWO,
@@ -147,8 +177,12 @@ _CASES: dict[str, _Rule] = {
     "5-8 ranks": _EIGHT,
     "9+ ranks": _MANY,
     "9+ ranks, Open MPI": _MANY_OPEN_MPI,
+    "3-63 ranks, several nodes": _SEVERAL_NODES,
+    "3-63 ranks, one per node": _ONE_PER_NODE,
     "64+ ranks": _SCALE,
+    "64+ ranks, several per node": _SCALE_PACKED,
     "512+ ranks": _WIDE,
+    "512+ ranks, several per node": _WIDE_PACKED,
     "8K+ ranks": _HUGE,
 }
 
@@ -172,9 +206,16 @@ at 1M); the Allgather ring only breaks even from 16M (0.93-1.10 over runs) and l
 it stays native. Nothing else was measured: native."""
 
 
-def default_bands(collective: str, comm_size: int, ranks_per_core: float, mpi_library: str = "") -> tuple[Band, ...]:
+def default_bands(
+    collective: str,
+    comm_size: int,
+    ranks_per_core: float,
+    mpi_library: str = "",
+    nodes: int = 1,
+    ranks_per_node: int = 1,
+) -> tuple[Band, ...]:
     """The shipped rule's size bands for a collective: native below the first start, then each config."""
-    name = case(comm_size, ranks_per_core, mpi_library)
+    name = case(comm_size, ranks_per_core, mpi_library, nodes, ranks_per_node)
     if collective in settings.BLOCK_COLLECTIVES:
         served = BLOCK_RULE.get(name, {}).get(collective, ())
         return (Band(0, False, RING),) + tuple(Band(start, True, config) for start, config in served)
@@ -185,9 +226,11 @@ def default_bands(collective: str, comm_size: int, ranks_per_core: float, mpi_li
     return tuple(out)
 
 
-def describe(comm_size: int, ranks_per_core: float, mpi_library: str = "") -> str:
+def describe(
+    comm_size: int, ranks_per_core: float, mpi_library: str = "", nodes: int = 1, ranks_per_node: int = 1
+) -> str:
     """One line per collective: the rule's choice for this communicator (for `show` and docs)."""
-    name = case(comm_size, ranks_per_core, mpi_library)
+    name = case(comm_size, ranks_per_core, mpi_library, nodes, ranks_per_node)
     lines = [f"shipped rule, case '{name}' ({comm_size} ranks, {ranks_per_core:g} ranks per core):"]
     for coll, served in _CASES[name].items():
         parts = [f"from {b >> 10}K {c.label(coll)}" if b < M else f"from {b >> 20}M {c.label(coll)}" for b, c in served]

@@ -240,7 +240,7 @@ def resolve(data: bytes, origin: str, facts: CommFacts, warn: bool, problem: Opt
             _warn_once(text)
     band_map: dict[tuple[str, str], tuple[Band, ...]] = {}
     sources: dict[tuple[str, str], str] = {}
-    rule = case(facts.size, facts.ranks_per_core, facts.mpi_library)
+    rule = case(facts.size, facts.ranks_per_core, facts.mpi_library, facts.nodes, facts.ranks_per_node)
     for coll in COLLECTIVES:
         for memory in memories(coll):
             key = (coll, memory)
@@ -248,7 +248,9 @@ def resolve(data: bytes, origin: str, facts: CommFacts, warn: bool, problem: Opt
                 (None, []) if table is None else nearest_group(table.entries, coll, memory, facts.size, facts.nodes)
             )
             if found is None:
-                band_map[key] = default_bands(coll, facts.size, facts.ranks_per_core, facts.mpi_library)
+                band_map[key] = default_bands(
+                    coll, facts.size, facts.ranks_per_core, facts.mpi_library, facts.nodes, facts.ranks_per_node
+                )
                 sources[key] = "defaults"
                 continue
             band_map[key] = bands(group)
