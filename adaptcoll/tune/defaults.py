@@ -1,11 +1,12 @@
 """The shipped rule: what adaptcoll chooses without a tuning table, by communicator size, ranks per
-core and MPI library (no MPI here). Each case is a list of size bands: below the first band's start,
-native MPI.
+core, how the ranks sit on nodes and MPI library (no MPI here). Each case is a list of size bands:
+below the first band's start, native MPI.
 
 The cases and the measurements behind each band are in docs/tuning.md ("The shipped rule"), and
 tests/test_tune_defaults.py checks that every configuration the rule serves at a measured size was
 measured faster than native there: the 2-core development machine at 4 ranks (ranks share cores)
-and 2 ranks, and a 16-core node at 4, 8 and 16 ranks (MPICH 5.0.2, and Open MPI 5.0.11 at 16 ranks).
+and 2 ranks, and a 16-core node at 4, 8 and 16 ranks (MPICH 5.0.2, and Open MPI 5.0.11 at 16 ranks);
+the cases from 64 ranks and those for several nodes come from the simulator and are checked against it.
 Allgather and Reduce-scatter (`BLOCK_RULE`, served by the ring only) have their own, smaller rule.
 """
 
@@ -146,8 +147,8 @@ _MANY_OPEN_MPI: _Rule = {**_MANY, "bcast": ((16 * M, SIXTEEN),)}
 Reduce and Allreduce as under MPICH (16 ranks: 2.69 / 1.27 at 16M against `tuned`)."""
 
 _SEVERAL_NODES: _Rule = {"bcast": (), "reduce": ((8 * M, TWO_TREE),), "allreduce": ()}
-"""3-63 ranks on two or more nodes of 4-16 ranks each (simulated, `python bench/nodes_rule.py`, 4-48
-ranks, against the best lock-step baseline; bench/RESULTS.md, "The rule on several nodes"). The
+"""3-63 ranks on two or more nodes of several ranks (simulated with 4-16 per node, `python
+bench/nodes_rule.py`, 4-48 ranks, against the best lock-step baseline; bench/RESULTS.md, "The rule on several nodes"). The
 one-node choices lose there: binomial Bcast 16M 0.05-0.36 (its bmtree sends from every rank of a node
 across the node's link at once), Allreduce 16M 0.09-1.08; two_tree does better but still loses Bcast
 (0.60-0.80) and mostly Allreduce (0.59-1.17): native. Reduce with two_tree 256K wins from 8M in every
