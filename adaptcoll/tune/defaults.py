@@ -149,10 +149,10 @@ Reduce and Allreduce as under MPICH (16 ranks: 2.69 / 1.27 at 16M against `tuned
 _SEVERAL_NODES: _Rule = {"bcast": (), "reduce": ((8 * M, TWO_TREE),), "allreduce": ()}
 """3-63 ranks on two or more nodes of several ranks (simulated with 4-16 per node, `python
 bench/nodes_rule.py`, 4-48 ranks, against the best lock-step baseline; bench/RESULTS.md, "The rule on
-several nodes"). The one-node choices lose there: binomial Bcast 16M 0.05-0.36 (its bmtree sends from every rank of a node
-across the node's link at once), Allreduce 16M 0.09-1.08; two_tree does better but still loses Bcast
-(0.60-0.80) and mostly Allreduce (0.59-1.17): native. Reduce with two_tree 256K wins from 8M in every
-point (1.13-1.20; 16M 1.21-1.26; 4M only 1.02-1.10)."""
+several nodes"). The one-node choices lose there: binomial Bcast 16M 0.05-0.36 (its bmtree sends from
+every rank of a node across the node's link at once), Allreduce 16M 0.09-1.08; two_tree does better
+but still loses Bcast (0.60-0.80) and mostly Allreduce (0.59-1.17): native. Reduce with two_tree 256K
+wins from 8M in every point (1.13-1.20; 16M 1.21-1.26; 4M only 1.02-1.10)."""
 _ONE_PER_NODE: _Rule = {
     "bcast": ((64 * M, TWO_TREE),),
     "reduce": ((4 * M, TWO_TREE),),
