@@ -235,8 +235,9 @@ SIMULATED_NODES = [
     (256, 8, "reduce", TWO_TREE, {16 * M: 1.50, 64 * M: 1.40}),
     (256, 8, "allreduce", TWO_TREE, {4 * M: 0.52, 16 * M: 0.73, 64 * M: 0.80}),
     (1024, 8, "bcast", TWO_TREE, {16 * M: 1.46, 64 * M: 1.15}),
+    (1024, 8, "reduce", TREE_128K, {8 * M: 1.41}),
     (1024, 8, "reduce", TWO_TREE, {16 * M: 1.65}),
-    (1024, 8, "allreduce", TWO_TREE, {16 * M: 0.83}),
+    (1024, 8, "allreduce", TWO_TREE, {16 * M: 0.83, 64 * M: 0.83}),
 ]
 
 
