@@ -197,6 +197,48 @@ def test_the_tables_configuration_is_what_every_form_uses(mpi_ranks):
             where.rmdir()
 
 
+@pytest.mark.mpi(ranks=[4], timeout=120)
+def test_ranks_on_several_hosts_take_the_several_nodes_case(mpi_ranks, monkeypatch):
+    """Four ranks made to report two hosts (two ranks each): every rank resolves the rule's case for
+    nodes of several ranks (Bcast and Allreduce native, Reduce two_tree from 8M; docs/tuning.md), and
+    the results match native MPI's."""
+    from adaptcoll.tune import exchange
+    from adaptcoll.tune.defaults import TWO_TREE
+
+    world = MPI.COMM_WORLD
+    rank = world.Get_rank()
+    monkeypatch.setattr(exchange, "host_id", lambda: 1000 + rank // 2)
+    with adaptcoll.configured(tuning="off"):
+        comm = adaptcoll.Intracomm(world.Dup())
+        try:
+            adaptcoll.reset_stats()
+            comm.Barrier()
+            a = np.arange(4 * M, dtype=np.float32) + rank  # 16 MiB
+            out, want = np.empty_like(a), np.empty_like(a)
+            comm.Reduce(a, out, MPI.SUM, 0)
+            world.Reduce(a, want, MPI.SUM, 0)
+            if rank == 0:
+                assert np.array_equal(out, want)
+            comm.Allreduce(a, out, MPI.SUM)
+            world.Allreduce(a, want, MPI.SUM)
+            assert np.array_equal(out, want)
+            b = a.copy() if rank == 0 else np.zeros_like(a)
+            comm.Bcast(b, 0)
+            assert np.array_equal(b, np.arange(4 * M, dtype=np.float32))
+            facts = comm_tuning(comm).facts
+            assert (facts.nodes, facts.ranks_per_node) == (2, 2)
+            stats = adaptcoll.stats()
+            assert stats["Reduce"]["configs"] == {f"{TWO_TREE.label('reduce')} [defaults]": 1}, stats["Reduce"]
+            for name in ("Allreduce", "Bcast"):  # no band served at any size: native, below the first
+                assert stats[name]["native_reasons"] == {"below native_below": 1}, stats[name]
+                assert not stats[name]["configs"], stats[name]
+            assert set(world.allgather(comm_tuning(comm).choose("reduce", 8 * M).label)) == {
+                f"{TWO_TREE.label('reduce')} [defaults]"
+            }
+        finally:
+            comm.Free()
+
+
 @pytest.mark.mpi(ranks=[3], timeout=120)
 def test_unmeasured_communicator_size_uses_the_nearest_and_says_so(mpi_ranks):
     world = MPI.COMM_WORLD
