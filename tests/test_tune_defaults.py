@@ -238,6 +238,8 @@ SIMULATED_NODES = [
     (1024, 8, "reduce", TREE_128K, {8 * M: 1.41}),
     (1024, 8, "reduce", TWO_TREE, {16 * M: 1.65}),
     (1024, 8, "allreduce", TWO_TREE, {16 * M: 0.83, 64 * M: 0.83}),
+    (8192, 8, "bcast", TWO_TREE, {64 * M: 4.30}),
+    (8192, 8, "reduce", TWO_TREE, {16 * M: 1.55}),
 ]
 
 
