@@ -35,7 +35,7 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from .network import Network, Route, SynthesisError, edge_route
+from .network import Network, Route, SynthesisError, breadth_first, edge_route
 
 __all__ = ["CpuCosts", "DEFAULT_CPU", "Estimate", "cpu_costs", "segments_dealt", "rank_work", "estimate"]
 
@@ -273,19 +273,9 @@ def _hops(
     return hop
 
 
-def _order(children: Children, root: int) -> tuple[list[int], int]:
-    """The tree's ranks in breadth-first order from `root`, and its depth (edges)."""
-    order, depth_of = [root], {root: 0}
-    for r in order:
-        for c in children[r]:
-            depth_of[c] = depth_of[r] + 1
-            order.append(c)
-    return order, max(depth_of.values())
-
-
 def _through(children: Children, root: int, hop: np.ndarray) -> tuple[np.ndarray, float, int]:
     """Per rank, the longest root-to-leaf path through it (sum of hops); the longest path; the depth."""
-    order, depth = _order(children, root)
+    order, depth = breadth_first(children, root)
     pre = np.zeros(len(children))
     for r in order:
         for c in children[r]:
@@ -301,7 +291,7 @@ def _through_up(children: Children, root: int, hop: np.ndarray, stage: float) ->
     """`_through` for one segment going up: a parent takes its children's arrivals in the order they
     come, each costing it `stage` (callback and fold) after the arrival, so a fold of an early child
     overlaps the wait for a late one."""
-    order, depth = _order(children, root)
+    order, depth = breadth_first(children, root)
     ready = np.zeros(len(children))
     for r in reversed(order):
         t = 0.0

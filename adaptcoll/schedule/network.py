@@ -16,7 +16,7 @@ import numpy as np
 
 from .describe import Description, Vertex
 
-__all__ = ["SynthesisError", "Network", "Route", "edge_route", "tree_edges", "tree_depth"]
+__all__ = ["SynthesisError", "Network", "Route", "breadth_first", "edge_route", "tree_edges", "tree_depth"]
 
 Route = tuple[tuple[int, float], ...]
 """(link index, fraction of the edge's bytes) for every link a rank-to-rank edge uses."""
@@ -227,11 +227,17 @@ def tree_edges(children: Sequence[Sequence[int]]) -> Iterable[tuple[int, int]]:
             yield parent, child
 
 
+def breadth_first(children: Sequence[Sequence[int]], root: int) -> tuple[list[int], int]:
+    """The tree's ranks in breadth-first order from `root` (children in their order), and its depth (edges
+    on the longest root-to-leaf path)."""
+    order, depth_of = [root], {root: 0}
+    for r in order:
+        for c in children[r]:
+            depth_of[c] = depth_of[r] + 1
+            order.append(c)
+    return order, max(depth_of.values())
+
+
 def tree_depth(children: Sequence[Sequence[int]], root: int) -> int:
     """Edges on the longest root-to-leaf path."""
-    depth, level = 0, [root]
-    while True:
-        level = [c for r in level for c in children[r]]
-        if not level:
-            return depth
-        depth += 1
+    return breadth_first(children, root)[1]

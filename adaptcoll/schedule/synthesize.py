@@ -27,7 +27,7 @@ from .bound import Bound, bound
 from .describe import Description
 from .hierarchy import Hierarchy, hierarchy
 from .layered import layered
-from .network import Network, SynthesisError, tree_depth
+from .network import Network, SynthesisError, breadth_first, tree_depth
 from .packing import pack
 
 __all__ = ["METHODS", "Result", "synthesize", "critical_first"]
@@ -132,9 +132,7 @@ def synthesize(
 def critical_first(children: Sequence[Sequence[int]], root: int) -> Children:
     """The same tree with every rank's children sorted by the height of their subtrees, deepest first
     (ties keep their order): the order a broadcast posts its sends in."""
-    order = [root]
-    for r in order:
-        order.extend(children[r])
+    order, _ = breadth_first(children, root)
     height = [0] * len(children)
     for r in reversed(order):
         for c in children[r]:
