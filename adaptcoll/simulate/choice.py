@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from .. import settings as settings_mod
 from ..tune.blocks import choose_block
-from ..tune.defaults import case
+from ..tune.defaults import case_of
 from ..tune.policy import CommFacts, resolve
 
 __all__ = ["Choice", "choose", "rule_facts"]
@@ -71,7 +71,7 @@ def choose(
         call = resolve(b"", "", facts, warn=False).choose(collective, nbytes)
     finally:
         settings_mod.use(previous)
-    name = case(facts.size, facts.ranks_per_core, facts.mpi_library, facts.nodes, facts.ranks_per_node)
+    name = case_of(facts)
     return Choice(call.algorithm, call.segment_size, call.max_segments, call.roots, call.serve, f"rule, case '{name}'")
 
 
@@ -87,5 +87,5 @@ def _choose_block(
         settings_mod.use(previous)
     if segment > 0:
         return Choice("ring", segment, 0, 0, nbytes >= cfg.threshold(name), "segment")
-    rule = case(facts.size, facts.ranks_per_core, facts.mpi_library, facts.nodes, facts.ranks_per_node)
+    rule = case_of(facts)
     return Choice("ring", call.segment_size, call.max_segments, 0, call.serve, f"rule, case '{rule}'")

@@ -15,7 +15,7 @@ from __future__ import annotations
 from .. import settings
 from ..native import ALGORITHM_NATIVE, BELOW_THRESHOLD, Native
 from .config import CallConfig, format_bytes
-from .defaults import RING, default_bands
+from .defaults import RING, bands_of
 from .policy import TUNED_NATIVE, CommFacts, CommTuning
 
 __all__ = ["choose_block", "block_below", "describe_blocks"]
@@ -66,13 +66,7 @@ def describe_blocks(facts: CommFacts) -> str:
     """One line per collective: what the shipped rule serves on this communicator."""
     lines = []
     for coll in settings.BLOCK_COLLECTIVES:
-        served = [
-            b
-            for b in default_bands(
-                coll, facts.size, facts.ranks_per_core, facts.mpi_library, facts.nodes, facts.ranks_per_node
-            )
-            if b.serve
-        ]
+        served = [b for b in bands_of(coll, facts) if b.serve]
         text = "; ".join(f"from {b.start >> 10}K {b.config.label()}" for b in served) or "always native"
         lines.append(f"  {coll:<14} {text}")
     return "\n".join(lines)

@@ -12,6 +12,8 @@ Allgather and Reduce-scatter (`BLOCK_RULE`, served by the ring only) have their 
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from .. import settings
 from .config import ServeConfig
 from .table import Band
@@ -30,6 +32,9 @@ __all__ = [
     "WHOLE_BLOCKS",
     "BLOCK_RULE",
     "case",
+    "case_of",
+    "bands_of",
+    "Placement",
     "default_bands",
     "describe",
 ]
@@ -205,6 +210,33 @@ native. 2 ranks, MPICH 5.0.2, one core each (bench/results/blocks_2ranks.md): Re
 from 4 MiB (1.1-1.3x at 4M, about 3x at 16M and 4x at 64M, where MPICH's is slow) and loses below (0.6
 at 1M); the Allgather ring only breaks even from 16M (0.93-1.10 over runs) and loses below (0.6-0.8), so
 it stays native. Nothing else was measured: native."""
+
+
+class Placement(Protocol):
+    """What the rule reads of a communicator (`tune.policy.CommFacts` holds it)."""
+
+    @property
+    def size(self) -> int: ...
+    @property
+    def nodes(self) -> int: ...
+    @property
+    def ranks_per_node(self) -> int: ...
+    @property
+    def ranks_per_core(self) -> float: ...
+    @property
+    def mpi_library(self) -> str: ...
+
+
+def case_of(facts: Placement) -> str:
+    """`case` for a communicator's facts."""
+    return case(facts.size, facts.ranks_per_core, facts.mpi_library, facts.nodes, facts.ranks_per_node)
+
+
+def bands_of(collective: str, facts: Placement) -> tuple[Band, ...]:
+    """`default_bands` for a communicator's facts."""
+    return default_bands(
+        collective, facts.size, facts.ranks_per_core, facts.mpi_library, facts.nodes, facts.ranks_per_node
+    )
 
 
 def default_bands(

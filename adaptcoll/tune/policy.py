@@ -18,7 +18,7 @@ from typing import Optional, Union
 from .. import counters, forests, settings
 from ..native import BELOW_THRESHOLD, Native
 from .config import CallConfig, ServeConfig
-from .defaults import case, default_bands
+from .defaults import bands_of, case_of
 from .table import COLLECTIVES, Band, Table, TableError, band_index, bands, memories, nearest_group, parse
 
 __all__ = [
@@ -240,7 +240,7 @@ def resolve(data: bytes, origin: str, facts: CommFacts, warn: bool, problem: Opt
             _warn_once(text)
     band_map: dict[tuple[str, str], tuple[Band, ...]] = {}
     sources: dict[tuple[str, str], str] = {}
-    rule = case(facts.size, facts.ranks_per_core, facts.mpi_library, facts.nodes, facts.ranks_per_node)
+    rule = case_of(facts)
     for coll in COLLECTIVES:
         for memory in memories(coll):
             key = (coll, memory)
@@ -248,9 +248,7 @@ def resolve(data: bytes, origin: str, facts: CommFacts, warn: bool, problem: Opt
                 (None, []) if table is None else nearest_group(table.entries, coll, memory, facts.size, facts.nodes)
             )
             if found is None:
-                band_map[key] = default_bands(
-                    coll, facts.size, facts.ranks_per_core, facts.mpi_library, facts.nodes, facts.ranks_per_node
-                )
+                band_map[key] = bands_of(coll, facts)
                 sources[key] = "defaults"
                 continue
             band_map[key] = bands(group)
