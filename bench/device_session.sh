@@ -9,8 +9,11 @@
 #   bash bench/device_session.sh small    # at most 3 minutes: small CuPy calls, fast path vs decided vs hand
 #   bash bench/device_session.sh cpu16    # at most 9 minutes
 #   bash bench/device_session.sh grouped  # at most 8 minutes (about 3-4 expected)
+#   bash bench/device_session.sh first    # at most 9 minutes (about 5 expected): the guide's minimum when
+#                                         # the whole device budget is 15 minutes: GPU tests, kernel check,
+#                                         # CuPy check at 4 ranks, 16 ranks MPICH x2 + Open MPI x1, check at 16
 set -u
-part=${1:?usage: device_session.sh gpu|threshold|small|cpu16|grouped}
+part=${1:?usage: device_session.sh gpu|threshold|small|cpu16|grouped|first}
 OUT=${OUT:-bench/out/device}
 mkdir -p "$OUT"
 
@@ -75,6 +78,24 @@ grouped)  # issue 21 on the device: CuPy gradient sets, grouped vs hand-staged /
     done
   done
   python3 bench/grouped.py --summarize "$OUT"/grouped_cupy_*.json >"$OUT/grouped_cupy_summary.md" 2>&1
+  ;;
+first)
+  step gpu_tests 150 "${MPICH[@]}" python3 -m pytest -p no:cacheprovider -rs tests/test_gpu_mpi.py tests/test_backends.py \
+    tests/test_kernels.py tests/test_device_routes.py tests/test_staging.py tests/test_allreduce_algorithms_mpi.py \
+    tests/test_grouped_mpi.py tests/test_cuda_detect.py tests/test_device_small.py
+  step gpu_kernels_check 45 python3 bench/gpu_kernels.py --ops all --dtypes all --sizes 1M,256M --check
+  step check_cupy_4ranks 80 "${MPICH[@]}" mpiexec -n 4 -bind-to core python3 -m adaptcoll.check --quick --device cupy \
+    --json "$OUT/check_cupy_4ranks.json"
+  for launch in 1 2; do
+    step osu16_mpich_l$launch 70 "${MPICH[@]}" mpiexec -n 16 -bind-to core python3 bench/osu.py -c bcast,reduce,allreduce \
+      --sizes 1M,4M,16M,64M --budget 0.4 --min-iterations 6 --seed 1 --quiet --impl native --impl adaptcoll \
+      --json "$OUT/osu16_mpich_l$launch.json"
+  done
+  step osu16_ompi_l1 70 "${OMPI[@]}" mpiexec -n 16 --bind-to core python3 bench/osu.py -c bcast,reduce,allreduce \
+    --sizes 1M,4M,16M,64M --budget 0.4 --min-iterations 6 --seed 1 --quiet --impl native --impl adaptcoll \
+    --json "$OUT/osu16_ompi_l1.json"
+  step check_quick_16ranks 60 "${MPICH[@]}" mpiexec -n 16 -bind-to core python3 -m adaptcoll.check --quick \
+    --json "$OUT/check_quick_16ranks.json"
   ;;
 cpu16)
   osu16() {  # osu16 NAME RANKS launcher...
