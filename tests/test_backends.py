@@ -366,6 +366,112 @@ def test_cupy_every_op_and_dtype_matches_numpy() -> None:
                 )
 
 
+# Special float values as bit patterns per (dtype, unsigned view): two NaNs with different payloads,
+# infinities, the smallest subnormals, ordinary values, the largest finite value, and both zeros.
+_SPECIAL_BITS = {
+    "float16": (
+        np.uint16,
+        [0x7E01, 0x7E02, 0xFE03, 0x7C00, 0xFC00, 0x0001, 0x8001, 0x3E00, 0xBE00, 0x7BFF, 0x0000, 0x8000],
+    ),
+    "bfloat16": (
+        np.uint16,
+        [0x7FC1, 0x7FC2, 0xFFC3, 0x7F80, 0xFF80, 0x0001, 0x8001, 0x3FC0, 0xBFC0, 0x7F7F, 0x0000, 0x8000],
+    ),
+    "float32": (
+        np.uint32,
+        [
+            0x7FC00001,
+            0x7FC00002,
+            0xFFC00003,
+            0x7F800000,
+            0xFF800000,
+            0x1,
+            0x80000001,
+            0x3FC00000,
+            0xBFC00000,
+            0x7F7FFFFF,
+            0x0,
+            0x80000000,
+        ],
+    ),
+    "float64": (
+        np.uint64,
+        [
+            0x7FF8000000000001,
+            0x7FF8000000000002,
+            0xFFF8000000000003,
+            0x7FF0000000000000,
+            0xFFF0000000000000,
+            0x1,
+            0x8000000000000001,
+            0x3FF8000000000000,
+            0xBFF8000000000000,
+            0x7FEFFFFFFFFFFFFF,
+            0x0,
+            0x8000000000000000,
+        ],
+    ),
+}
+
+
+def _special_pairs(dtype_name: str) -> tuple[np.ndarray, np.ndarray]:
+    """Every ordered pair of special values (as unsigned bits), repeated past one 16-byte pack per thread."""
+    unsigned, bits = _SPECIAL_BITS[dtype_name]
+    values = np.array(bits, dtype=unsigned)
+    first, second = np.repeat(values, len(values)), np.tile(values, len(values))
+    return np.tile(first, 97), np.tile(second, 97)
+
+
+def _as_float32(dtype_name: str, bits: np.ndarray) -> np.ndarray:
+    """The values as a NumPy float array (bfloat16 widened to float32 exactly: it is float32's top half)."""
+    if dtype_name == "bfloat16":
+        return (bits.astype(np.uint32) << 16).view(np.float32)
+    return bits.view(dtype_name)
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype_name", ["float16", "bfloat16", "float32", "float64"])
+@pytest.mark.parametrize("op", ["MAX", "MIN"])
+def test_cupy_max_min_special_values_match_numpy(op: str, dtype_name: str) -> None:
+    """NaN (with payloads), infinities, subnormals and signed zeros through the MAX/MIN kernels, every
+    ordered pair, against numpy.maximum/minimum bit for bit: the NaN that wins keeps its payload and
+    subnormals survive CuPy's -ftz=true. Two cases depend on which operand the kernel folds into
+    (`acc = acc op in`), as with any MPI implementation: when both are NaN it returns the NaN in `acc`,
+    and of two zeros the one in `acc`; those are checked as NaN / as zero, not bit for bit."""
+    import cupy
+
+    from adaptcoll.backends.cupy_backend import kernel_name, load_kernel
+
+    ufunc = {"MAX": np.maximum, "MIN": np.minimum}[op]
+    acc_bits, in_bits = _special_pairs(dtype_name)
+    unsigned = acc_bits.dtype
+    acc_f, in_f = _as_float32(dtype_name, acc_bits), _as_float32(dtype_name, in_bits)
+    with np.errstate(invalid="ignore"):
+        expected_f = ufunc(acc_f, in_f)
+    if dtype_name == "bfloat16":
+        expected = (expected_f.view(np.uint32) >> 16).astype(np.uint16)
+    else:
+        expected = expected_f.view(unsigned)
+    # bit for bit where the result does not depend on the operand order; a NaN or a zero where it does
+    both_nan = np.isnan(acc_f) & np.isnan(in_f)
+    both_zero = (acc_f == 0) & (in_f == 0)
+    exact = ~(both_nan | both_zero)
+
+    kernel = load_kernel(kernel_name(op, dtype_name))
+    d_acc, d_in = cupy.asarray(acc_bits), cupy.asarray(in_bits)
+    kernel((4,), (128,), (d_acc, d_in, np.uint64(acc_bits.size)))
+    got = cupy.asnumpy(d_acc)
+    got_f = _as_float32(dtype_name, got)
+    mismatch = np.flatnonzero(exact & (got != expected))
+    assert mismatch.size == 0, [
+        (hex(int(acc_bits[i])), hex(int(in_bits[i])), hex(int(got[i])), hex(int(expected[i]))) for i in mismatch[:8]
+    ]
+    assert np.isnan(got_f[both_nan]).all()
+    assert (got_f[both_zero] == 0).all()
+    # the kernel returns `acc`'s operand on those ties (bits of `acc`, not a canonical NaN)
+    np.testing.assert_array_equal(got[both_nan | both_zero], acc_bits[both_nan | both_zero])
+
+
 @needs_gpu
 def test_cupy_combine_is_asynchronous_and_ordered_by_event() -> None:
     import cupy
