@@ -119,6 +119,28 @@ def test_choice_keeps_a_fixed_shape_unless_the_forest_is_clearly_better() -> Non
     assert c.chosen.fixed and c.chosen.estimate.binds == "cpu"
 
 
+def test_choice_packs_once_per_tree_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The packing ignores the fanouts: the choice packs once per K and still offers what it found."""
+    from adaptcoll.schedule import synthesize as synth_mod
+
+    calls: list[int] = []
+    real = synth_mod.pack
+
+    def counting(net, root, collective, trees):  # type: ignore[no-untyped-def]
+        calls.append(trees)
+        return real(net, root, collective, trees)
+
+    monkeypatch.setattr(synth_mod, "pack", counting)
+    d = shapes.dgx1()  # 8 ranks: packing and layered both run
+    c = choose(d, "bcast", 0, 4 << 20, segments=(1 << 20,), trees=(2, 4), fanouts=(2, 0), bus_fanouts=(0, 3))
+    assert sorted(calls) == [2, 4]
+    assert c.best_forest is not None
+    fresh = [synth_mod.synthesize(d, "bcast", 0, trees=k, fanout=f) for k, f in ((2, 2), (4, 2), (4, 4))]
+    offered = {tuple((w, kids) for w, kids in x.trees) for x in c.candidates if not x.fixed}
+    for got in fresh:  # every forest a fresh synthesis makes is among the candidates
+        assert tuple((t.weight, t.children) for t in got.schedule.forests[0].trees) in offered
+
+
 def test_cli_cpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     topo = tmp_path / "n.json"
     describe.save(topo, shapes.nic_nodes(8, 4, nics=2))

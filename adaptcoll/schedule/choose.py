@@ -200,6 +200,7 @@ def choose(
             found.append(_best(net, shape, True, got_shape[0], got_shape[1], collective, size, segments, cpu))
     seen: set[tuple[int, int, int]] = set()
     made: set[tuple[tuple[float, Children], ...]] = set()  # the packing ignores the fanouts: one of each
+    packed: dict[tuple[int, str, int], Weighted] = {}  # and is made once per K
     for k, f0, b0 in itertools.product(trees, fanouts, bus_fanouts):
         f = f0 or max(2, k)
         b = b0 or f
@@ -207,7 +208,15 @@ def choose(
             continue
         seen.add((k, f, b))
         got: Result = synthesize(
-            d, collective, root, trees=k, fanout=f, symmetric=symmetric, bus_fanout=b, context=(net, h, the_bound)
+            d,
+            collective,
+            root,
+            trees=k,
+            fanout=f,
+            symmetric=symmetric,
+            bus_fanout=b,
+            context=(net, h, the_bound),
+            packed=packed,
         )
         kids = [(t.weight, t.children) for t in got.schedule.forests[0].trees]
         if tuple(kids) in made:

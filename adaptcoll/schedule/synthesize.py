@@ -69,11 +69,14 @@ def synthesize(
     symmetric: bool = True,
     bus_fanout: int = 0,
     context: tuple[Network, Hierarchy, Bound] | None = None,
+    packed: dict[tuple[int, str, int], list[tuple[float, Children]]] | None = None,
 ) -> Result:
     """The forest for `collective` from `root` on `d` (at most `trees` trees, fanout 0: `trees`, >= 2;
     `bus_fanout`: the layered trees' fanout inside a node, 0: `fanout`). `context`: the network, the
     hierarchy and the bound of this `d`, collective, root and symmetry, when the caller has them already
-    (`choose` synthesizes many forests for one call; the network keeps its routes)."""
+    (`choose` synthesizes many forests for one call; the network keeps its routes). `packed`: a dict
+    the caller keeps across calls for the same `d`, holding the packing's trees per (root, collective,
+    trees): the packing ignores the fanouts, so `choose` packs once per K."""
     start = time.perf_counter()
     if collective not in forest_file.COLLECTIVES:
         raise SynthesisError(f"collective must be one of {', '.join(forest_file.COLLECTIVES)}, got {collective!r}")
@@ -97,7 +100,12 @@ def synthesize(
     if d.ranks == 1:
         candidates.append((float("inf"), 0, "single", [(1.0, ((),))]))
     if d.ranks > 1 and method in ("auto", "packing") and (method == "packing" or d.ranks <= PACKING_MAX_RANKS):
-        got = pack(net, root, collective, trees)
+        key = (root, collective, trees)
+        got = None if packed is None else packed.get(key)
+        if got is None:
+            got = pack(net, root, collective, trees)
+            if packed is not None:
+                packed[key] = got
         candidates.append(_score(net, got, collective, root, "packing"))
     if d.ranks > 1 and method in ("auto", "layered"):
         try:
