@@ -149,8 +149,12 @@ def test_cli_cpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*args, "--size", "4M", "--cpu", "--try-trees", "2", "--segments", "256K,1M"]) == 0
     text = capsys.readouterr().out
     assert "bound: links" in text and "CPU" in text and "chosen:" in text and "two_tree" in text
+    assert "any schedule: >= " in text  # reduce: the folds' floor, whatever the segment size
     s = forest.load(out)
     rec = s.forests[0].bound
+    # 32 ranks, 4 MiB: 31/32 of every byte folded at 1.5e-10 s/B, one message each way at 9 us
+    assert rec["any_floor_s"] == pytest.approx((4 << 20) * 31 / 32 * 1.5e-10 + 2 * 31 / 32 * 9.0e-6)
+    assert rec["any_floor_s"] <= rec["cpu_floor_s"] <= rec["cpu_s"]
     assert rec["segment"] in (256 << 10, 1 << 20) and rec["binds"] in ("cpu", "links") and rec["size"] == 4 << 20
     assert json.loads(out.read_text())["collective"] == "reduce"
     assert main([*args, "--size", "4M", "--segment", "1M"]) == 0

@@ -63,6 +63,9 @@ class Choice:
     size: int
     margin: float
     seconds: float
+    any_floor_s: float = 0.0
+    """the CPU floor at any segment size (one segment): for reduce and allreduce the folds alone, which
+    no schedule in this cost model goes below, however the bytes are cut"""
 
     def schedule(self, collective: str, root: int, d: Description) -> forest_file.Schedule:
         """The chosen schedule as a file value; its bound record holds the bounds and the estimate."""
@@ -73,6 +76,7 @@ class Choice:
             "method": c.name,
             "size": self.size,
             "cpu_floor_s": self.cpu_floor_s,
+            "any_floor_s": self.any_floor_s,
             **c.estimate.as_dict(),
         }
         by_root: dict[int, list[dict[str, object]]] = {}
@@ -237,6 +241,16 @@ def choose(
         chosen = best_fixed
     assert chosen is not None
     floor = cpu_floor(collective, d.ranks, size, chosen.estimate.segment, cpu)
+    any_floor = cpu_floor(collective, d.ranks, size, size, cpu)  # fewer segments never cost more
     return Choice(
-        chosen, best_forest, best_fixed, tuple(found), the_bound, floor, size, margin, time.perf_counter() - start
+        chosen,
+        best_forest,
+        best_fixed,
+        tuple(found),
+        the_bound,
+        floor,
+        size,
+        margin,
+        time.perf_counter() - start,
+        any_floor,
     )

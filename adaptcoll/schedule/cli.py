@@ -187,6 +187,11 @@ def _print_choice(c: Choice, collective: str) -> None:
         f"bound: links {_ms(c.size / b.rate)} ({_gbs(b.rate)}, {b.limited_by}); "
         f"CPU {_ms(c.cpu_floor_s)} (the average rank at {e.segment >> 10} KiB segments)"
     )
+    if collective != "bcast" and c.any_floor_s > 0:
+        print(
+            f"any schedule: >= {_ms(c.any_floor_s)}, {c.any_floor_s * b.rate / c.size:.1f} x the link bound "
+            "(the average rank's CPU in one segment: it folds n-1 of n contributions of every byte)"
+        )
     for cand in sorted(c.candidates, key=lambda x: x.estimate.total_s):
         x = cand.estimate
         mark = "*" if cand is c.chosen else " "
