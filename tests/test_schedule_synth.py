@@ -83,6 +83,33 @@ def test_bound_ring_and_flat_switch() -> None:
     assert bound(flat, "allreduce", 0).rate == pytest.approx(2.0 * 5 / (2 * 4))
 
 
+def test_bound_shared_link() -> None:
+    """A link every message crosses (flat switch with a shared backplane / one node's memory): the
+    min-cut says 10 per rank, but ranks relay and switches do not copy, so each of the n-1 receivers'
+    bytes crosses the shared link once (bcast), each sender's once (reduce), both for allreduce."""
+    d = shapes.flat_switch(6, bandwidth=10.0, latency=0.0, shared_bandwidth=20.0)
+    assert (d.switches, len(d.links)) == (("in", "out"), 13)
+    for collective, crossings in (("bcast", 5), ("reduce", 5), ("allreduce", 10)):
+        b = bound(d, collective, 2)
+        assert b.rate == pytest.approx(20.0 / crossings) and "shared link in -> out" in b.limited_by
+    # wide enough, the shared link no longer binds: the min-cut (a rank's own link) does
+    wide = shapes.flat_switch(6, bandwidth=10.0, shared_bandwidth=60.0)
+    assert bound(wide, "bcast", 0).rate == 10.0 and "min cut" in bound(wide, "bcast", 0).limited_by
+    # no forest beats it, and the estimate's link time is that bound for trees of single edges
+    got = synthesize(d, "bcast", 2, trees=2)
+    assert got.rate <= got.bound.rate * (1 + 1e-9)
+    with pytest.raises(describe.DescriptionError):
+        shapes.flat_switch(4, shared_bandwidth=-1.0)
+
+
+def test_shared_link_bound_leaves_balanced_switches_alone() -> None:
+    """Writers whose switches forward what they receive keep the min-cut bound (nothing to check)."""
+    from adaptcoll.schedule.bound import shared_link_bound
+
+    for d in (shapes.flat_switch(5), shapes.nic_nodes(3, 4, nics=2), shapes.fat_tree(8, 2, nodes_per_leaf=4)):
+        assert shared_link_bound(d, 0, "allreduce").rate == float("inf")
+
+
 @pytest.mark.parametrize(
     "d",
     [
@@ -274,6 +301,10 @@ def test_cli_end_to_end(tmp_path: Path) -> None:
     assert named.returncode == 0 and len(forest.load(tmp_path / "b.json").forest(0).trees) <= 2
     b = _tool("bound", "--topology", "t.json", "--collective", "bcast", "--root", "0", cwd=tmp_path)
     assert b.returncode == 0 and "bound 50.00 GB/s" in b.stdout
+    node = _tool("describe", "flat", "--ranks", "5", "--shared-bandwidth", "40e9", "-o", "m.json", cwd=tmp_path)
+    assert node.returncode == 0, node.stderr
+    b = _tool("bound", "--topology", "m.json", "--collective", "bcast", cwd=tmp_path)
+    assert b.returncode == 0 and "bound 10.00 GB/s" in b.stdout and "shared link in -> out" in b.stdout
 
 
 def test_cli_errors(tmp_path: Path) -> None:

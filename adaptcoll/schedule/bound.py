@@ -14,6 +14,11 @@ once down and once up, so the bound is the smallest of
     rate <= sum_i c(out of V_i) / (2 (k-1)), and the same with links into the parts. Checked for two
     partitions: every rank alone, and every node (its ranks and private switches).
 On a flat switch of n ranks with links c this gives c n / (2 (n-1)), the classic allreduce bound.
+Switches that forward less than they receive (a backplane or a node's memory shared by all messages,
+`shapes.flat_switch(shared_bandwidth=...)`) break the min-cut's attainability: ranks relay, switches
+do not copy, so a switch-to-switch link that every route into k ranks crosses carries k shares of
+every byte: rate <= its bandwidth / k ("shared link"; allreduce: the crossings down and up added).
+Only links at such switches are checked (elsewhere the min-cut is attained).
 Symmetry: with identical nodes and groups (`hierarchy`), ranks of one class (same relation to the
 root's node and group, same index in their node) have the same max-flow, so one per class is computed.
 """
@@ -30,7 +35,7 @@ from .describe import Description, Vertex
 from .hierarchy import Hierarchy, hierarchy
 from .network import SynthesisError
 
-__all__ = ["Bound", "flow_graph", "bound", "cut_bound", "partition_bound"]
+__all__ = ["Bound", "flow_graph", "bound", "cut_bound", "partition_bound", "shared_link_bound"]
 
 
 @dataclass(frozen=True)
@@ -105,17 +110,55 @@ def partition_bound(d: Description, parts: list[set[Vertex]], label: str) -> Bou
     return Bound(min(out, inn) / (2 * (k - 1)), label, 0)
 
 
+def _unbalanced_switches(d: Description) -> set[Vertex]:
+    """Switches whose links in and out differ in total bandwidth (they cannot forward all they receive)."""
+    total: dict[Vertex, list[float]] = {sw: [0.0, 0.0] for sw in d.switches}
+    for ln in d.links:
+        if ln.dst in total:
+            total[ln.dst][0] += ln.bandwidth
+        if ln.src in total:
+            total[ln.src][1] += ln.bandwidth
+    return {sw for sw, (i, o) in total.items() if abs(i - o) > 1e-9 * max(i, o)}
+
+
+def shared_link_bound(d: Description, root: int, collective: str) -> Bound:
+    """min over switch-to-switch links at unbalanced switches of bandwidth / k, k: for bcast the ranks
+    (not the root) that no other rank reaches once the link is gone (each receives every byte across
+    it), for reduce the ranks that reach no other rank (each sends its share across it), for allreduce
+    both counts added. inf when there is no such link."""
+    unbalanced = _unbalanced_switches(d)
+    best = Bound(float("inf"), "shared link", 0)
+    if not unbalanced:
+        return best
+    g = flow_graph(d)
+    ranks = set(range(d.ranks))
+    for ln in d.links:
+        if isinstance(ln.src, int) or isinstance(ln.dst, int) or not ({ln.src, ln.dst} & unbalanced):
+            continue
+        g.remove_edge(ln.src, ln.dst)
+        down = sum(1 for v in ranks if v != root and not (nx.ancestors(g, v) & (ranks - {v})))
+        up = sum(1 for v in ranks if v != root and not (nx.descendants(g, v) & (ranks - {v})))
+        g.add_edge(ln.src, ln.dst, capacity=ln.bandwidth)
+        k = {"bcast": down, "reduce": up}.get(collective, down + up)
+        if k and ln.bandwidth / k < best.rate:
+            best = Bound(ln.bandwidth / k, f"shared link {ln.src} -> {ln.dst} (crossed {k} times)", 0)
+    return best
+
+
 def bound(d: Description, collective: str, root: int, symmetric: bool = True, h: Hierarchy | None = None) -> Bound:
     """The throughput bound of `collective` from `root` (see the module docstring)."""
     if collective not in ("bcast", "reduce", "allreduce"):
         raise SynthesisError(f"collective must be bcast, reduce or allreduce, got {collective!r}")
     h = h or hierarchy(d)
     if collective != "allreduce":
-        return cut_bound(d, root, collective == "reduce", symmetric, h)
+        cut = cut_bound(d, root, collective == "reduce", symmetric, h)
+        shared = shared_link_bound(d, root, collective)
+        return cut if cut.rate <= shared.rate else Bound(shared.rate, shared.limited_by, cut.flows)
     down, up = cut_bound(d, root, False, symmetric, h), cut_bound(d, root, True, symmetric, h)
     candidates = [
         down,
         up,
+        shared_link_bound(d, root, collective),
         partition_bound(d, [{r} for r in range(d.ranks)], "partition: every rank alone"),
         partition_bound(d, [h.node_vertices(n) for n in range(len(h.nodes))], "partition: every node"),
     ]

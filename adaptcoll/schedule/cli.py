@@ -95,6 +95,11 @@ def _describe_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--spines", type=int, default=0, help="fat-tree: spines (0: nodes-per-leaf / oversubscription)")
     p.add_argument("--bandwidth", type=float, help="flat: rank link; nic, fat-tree: NIC link; dgx1: per NVLink (B/s)")
     p.add_argument("--latency", type=float, help="the same link's latency (s)")
+    p.add_argument(
+        "--shared-bandwidth",
+        type=float,
+        help="flat: one link every message crosses (B/s): a switch's backplane, or one node's memory",
+    )
     p.add_argument("--intra-bandwidth", type=float, help="nic, fat-tree: rank <-> node bus (B/s)")
     p.add_argument("--pcie-bandwidth", type=float, help="nic, fat-tree: rank <-> its NIC (B/s)")
     p.add_argument("--spec", help="topo: an ADAPTCOLL_TOPOLOGY spec, e.g. 'nodes=4,sockets=2'")
@@ -111,7 +116,8 @@ def _describe(args: argparse.Namespace, p: argparse.ArgumentParser) -> describe.
 
     if args.shape == "flat":
         need("ranks")
-        kw = {k: v for k, v in (("bandwidth", args.bandwidth), ("latency", args.latency)) if v is not None}
+        pairs = (("bandwidth", args.bandwidth), ("latency", args.latency), ("shared_bandwidth", args.shared_bandwidth))
+        kw = {k: v for k, v in pairs if v is not None}
         return shapes.flat_switch(args.ranks, **kw)
     if args.shape in ("nic", "fat-tree"):
         need("nodes", "ranks_per_node")

@@ -53,12 +53,24 @@ def _count(name: str, value: int, low: int = 1) -> None:
         raise DescriptionError(f"{name} must be a whole number >= {low}, got {value!r}")
 
 
-def flat_switch(ranks: int, bandwidth: float = 25e9, latency: float = 1e-6) -> Description:
-    """`ranks` ranks, each with a full-duplex link to one switch."""
+def flat_switch(
+    ranks: int, bandwidth: float = 25e9, latency: float = 1e-6, shared_bandwidth: float = 0.0
+) -> Description:
+    """`ranks` ranks, each with a full-duplex link to one switch. `shared_bandwidth` > 0: every message
+    also crosses one link of that bandwidth shared by all (the switch is two, `in` -> `out`): a switch's
+    backplane, or, for the cores of one node, the node's memory, which every copy between them shares
+    (a 16-core node measured as about 37 GB/s: docs/schedules.md, "One node")."""
     _count("ranks", ranks)
     _positive("bandwidth", bandwidth)
-    links = [ln for r in range(ranks) for ln in _both(r, "switch", bandwidth, latency)]
-    return Description(ranks, tuple(links), ("switch",), name=f"flat switch, {ranks} ranks")
+    if shared_bandwidth == 0:
+        links = [ln for r in range(ranks) for ln in _both(r, "switch", bandwidth, latency)]
+        return Description(ranks, tuple(links), ("switch",), name=f"flat switch, {ranks} ranks")
+    _positive("shared_bandwidth", shared_bandwidth)
+    links = [Link(r, "in", bandwidth, latency) for r in range(ranks)]
+    links += [Link("out", r, bandwidth, latency) for r in range(ranks)]
+    links.append(Link("in", "out", shared_bandwidth, 0.0))
+    name = f"flat switch, {ranks} ranks, {shared_bandwidth / 1e9:g} GB/s shared"
+    return Description(ranks, tuple(links), ("in", "out"), name=name)
 
 
 def _node(
