@@ -15,6 +15,7 @@ the tool prints): a floor no schedule reaches, pipeline fill, per-message CPU an
     python bench/forest_table.py --topology dgx1 --only bcast:16M --samples 1      # one row, seconds
     python bench/forest_table.py --topology dgx1 --tool    # the forest is the tool's CPU-aware choice
                                                            # (python -m adaptcoll.schedule --cpu) at its segment
+    python bench/forest_table.py --topology nic2-32 --tool --links pair   # one pair's messages in order
 
 With --tool the "forest" is whatever `adaptcoll.schedule.choose` picks from the same trees and segment
 sizes (a synthesized forest, or a fixed shape written as a forest file when no forest beats it by 3 %),
@@ -25,6 +26,7 @@ run once at the segment size it chose (from `--tool-segments`); the fixed shapes
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -56,6 +58,8 @@ TOPOLOGIES = {
 }
 POINTS = ("bcast:16M", "reduce:4M", "allreduce:4M")
 FIXED = ("two_tree", "binomial", "topo", "rule")
+PARAMS = [DEFAULT_PARAMS]
+"""The simulator's parameters for every run (the built-in ones; `--links pair` orders one pair's messages)."""
 
 
 def _node_spec(d: Description) -> str:
@@ -69,10 +73,10 @@ def _times(
 ) -> list[float]:
     """[quiet, median under each noise] in seconds, for `impl` (adaptcoll or a lock-step baseline) running `job`."""
     prepared = prepare(job) if impl == "adaptcoll" else None
-    out = [run_once(job, DEFAULT_PARAMS, impl, None, seed, 0, prepared=prepared, topology=routes)[0].time_s]
+    out = [run_once(job, PARAMS[0], impl, None, seed, 0, prepared=prepared, topology=routes)[0].time_s]
     for noise in noises:
         draws = [
-            run_once(job, DEFAULT_PARAMS, impl, noise, seed, s, prepared=prepared, topology=routes)[0].time_s
+            run_once(job, PARAMS[0], impl, noise, seed, s, prepared=prepared, topology=routes)[0].time_s
             for s in range(samples)
         ]
         out.append(statistics.median(draws))
@@ -80,7 +84,7 @@ def _times(
 
 
 def _quiet(job: Job, routes: Routes, seed: int) -> float:
-    return run_once(job, DEFAULT_PARAMS, "adaptcoll", None, seed, 0, prepared=prepare(job), topology=routes)[0].time_s
+    return run_once(job, PARAMS[0], "adaptcoll", None, seed, 0, prepared=prepare(job), topology=routes)[0].time_s
 
 
 def row(key: str, point: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
@@ -227,6 +231,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--noise", action="append", default=[], help="noise conditions (default: 100Hz x 250us)")
     p.add_argument("--samples", type=int, default=3)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument(
+        "--links",
+        choices=("fair", "pair"),
+        default="fair",
+        help="the simulator's link sharing: fair (built-in) or pair (one sender-receiver pair's messages in order)",
+    )
     p.add_argument("--trees", default="2,4,8", help="forests of at most K trees to try (comma-separated)")
     p.add_argument("--fanout", type=int, default=2, help="the synthesis' fanout bound (0: K)")
     p.add_argument(
@@ -252,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", help="write the rows")
     args = p.parse_args(argv)
     args.noise = args.noise or ["100Hz x 250us"]
+    PARAMS[0] = dataclasses.replace(DEFAULT_PARAMS, links=args.links)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for key in args.topology or list(TOPOLOGIES):
@@ -261,7 +272,13 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(markdown(rows))
     if args.json:
-        meta = {"argv": sys.argv[1:], "seed": args.seed, "samples": args.samples, "params": "built-in"}
+        meta = {
+            "argv": sys.argv[1:],
+            "seed": args.seed,
+            "samples": args.samples,
+            "params": "built-in",
+            "links": args.links,
+        }
         Path(args.json).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     return 0
 

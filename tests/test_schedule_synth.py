@@ -332,3 +332,65 @@ def test_cli_png(tmp_path: Path) -> None:
         assert run.returncode == 0, run.stderr
         assert (tmp_path / "f.png").read_bytes()[:4] == b"\x89PNG"
     assert forest.load(tmp_path / "s.json").forest(0).trees  # the schedule is written either way
+
+
+# ---------------------------------------------------------------- pinned pairs (nodes behind two NICs)
+
+
+def _node_children(trees, node_of):
+    """Per tree, the nodes that send to another node."""
+    return [{node_of[p] for p, ks in enumerate(kids) for c in ks if node_of[c] != node_of[p]} for _, kids in trees]
+
+
+@pytest.mark.parametrize("nodes,k,root", [(32, 8, 0), (32, 8, 37), (9, 4, 5), (2, 4, 7), (1, 6, 3), (17, 6, 16)])
+def test_pinned_pair_one_stream_per_nic_direction(nodes: int, k: int, root: int) -> None:
+    from adaptcoll.schedule.pinned import pinned, sides
+
+    d = shapes.nic_nodes(nodes, k, nics=2)
+    net, h = Network(d), hierarchy(d)
+    way = sides(net, h)
+    assert way is not None and all(len(a) == len(b) == k // 2 for a, b in way)
+    trees = pinned(net, h, root)
+    assert [w for w, _ in trees] == [0.5, 0.5]
+    # a schedule file checks that each tree spans every rank once from the root
+    forest.from_dict(
+        {
+            "format": forest.FORMAT,
+            "collective": "bcast",
+            "ranks": d.ranks,
+            "forests": [{"root": root, "trees": [{"weight": w, "children": [list(c) for c in t]} for w, t in trees]}],
+        },
+        "<pinned>",
+    )
+    if nodes > 1:  # at the bound: half the message through each NIC
+        assert net.forest_rate(trees, "bcast") == pytest.approx(bound(d, "bcast", root).rate)
+    nic_links = [i for i, ln in enumerate(net.links) if "core" in (ln.src, ln.dst)]
+    both = sum(net.tree_load(kids, "bcast") for _, kids in trees)
+    assert both[nic_links].max() <= 1.0 + 1e-9  # one stream (one tree) per NIC direction, both trees counted
+    for t, (_, kids) in enumerate(trees):
+        for node, (side_a, side_b) in enumerate(way):  # tree t enters every node by NIC t, and only there
+            entry_side = (side_a, side_b)[t]
+            incoming = [c for p, ks in enumerate(kids) for c in ks if d.node_of()[c] == node != d.node_of()[p]]
+            assert all(c in entry_side for c in incoming) and len(incoming) == (node != h.node_of[root])
+    senders = _node_children(trees, h.node_of)
+    assert not (senders[0] & senders[1]) - {h.node_of[root]}  # complementary between nodes
+    sends = [sum(len(kids[r]) for _, kids in trees) for r in range(d.ranks)]
+    assert max(s for r, s in enumerate(sends) if r != root) <= 2 and sends[root] <= 3
+
+
+def test_pinned_pair_needs_two_nics_and_is_offered_by_the_choice() -> None:
+    from adaptcoll.schedule.choose import choose
+    from adaptcoll.schedule.pinned import sides
+
+    for d in (shapes.nic_nodes(4, 4, nics=1), shapes.flat_switch(8), shapes.nic_nodes(4, 2, nics=2)):
+        assert sides(Network(d), hierarchy(d)) is None
+        with pytest.raises(SynthesisError, match="two NICs"):
+            synthesize(d, "bcast", 0, trees=2, method="pinned")
+    d = shapes.nic_nodes(8, 4, nics=2)
+    with pytest.raises(SynthesisError, match="two trees"):
+        synthesize(d, "bcast", 0, trees=1, method="pinned")
+    got = synthesize(d, "reduce", 3, trees=2, method="pinned")
+    assert got.method == "pinned" and len(got.schedule.forests[0].trees) == 2
+    c = choose(d, "bcast", 0, 16 << 20, segments=(512 << 10, 1 << 20), trees=(2,), fanouts=(2,))
+    assert "forest K=2 (pinned)" in [x.name for x in c.candidates]
+    assert "forest K=2 (pinned)" not in [x.name for x in choose(d, "bcast", 0, 1 << 20, trees=(1,)).candidates]

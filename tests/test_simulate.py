@@ -398,3 +398,35 @@ def test_sweep_table_and_plots(tmp_path):
     plots.plot_auto([r for r in rows if r["ranks"] == 16], tmp_path / "grid.png")
     plots.plot_bars(rows, tmp_path / "bars.png")
     assert all((tmp_path / n).stat().st_size > 1000 for n in ("ranks.png", "grid.png", "bars.png"))
+
+
+def test_pair_links_keep_one_pairs_messages_in_order():
+    """links 'pair': fair between sender-receiver pairs, one pair's messages one after another (one RDMA
+    queue pair). A chain's second segment then costs about one hop more than the first alone, not a
+    second fill (with 'fair' both segments of a send window of 2 share each hop and arrive together);
+    results stay exact, on the default network and on a described one."""
+    from adaptcoll.schedule import shapes
+    from adaptcoll.simulate.routes import Routes
+
+    seg = 768 << 10
+    base = CostParams()
+    fair, pair = base, dataclasses.replace(base, links="pair")
+    one = _time(Job("bcast", 8, seg, seg, "pipeline", UNCAPPED), params=pair)
+    hop = one / 7
+    two_pair = _time(Job("bcast", 8, 2 * seg, seg, "pipeline", UNCAPPED), params=pair)
+    two_fair = _time(Job("bcast", 8, 2 * seg, seg, "pipeline", UNCAPPED), params=fair)
+    assert two_pair - one < 1.5 * hop < 0.5 * (two_fair - one)
+    for size in (2, 5, 9):
+        for coll in ("bcast", "reduce", "allreduce"):
+            job = Job(coll, size, 4 * 3001, 4 * 500, "two_tree", UNCAPPED)
+            _, world, bufs = run_once(job, dataclasses.replace(pair, eager=2048), data=True, seed=size)
+            bufs.check()
+            assert world.unmatched == 0
+    routes = Routes(shapes.nic_nodes(3, 4, nics=2))
+    for coll in ("bcast", "reduce", "allreduce"):
+        job = Job(coll, 12, 4 * 5000, 4 * 400, "two_tree", UNCAPPED)
+        _, world, bufs = run_once(job, pair, data=True, seed=1, topology=routes)
+        bufs.check()
+        assert world.unmatched == 0
+    with pytest.raises(ValueError, match="links must be one of fair, fifo, pair"):
+        CostParams(links="fast")

@@ -22,6 +22,7 @@ from .cost import DEFAULT_CPU, CpuCosts, Estimate, estimate
 from .describe import Description
 from .hierarchy import hierarchy
 from .network import Network, SynthesisError
+from .pinned import sides
 from .synthesize import Result, synthesize
 
 __all__ = ["FIXED", "SEGMENTS", "Candidate", "Choice", "fixed_trees", "cpu_floor", "choose"]
@@ -229,6 +230,14 @@ def choose(
         roots = (root,) * len(kids)
         name = f"forest K={k} F={f}{'' if b == f else f' B={b}'} ({got.method})"
         found.append(_best(net, name, False, kids, roots, collective, size, segments, cpu))
+    if sides(net, h) is not None and max(trees, default=0) >= 2:  # nodes behind two NICs: the pinned pair too
+        got = synthesize(
+            d, collective, root, trees=2, method="pinned", symmetric=symmetric, context=(net, h, the_bound)
+        )
+        kids = [(t.weight, t.children) for t in got.schedule.forests[0].trees]
+        found.append(
+            _best(net, "forest K=2 (pinned)", False, kids, (root,) * len(kids), collective, size, segments, cpu)
+        )
     forests = [c for c in found if not c.fixed]
     shapes = [c for c in found if c.fixed]
     best_forest = min(forests, key=lambda c: c.estimate.total_s, default=None)

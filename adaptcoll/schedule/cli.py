@@ -54,7 +54,12 @@ def _synth_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--bus-fanout", type=int, default=0, metavar="B", help="children per inner rank inside a node (0: F)"
     )
-    p.add_argument("--method", choices=METHODS, default="auto", help="construction (default auto: the best rate)")
+    p.add_argument(
+        "--method",
+        choices=METHODS,
+        default="auto",
+        help="construction (default auto: the better rate of packing and layered; pinned: nodes behind two NICs)",
+    )
     p.add_argument("-o", "--output", required=True, metavar="SCHEDULE", help="schedule file to write")
     p.add_argument("--png", metavar="PNG", help="also draw the trees (needs matplotlib)")
     p.add_argument(

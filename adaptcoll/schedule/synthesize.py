@@ -7,6 +7,8 @@ Two constructions, the better rate kept (ties: the shallower):
     (each round is one Edmonds arborescence over all rank pairs: seconds per hundred rounds at 32 ranks).
   - "layered" (`layered`): for many nodes, trees laid level by level along the node / group symmetry,
     inner members chosen least-used first; linear in the ranks, depth about log_fanout per level.
+  - "pinned" (`pinned`, only when asked for, and tried by `choose`): for nodes behind two NICs, two
+    trees each entering every node through its own NIC, so no NIC direction carries two streams.
 Why not ForestColl's switch removal: it needs edge splitting-off that keeps every min-cut, then an
 exact arborescence packing on the switch-free multigraph; the packing above reaches the bound on the
 small graphs where an exact method matters, and the layered trees are what switch removal yields on
@@ -29,10 +31,11 @@ from .hierarchy import Hierarchy, hierarchy
 from .layered import layered
 from .network import Network, SynthesisError, breadth_first, tree_depth
 from .packing import pack
+from .pinned import pinned
 
 __all__ = ["METHODS", "Result", "synthesize", "critical_first"]
 
-METHODS = ("auto", "packing", "layered")
+METHODS = ("auto", "packing", "layered", "pinned")
 PACKING_MAX_RANKS = 16
 """Above this many ranks `auto` uses the layered construction only."""
 
@@ -107,6 +110,10 @@ def synthesize(
             if packed is not None:
                 packed[key] = got
         candidates.append(_score(net, got, collective, root, "packing"))
+    if method == "pinned":
+        if trees < 2:
+            raise SynthesisError(f"pinned makes two trees: trees must be >= 2, got {trees}")
+        candidates.append(_score(net, pinned(net, h, root), collective, root, "pinned"))
     if d.ranks > 1 and method in ("auto", "layered"):
         try:
             got = layered(net, h, root, collective, trees, fanout, bus_fanout)

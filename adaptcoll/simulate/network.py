@@ -9,6 +9,10 @@ has left. Two policies:
   crowded of its two links. A small delay then shifts a transfer a little, never by a whole message.
 - `FifoLinks`: a link carries one message at a time, in order of readiness (the sender's link) and of
   first-byte arrival (the receiver's); messages reserve each link for n G.
+- 'pair' (`FairLinks` plus an order the world keeps): shared fairly between sender-receiver pairs, but
+  one pair's messages one after another, as one RDMA queue pair carries them; without it two segments
+  a rank sends one child at once (a send window of 2) both arrive at twice the time, and a pipeline
+  fills at half speed.
 
 With one message on a link at a time both are the same. Links call `world._land(msg, arrival, rx)`
 when the data is in; `msg.start`/`msg.end` are the message's first and last byte on the sender's link.
@@ -23,7 +27,7 @@ from .timelines import Timeline
 
 __all__ = ["LINK_POLICIES", "SharedLinks", "FairLinks", "FifoLinks"]
 
-LINK_POLICIES = ("fair", "fifo")
+LINK_POLICIES = ("fair", "fifo", "pair")
 
 
 class FifoLinks:

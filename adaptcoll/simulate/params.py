@@ -88,8 +88,9 @@ PARAM_DOCS: dict[str, str] = {
     "ranks_per_node": "ranks sharing one node: they share its link (NIC), and the receiver's CPU copies messages "
     "between them (shared memory)",
     "copy": "CPU time per byte of a shared-memory copy (s/byte); 0 means G",
-    "links": "'fair': messages on one link share it equally (RDMA NICs interleave transfers) or 'fifo': one at a "
-    "time, first ready first served",
+    "links": "'fair': messages on one link share it equally (RDMA NICs interleave transfers), 'fifo': one at a "
+    "time, first ready first served, or 'pair': fair between sender-receiver pairs, one pair's messages in order "
+    "(one RDMA queue pair per pair); 'fair' or 'pair' on a described network",
     "shm_copy": "shared-memory node level (shm, topo:intra=shm): CPU time per byte of a copy into or out of a "
     "slot (s/byte); its folds cost `fold`",
     "shm_flag": "shared-memory node level: time until a slot flag stored by one rank is acted on by the others of "

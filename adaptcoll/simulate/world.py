@@ -32,6 +32,7 @@ import functools
 import gc
 import heapq
 import itertools
+from collections import deque
 from collections.abc import Callable
 from typing import Any, Optional
 
@@ -189,9 +190,9 @@ class World:
             raise ValueError(f"a simulated world needs at least 1 rank, got {size}")
         if topology is not None:
             topology.check_size(size)
-            if params.links != "fair":
+            if params.links == "fifo":
                 raise ValueError(
-                    f"a described network shares its links fairly: links must be 'fair', got {params.links!r}"
+                    f"a described network shares its links fairly: links must be 'fair' or 'pair', got {params.links!r}"
                 )
         self.size = size
         self.params = params
@@ -231,9 +232,11 @@ class World:
             self._routes = topology
             self._handshake = self._route_latency
         else:
-            policy = FairLinks if params.links == "fair" else FifoLinks
+            policy = FifoLinks if params.links == "fifo" else FairLinks
             self._links = policy(self, nodes, self._rpn, self._bytecost, self._L, self._g, net_noise)
         self._busy = [-_INF] * size
+        self._pairs: Optional[dict[tuple[int, int], deque[_Msg]]] = {} if params.links == "pair" else None
+        """links 'pair': per sender-receiver pair with a message on the network, the ones waiting behind it"""
         self._queued: dict[int, list[Callback]] = {}
         self._watches: dict[int, list[tuple[Poll, Callback]]] = {}
         self.shared: dict[Any, Any] = {}
@@ -253,6 +256,7 @@ class World:
         self._eager_sent_h = self._eager_sent
         self._late_recv_h = self._late_recv
         self._callback_h = self._callback_evt
+        self._pair_next_h = self._pair_next
 
     # -- scheduling ------------------------------------------------------------------------------
     def _push(self, t: float, fn: Callable[[Any], None], arg: Any) -> None:
@@ -513,7 +517,23 @@ class World:
             msg.start, msg.end = now, now + copy
             self._land(msg, now + self._L + copy)
             return
+        pairs = self._pairs
+        if pairs is not None:  # one pair's messages in order: wait behind the one on the network
+            waiting = pairs.get((msg.src, msg.dst))
+            if waiting is not None:
+                waiting.append(msg)
+                return
+            pairs[(msg.src, msg.dst)] = deque()
         self._links.depart(msg)
+
+    def _pair_next(self, key: tuple[int, int]) -> None:
+        """links 'pair': the pair's message on the network has left; the next one behind it departs."""
+        assert self._pairs is not None
+        waiting = self._pairs[key]
+        if waiting:
+            self._links.depart(waiting.popleft())
+        else:
+            del self._pairs[key]
 
     def _count(self, msg: _Msg, t0: float, t1: float, r0: float, r1: float) -> None:
         self.messages += 1
@@ -532,6 +552,8 @@ class World:
     def _land(self, msg: _Msg, arrival: float, rx: float = -1.0) -> None:
         """Schedule the completions of a message whose last byte arrives at `arrival`."""
         heap, seq = self._heap, self._seq
+        if self._pairs is not None and (msg.src, msg.dst) in self._pairs:  # its last byte has left now
+            heapq.heappush(heap, (self.now, seq(), self._pair_next_h, (msg.src, msg.dst)))
         if msg.eager:
             if self.data:
                 msg.sbuf = np.array(msg.sbuf, copy=True)  # the sender may reuse its buffer once it has left
