@@ -91,9 +91,7 @@ class PathLinks(SharedLinks):
     def _refill(self, path: tuple[int, ...], now: float, src: int) -> None:
         """Max-min fair rates (`maxmin.refill`): every message on the links of `path` gets a new rate and
         finish key, in order of those links and of arrival on them, and so does any other message whose
-        rate moved (by more than `_SAME` relative); then new heap entries where least keys moved."""
-        w = self._w
-        seq = w._seq
+        rate moved (by more than `_SAME` relative)."""
         on = self._on
         self._stamp = stamp = self._stamp + 1
         core = []
@@ -104,18 +102,45 @@ class PathLinks(SharedLinks):
                     core.append(f)
         filled = refill(core, on, self._cost, stamp)
         ncore = len(core)
-        latest = self.latest
-        dirty = {src: None}
-        moved = 0
+        changes = []
         for i, f in enumerate(filled):
             rate = f.nrate
             f.bn = f.nbn
-            old = f.rate
-            if i >= ncore and abs(rate - old) <= _SAME * old:
+            if i >= ncore and abs(rate - f.rate) <= _SAME * f.rate:
                 continue
             if rate <= 0.0:
                 raise RuntimeError(f"max-min sharing left message {f.src} -> {f.dst} no rate")
-            f.rem -= old * (now - f.tupd)
+            changes.append((f, rate))
+        self._apply(changes, now, src)
+
+    def _bottleneck(self, path: tuple[int, ...], now: float, src: int) -> None:
+        """New rates for every message on the links of `path` (whose load just changed), in order of
+        those links and of arrival on them: each its equal share of its most crowded link."""
+        on = self._on
+        self._stamp = stamp = self._stamp + 1
+        changes = []
+        for link in path:
+            for f in on[link]:
+                if f.stamp == stamp:
+                    continue
+                f.stamp = stamp
+                m = 0.0
+                for x, wt in zip(f.path, f.weights):
+                    v = wt * len(on[x])
+                    if v > m:
+                        m = v
+                changes.append((f, 1.0 / m))
+        self._apply(changes, now, src)
+
+    def _apply(self, changes: list[tuple[Any, float]], now: float, src: int) -> None:
+        """Give each message its new rate and finish key (the bytes moved at the old rate since its last
+        update taken off), then new heap entries where least keys moved (`src`'s too: its message just
+        started or finished)."""
+        seq = self._w._seq
+        latest = self.latest
+        dirty = {src: None}
+        for f, rate in changes:
+            f.rem -= f.rate * (now - f.tupd)
             f.tupd = now
             f.rate = rate
             rem = f.rem
@@ -123,42 +148,8 @@ class PathLinks(SharedLinks):
             if t > latest:
                 latest = t
             f.sq = seq()
-            moved += 1
             dirty[f.snode] = None
-        self._settle(latest, moved, dirty)
-
-    def _bottleneck(self, path: tuple[int, ...], now: float, src: int) -> None:
-        """New rates and finish keys for every message on the links of `path` (whose load just changed),
-        in order of those links and of arrival on them; then new heap entries where least keys moved
-        (`src`'s too: its message just started or finished)."""
-        w = self._w
-        seq = w._seq
-        on = self._on
-        self._stamp = stamp = self._stamp + 1
-        latest = self.latest
-        dirty = {src: None}
-        moved = 0
-        for link in path:
-            for f in on[link]:
-                if f.stamp == stamp:
-                    continue
-                f.stamp = stamp
-                f.rem -= f.rate * (now - f.tupd)
-                f.tupd = now
-                m = 0.0
-                for x, wt in zip(f.path, f.weights):
-                    v = wt * len(on[x])
-                    if v > m:
-                        m = v
-                f.rate = rate = 1.0 / m
-                rem = f.rem
-                f.tfin = t = now + (rem if rem > 0.0 else 0.0) / rate
-                if t > latest:
-                    latest = t
-                f.sq = seq()
-                moved += 1
-                dirty[f.snode] = None
-        self._settle(latest, moved, dirty)
+        self._settle(latest, len(changes), dirty)
 
     def _settle(self, latest: float, moved: int, dirty: dict[int, None]) -> None:
         """After `moved` messages were rescheduled: the latest finish, the event count, and new heap entries
