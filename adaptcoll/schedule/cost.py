@@ -35,7 +35,7 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from .network import Network, Route, SynthesisError, breadth_first, edge_route
+from .network import Network, Route, SynthesisError, breadth_first, tree_load
 
 __all__ = ["CpuCosts", "DEFAULT_CPU", "Estimate", "cpu_costs", "segments_dealt", "rank_work", "estimate"]
 
@@ -186,10 +186,6 @@ class _Routes:
             )
         return got
 
-    def edge(self, parent: int, child: int, collective: str) -> Route:
-        """Links a tree edge loads for `collective` (`network.edge_route` over these routes)."""
-        return edge_route(self.route, parent, child, collective)
-
 
 def _latency(net: Network, route: Sequence[tuple[int, float]]) -> float:
     """A route's latency: the links' latencies weighted by the share of the bytes on each path."""
@@ -333,12 +329,7 @@ def estimate(
         key = ("load", id(kids), collective)
         got = memo.get(key)
         if got is None:
-            got = np.zeros(len(net.links))
-            for parent, ks in enumerate(kids):
-                for child in ks:
-                    for link, frac in routes.edge(parent, child, collective):
-                        got[link] += frac
-            memo[key] = got
+            got = memo[key] = tree_load(routes.route, len(net.links), kids, collective)
         return got
 
     def hops(kids: Children, up: bool, share: float, round_cpu: np.ndarray | None = None) -> np.ndarray:

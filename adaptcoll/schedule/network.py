@@ -16,7 +16,16 @@ import numpy as np
 
 from .describe import Description, Vertex
 
-__all__ = ["SynthesisError", "Network", "Route", "breadth_first", "edge_route", "tree_edges", "tree_depth"]
+__all__ = [
+    "SynthesisError",
+    "Network",
+    "Route",
+    "breadth_first",
+    "edge_route",
+    "tree_edges",
+    "tree_depth",
+    "tree_load",
+]
 
 Route = tuple[tuple[int, float], ...]
 """(link index, fraction of the edge's bytes) for every link a rank-to-rank edge uses."""
@@ -175,11 +184,7 @@ class Network:
 
     def tree_load(self, children: Sequence[Sequence[int]], collective: str) -> np.ndarray:
         """Per-link bytes per message byte of one tree carrying the whole message."""
-        load = np.zeros(len(self.links))
-        for parent, kids in enumerate(children):
-            for child in kids:
-                self.add_edge_load(load, parent, child, collective, 1.0)
-        return load
+        return tree_load(self.route, len(self.links), children, collective)
 
     def rate(self, load: np.ndarray) -> float:
         """Throughput in bytes/s of a schedule with these per-link loads: 1 / max(load / bandwidth)."""
@@ -218,6 +223,19 @@ def edge_route(route: Callable[[int, int], Route], parent: int, child: int, coll
     if collective == "reduce":
         return route(child, parent)
     return route(parent, child) + route(child, parent)
+
+
+def tree_load(
+    route: Callable[[int, int], Route], links: int, children: Sequence[Sequence[int]], collective: str
+) -> np.ndarray:
+    """Per-link bytes per message byte of one tree carrying the whole message, its edges loading the
+    links `edge_route` gives under `route(u, v)` (`links`: how many links there are)."""
+    load = np.zeros(links)
+    for parent, kids in enumerate(children):
+        for child in kids:
+            for link, frac in edge_route(route, parent, child, collective):
+                load[link] += frac
+    return load
 
 
 def tree_edges(children: Sequence[Sequence[int]]) -> Iterable[tuple[int, int]]:
