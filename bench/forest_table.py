@@ -44,7 +44,7 @@ from adaptcoll.schedule.synthesize import synthesize
 from adaptcoll.settings import parse_size
 from adaptcoll.simulate.lockstep import baseline_names, check_applicable, estimated_messages
 from adaptcoll.simulate.noise_setup import parse_noise
-from adaptcoll.simulate.params import DEFAULT_PARAMS
+from adaptcoll.simulate.params import DEFAULT_PARAMS, CostParams
 from adaptcoll.simulate.programs import Job, prepare
 from adaptcoll.simulate.routes import Routes
 from adaptcoll.simulate.run import BEST_MAX_MESSAGES, run_once
@@ -58,8 +58,6 @@ TOPOLOGIES = {
 }
 POINTS = ("bcast:16M", "reduce:4M", "allreduce:4M")
 FIXED = ("two_tree", "binomial", "topo", "rule")
-PARAMS = [DEFAULT_PARAMS]
-"""The simulator's parameters for every run (the built-in ones; `--links pair` orders one pair's messages)."""
 
 
 def _node_spec(d: Description) -> str:
@@ -68,23 +66,34 @@ def _node_spec(d: Description) -> str:
     return "" if len(set(owner)) == d.ranks else "node=" + ",".join(map(str, owner))
 
 
+def _params(args: argparse.Namespace) -> CostParams:
+    """The simulator's built-in parameters, with `--links` (fair unless given)."""
+    return dataclasses.replace(DEFAULT_PARAMS, links=getattr(args, "links", "fair"))
+
+
 def _times(
-    job: Job, routes: Routes, noises: list[Any], seed: int, samples: int, impl: str = "adaptcoll"
+    job: Job,
+    routes: Routes,
+    noises: list[Any],
+    seed: int,
+    samples: int,
+    impl: str = "adaptcoll",
+    params: CostParams = DEFAULT_PARAMS,
 ) -> list[float]:
     """[quiet, median under each noise] in seconds, for `impl` (adaptcoll or a lock-step baseline) running `job`."""
     prepared = prepare(job) if impl == "adaptcoll" else None
-    out = [run_once(job, PARAMS[0], impl, None, seed, 0, prepared=prepared, topology=routes)[0].time_s]
+    out = [run_once(job, params, impl, None, seed, 0, prepared=prepared, topology=routes)[0].time_s]
     for noise in noises:
         draws = [
-            run_once(job, PARAMS[0], impl, noise, seed, s, prepared=prepared, topology=routes)[0].time_s
+            run_once(job, params, impl, noise, seed, s, prepared=prepared, topology=routes)[0].time_s
             for s in range(samples)
         ]
         out.append(statistics.median(draws))
     return out
 
 
-def _quiet(job: Job, routes: Routes, seed: int) -> float:
-    return run_once(job, PARAMS[0], "adaptcoll", None, seed, 0, prepared=prepare(job), topology=routes)[0].time_s
+def _quiet(job: Job, routes: Routes, seed: int, params: CostParams = DEFAULT_PARAMS) -> float:
+    return run_once(job, params, "adaptcoll", None, seed, 0, prepared=prepare(job), topology=routes)[0].time_s
 
 
 def row(key: str, point: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
@@ -96,6 +105,7 @@ def row(key: str, point: str, args: argparse.Namespace, workdir: Path) -> dict[s
     nbytes = parse_size(size_text)
     noises = [parse_noise([text]) for text in args.noise]
     routes = Routes(d)
+    params = _params(args)
     node_spec = _node_spec(d)
     segments = [parse_size(t) for t in args.segments.split(",")]
     jobs: dict[str, list[tuple[str, Job]]] = {}  # algorithm -> [(configuration label, job)]
@@ -143,11 +153,11 @@ def row(key: str, point: str, args: argparse.Namespace, workdir: Path) -> dict[s
     searched: dict[str, dict[str, float]] = {}
     for name, candidates in jobs.items():
         t1 = time.process_time()
-        quiet = {cfg_label: _quiet(job, routes, args.seed) for cfg_label, job in candidates}
+        quiet = {cfg_label: _quiet(job, routes, args.seed, params) for cfg_label, job in candidates}
         searched[name] = quiet
         configs[name] = min(quiet, key=quiet.__getitem__)
         job = dict(candidates)[configs[name]]
-        times[name] = [quiet[configs[name]], *_times(job, routes, noises, args.seed, args.samples)[1:]]
+        times[name] = [quiet[configs[name]], *_times(job, routes, noises, args.seed, args.samples, params=params)[1:]]
         print(f"[{key} {point} {name}: {time.process_time() - t1:.0f} s CPU]", file=sys.stderr, flush=True)
     if tool is None:
         best_k = int(configs["forest"].split()[0][2:])
@@ -173,7 +183,7 @@ def row(key: str, point: str, args: argparse.Namespace, workdir: Path) -> dict[s
         if args.max_messages and estimated_messages(name, collective, d.ranks, plain.count) > args.max_messages:
             continue
         t1 = time.process_time()
-        lockstep[name] = _times(plain, routes, noises, args.seed, args.samples, name)
+        lockstep[name] = _times(plain, routes, noises, args.seed, args.samples, name, params)
         print(f"[{key} {point} lock-step {name}: {time.process_time() - t1:.0f} s CPU]", file=sys.stderr, flush=True)
     lbest = [min(lockstep, key=lambda n, i=i: lockstep[n][i]) for i in range(len(conditions))] if lockstep else []
     return {
@@ -262,7 +272,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", help="write the rows")
     args = p.parse_args(argv)
     args.noise = args.noise or ["100Hz x 250us"]
-    PARAMS[0] = dataclasses.replace(DEFAULT_PARAMS, links=args.links)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for key in args.topology or list(TOPOLOGIES):
