@@ -70,6 +70,12 @@ def _shape(count: int, start: float) -> tuple[list[int], list[int]]:
     return parent, slot
 
 
+def _split(parent: list[int], count: int) -> tuple[list[int], list[int]]:
+    """The positions with children and those without, each in position order."""
+    inner = set(parent) - {-1}
+    return sorted(inner), [p for p in range(count) if p not in inner]
+
+
 def _node_trees(nodes: int, rnode: int) -> tuple[list[list[int]], list[list[int]]]:
     """Children per node (first child, then second) of the two node-level trees from `rnode`; a node
     other than `rnode` has children in one of them at most."""
@@ -77,11 +83,9 @@ def _node_trees(nodes: int, rnode: int) -> tuple[list[list[int]], list[list[int]
     m = len(others)
     trees = []
     par_a, slot_a = _shape(m, 0.0)
-    inner_a = sorted({p for p in par_a if p >= 0})
-    leaves_a = [p for p in range(m) if p not in set(inner_a)]
     par_b, slot_b = _shape(m, HOP_INSIDE)
-    inner_b = sorted({p for p in par_b if p >= 0})
-    leaves_b = [p for p in range(m) if p not in set(inner_b)]
+    inner_a, leaves_a = _split(par_a, m)
+    inner_b, leaves_b = _split(par_b, m)
     label_a = others
     label_b = [0] * m  # B's inner positions take A's leaves, then the rest
     for p, n in zip(inner_b + leaves_b, [label_a[p] for p in leaves_a + inner_a]):
