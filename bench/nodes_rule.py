@@ -10,6 +10,7 @@ time (> 1: faster than native's best).
 
     python bench/nodes_rule.py --json bench/results/simulate/nodes_rule.json      # ~10 min CPU
     python bench/nodes_rule.py --ranks 32 --per-node 8 --only bcast:16M            # one row
+    python bench/nodes_rule.py --params bench/results/simulate/params_pair.json    # another link model
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 from adaptcoll import settings
 from adaptcoll.settings import parse_size
 from adaptcoll.simulate.lockstep import baseline_names, check_applicable, estimated_messages
-from adaptcoll.simulate.params import DEFAULT_PARAMS
+from adaptcoll.simulate.params import DEFAULT_PARAMS, CostParams, load_params
 from adaptcoll.simulate.programs import Job, prepare
 from adaptcoll.simulate.run import BEST_MAX_MESSAGES, run_once
 
@@ -37,9 +38,17 @@ def _time(job: Job, params: Any, impl: str, seed: int) -> float:
     return run_once(job, params, impl, None, seed, 0, prepared=prepared)[0].time_s
 
 
-def row(collective: str, nbytes: int, ranks: int, per_node: int, args: argparse.Namespace) -> dict[str, Any]:
-    """The rule's time, each candidate's, the best lock-step baseline's, and the ratios."""
-    params = dataclasses.replace(DEFAULT_PARAMS, ranks_per_node=per_node)
+def row(
+    collective: str,
+    nbytes: int,
+    ranks: int,
+    per_node: int,
+    args: argparse.Namespace,
+    base: CostParams = DEFAULT_PARAMS,
+) -> dict[str, Any]:
+    """The rule's time, each candidate's, the best lock-step baseline's, and the ratios (`base`: the
+    simulator's parameters, `ranks_per_node` replaced)."""
+    params = dataclasses.replace(base, ranks_per_node=per_node)
     base_job = Job(collective, ranks, nbytes, 0, "", settings.current())
     best_name, best_s = "", float("inf")
     for name in baseline_names(collective):
@@ -100,8 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--candidates", default=",".join(CANDIDATES), help="algorithm:segment configurations, no cap")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--max-messages", type=int, default=BEST_MAX_MESSAGES)
+    p.add_argument("--params", help="parameters file (default: built-in; its ranks_per_node is replaced)")
     p.add_argument("--json", help="write the rows")
     args = p.parse_args(argv)
+    base = load_params(args.params) if args.params else DEFAULT_PARAMS
     rows = []
     for point in args.only or list(POINTS):
         collective, _, size = point.partition(":")
@@ -109,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             for per_node in (int(t) for t in args.per_node.split(",")):
                 if per_node >= ranks:
                     continue
-                rows.append(row(collective, parse_size(size), ranks, per_node, args))
+                rows.append(row(collective, parse_size(size), ranks, per_node, args, base))
                 print(markdown(rows[-1:]).splitlines()[-1], flush=True)
     print()
     print(markdown(rows))

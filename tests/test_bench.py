@@ -588,6 +588,27 @@ def test_nodes_rule_row_times_the_rule_the_candidates_and_the_best_baseline():
     assert "| reduce 16M | 16 x 4 |" in text and "1.00 (native)" in text
 
 
+def test_nodes_rule_params_reach_every_run(tmp_path):
+    """bench/nodes_rule.py --params: the file's link model is what the rule, the candidates and the
+    baselines run under (here links "pair": a lock-step Bcast never has two messages of one pair in
+    flight, so its time stays; two_tree's pipelined segments to one child no longer share a hop)."""
+    import argparse
+
+    from adaptcoll.simulate.params import load_params
+
+    table = _load("nodes_rule")
+    pair_file = REPO / "bench/results/simulate/params_pair.json"
+    args = argparse.Namespace(seed=1, max_messages=200_000, candidates="two_tree:256K")
+    fair = table.row("bcast", 4 << 20, 4, 1, args)
+    pair = table.row("bcast", 4 << 20, 4, 1, args, load_params(pair_file))
+    assert pair["best"] == fair["best"] and pair["best_s"] == pytest.approx(fair["best_s"], rel=1e-12)
+    assert pair["candidates_s"]["two_tree:256K"] < 0.9 * fair["candidates_s"]["two_tree:256K"]
+    argv = ["--ranks", "4", "--per-node", "1", "--only", "bcast:4M", "--candidates", "two_tree:256K"]
+    assert table.main([*argv, "--params", str(pair_file), "--json", str(tmp_path / "rows.json")]) == 0
+    (written,) = json.loads((tmp_path / "rows.json").read_text())["rows"]
+    assert written["candidates_s"] == pytest.approx(pair["candidates_s"])
+
+
 def _forest_table_args(**chosen: object) -> Any:
     """bench/forest_table.py's options for one DGX-1 row: one noisy draw, forests of 2 and 8 trees."""
     import argparse
