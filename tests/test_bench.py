@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import itertools
 import json
 import os
 import shutil
@@ -607,6 +608,56 @@ def test_nodes_rule_params_reach_every_run(tmp_path):
     assert table.main([*argv, "--params", str(pair_file), "--json", str(tmp_path / "rows.json")]) == 0
     (written,) = json.loads((tmp_path / "rows.json").read_text())["rows"]
     assert written["candidates_s"] == pytest.approx(pair["candidates_s"])
+
+
+def test_fill_and_pace_follows_each_tree_to_the_last_rank(tmp_path):
+    """bench/fill_and_pace.py on 4 nodes x 4 ranks behind 2 NICs with the pinned pair: the traced run takes
+    the simulator's own time; each tree's path runs from the root to the rank that finishes last along
+    the tree's edges, every edge carrying that tree's share of the segments, in time order; the fill
+    and the busiest rank's messages are what the trace holds."""
+    import dataclasses
+
+    from adaptcoll import settings
+    from adaptcoll.schedule import forest as forest_file
+    from adaptcoll.schedule import shapes
+    from adaptcoll.schedule.hierarchy import hierarchy
+    from adaptcoll.schedule.network import Network
+    from adaptcoll.schedule.pinned import pinned
+    from adaptcoll.simulate.params import DEFAULT_PARAMS
+    from adaptcoll.simulate.programs import Job
+    from adaptcoll.simulate.routes import Routes
+    from adaptcoll.simulate.run import run_once
+
+    fp = _load("fill_and_pace")
+    d = shapes.nic_nodes(4, 4, nics=2)
+    trees = pinned(Network(d), hierarchy(d), 0)
+    raw = {
+        "format": forest_file.FORMAT,
+        "collective": "bcast",
+        "ranks": d.ranks,
+        "forests": [{"root": 0, "trees": [{"weight": w, "children": [list(c) for c in k]} for w, k in trees]}],
+    }
+    path = tmp_path / "pinned.json"
+    path.write_text(json.dumps(raw))
+    report = fp.analyse(d, f"forest:{path}", 4 << 20, 256 << 10)
+    chosen = dataclasses.replace(settings.current(), max_segments=0, topology=fp._node_spec(d))
+    job = Job("bcast", d.ranks, 4 << 20, 256 << 10, f"forest:{path}", chosen)
+    plain = run_once(job, DEFAULT_PARAMS, "adaptcoll", None, 1, 0, topology=Routes(d))[0].time_s
+    assert report.time_s == pytest.approx(plain, rel=1e-12)
+    assert 0 < report.first_median_s <= report.first_last_s < report.time_s
+    assert report.per_message_cpu_s == pytest.approx(DEFAULT_PARAMS.o + DEFAULT_PARAMS.engine)
+    assert report.busiest_messages == 4 * 8  # two receives and two sends per pair of segments, 8 pairs
+    assert len(report.paths) == 2
+    for t, edges in enumerate(report.paths):
+        children = trees[t][1]
+        assert edges[0].src == 0 and edges[-1].dst == report.last_rank
+        for e, nxt in itertools.pairwise(edges):
+            assert e.dst == nxt.src
+        for e in edges:
+            assert e.tree == t and e.dst in children[e.src] and e.segments == 8
+            assert e.first[0] <= e.first[1] <= e.last[1] and e.first[0] <= e.last[0] and e.pace_s > 0
+    text = fp.render(report, 4)
+    assert f"last rank {report.last_rank}" in text and "(node 0 -> " in text
 
 
 def _forest_table_args(**chosen: object) -> Any:
