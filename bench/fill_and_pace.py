@@ -67,11 +67,6 @@ class Report:
     paths: tuple[tuple[Edge, ...], ...]
 
 
-def _node_spec(d: describe.Description) -> str:
-    owner = d.node_of()
-    return "" if len(set(owner)) == d.ranks else "node=" + ",".join(map(str, owner))
-
-
 def _trees(algorithm: str) -> list[list[list[int]]]:
     """The children lists of a forest file's trees (root 0's forest), or [] for a fixed shape."""
     if not algorithm.startswith("forest:"):
@@ -92,7 +87,7 @@ def analyse(
         size,
         segment,
         algorithm,
-        dataclasses.replace(settings.current(), max_segments=0, topology=_node_spec(d)),
+        dataclasses.replace(settings.current(), max_segments=0, topology=d.node_spec()),
     )
     trace = TraceLog()
     stats, _, _ = run_once(job, params, "adaptcoll", None, 1, 0, trace=trace, topology=Routes(d))

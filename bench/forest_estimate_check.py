@@ -44,9 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         for key in args.topology or list(TOPOLOGIES):
             d = TOPOLOGIES[key]()
             net, routes = Network(d), Routes(d)
-            owner = d.node_of()
-            spec = "" if len(set(owner)) == d.ranks else "node=" + ",".join(map(str, owner))
-            cfg = settings.Settings(max_segments=0, topology=spec)
+            cfg = settings.Settings(max_segments=0, topology=d.node_spec())
             for collective, size_text in CALLS:
                 size = parse_size(size_text)
                 most = -(-size // min(segments))

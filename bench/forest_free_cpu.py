@@ -35,9 +35,7 @@ def main() -> None:
         for key, make in TOPOLOGIES.items():
             d = make()
             routes = Routes(d)
-            owner = d.node_of()
-            spec = "" if len(set(owner)) == d.ranks else "node=" + ",".join(map(str, owner))
-            cfg = settings.Settings(max_segments=0, topology=spec)
+            cfg = settings.Settings(max_segments=0, topology=d.node_spec())
             for collective, size in (("bcast", "16M"), ("reduce", "4M")):
                 nbytes = parse_size(size)
                 got = synthesize(d, collective, 0, trees=8, fanout=2)

@@ -39,7 +39,6 @@ from adaptcoll import settings
 from adaptcoll.schedule import forest as forest_file
 from adaptcoll.schedule import shapes
 from adaptcoll.schedule.choose import SEGMENTS, choose
-from adaptcoll.schedule.describe import Description
 from adaptcoll.schedule.synthesize import synthesize
 from adaptcoll.settings import parse_size
 from adaptcoll.simulate.lockstep import baseline_names, check_applicable, estimated_messages
@@ -58,12 +57,6 @@ TOPOLOGIES = {
 }
 POINTS = ("bcast:16M", "reduce:4M", "allreduce:4M")
 FIXED = ("two_tree", "binomial", "topo", "rule")
-
-
-def _node_spec(d: Description) -> str:
-    """ADAPTCOLL_TOPOLOGY's form of the description's nodes ('' when every rank is its own node)."""
-    owner = d.node_of()
-    return "" if len(set(owner)) == d.ranks else "node=" + ",".join(map(str, owner))
 
 
 def _params(args: argparse.Namespace) -> CostParams:
@@ -106,7 +99,7 @@ def row(key: str, point: str, args: argparse.Namespace, workdir: Path) -> dict[s
     noises = [parse_noise([text]) for text in args.noise]
     routes = Routes(d)
     params = _params(args)
-    node_spec = _node_spec(d)
+    node_spec = d.node_spec()
     segments = [parse_size(t) for t in args.segments.split(",")]
     jobs: dict[str, list[tuple[str, Job]]] = {}  # algorithm -> [(configuration label, job)]
     synth: dict[int, Any] = {}

@@ -640,7 +640,7 @@ def test_fill_and_pace_follows_each_tree_to_the_last_rank(tmp_path):
     path = tmp_path / "pinned.json"
     path.write_text(json.dumps(raw))
     report = fp.analyse(d, f"forest:{path}", 4 << 20, 256 << 10)
-    chosen = dataclasses.replace(settings.current(), max_segments=0, topology=fp._node_spec(d))
+    chosen = dataclasses.replace(settings.current(), max_segments=0, topology=d.node_spec())
     job = Job("bcast", d.ranks, 4 << 20, 256 << 10, f"forest:{path}", chosen)
     plain = run_once(job, DEFAULT_PARAMS, "adaptcoll", None, 1, 0, topology=Routes(d))[0].time_s
     assert report.time_s == pytest.approx(plain, rel=1e-12)

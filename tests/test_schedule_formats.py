@@ -34,6 +34,9 @@ def test_description_round_trip() -> None:
     assert len(d.links) == 10
     assert [ln.dst for ln in d.out_links("nic0")] == [0, 1, "nic1"]
     assert d.node_of() == (0, 0, 1, 1)
+    assert d.node_spec() == "node=0,0,1,1"
+    no_nodes = {k: v for k, v in _two_nodes().items() if k != "nodes"}
+    assert describe.from_dict(no_nodes).node_spec() == ""  # every rank its own node: nothing to set
     again = describe.loads(describe.dumps(d))
     assert again == d
     # the asymmetric pair between the NICs stays two entries, the rank links fold into `both`

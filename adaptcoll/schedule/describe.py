@@ -83,6 +83,12 @@ class Description:
                 owner[r] = k
         return tuple(owner)
 
+    def node_spec(self) -> str:
+        """The nodes in ADAPTCOLL_TOPOLOGY's form (`node=0,0,1,1,...`), '' when every rank is its own
+        node: what a run of this description sets so that `topo` and the rule see its nodes."""
+        owner = self.node_of()
+        return "" if len(set(owner)) == self.ranks else "node=" + ",".join(map(str, owner))
+
 
 def _bad(where: str, why: str) -> DescriptionError:
     return DescriptionError(f"topology description: {where}: {why}")
