@@ -485,6 +485,25 @@ def test_osu_two_ranks_tables_and_json(tmp_path):
 
 
 @pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec on PATH")
+def test_pair_order_two_ranks_rows_and_refusal(tmp_path):
+    """bench/pair_order.py: on 2 ranks a row per size with the three medians (each message checked on
+    arrival inside the script); on 3 ranks it refuses with exit 2 and says why."""
+    out = tmp_path / "order.json"
+    script = str(BENCH / "pair_order.py")
+    cmd = ["timeout", "120", MPIEXEC, "-n", "2", sys.executable, script, "--sizes", "4K,96K", "--rounds", "3"]
+    res = subprocess.run([*cmd, "--json", str(out)], capture_output=True, text=True, timeout=130, cwd=REPO)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "| first / second |" in res.stdout and "| 98,304 |" in res.stdout
+    doc = json.loads(out.read_text())
+    assert doc["library"] and [r["size"] for r in doc["rows"]] == [4096, 98304]
+    for r in doc["rows"]:
+        assert min(r["alone"], r["first"], r["second"]) > 0
+    three = ["timeout", "120", MPIEXEC, "-n", "3", sys.executable, script, "--rounds", "1"]
+    res = subprocess.run(three, capture_output=True, text=True, timeout=130, cwd=REPO)
+    assert res.returncode == 2 and "exactly 2 ranks" in res.stderr
+
+
+@pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec on PATH")
 def test_sweep_runs_launches_and_summarizes(tmp_path):
     cmd = [
         sys.executable,
