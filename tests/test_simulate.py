@@ -7,15 +7,16 @@ import collections
 import dataclasses
 import json
 import math
+from pathlib import Path
 
 import pytest
 
 from adaptcoll import settings
 from adaptcoll.protocols.pieces import ChildSendQueues, WindowedReceiver
 from adaptcoll.simulate import cli
-from adaptcoll.simulate.calibrate import calibrate, simulated_time
+from adaptcoll.simulate.calibrate import calibrate, links_from_pair_order, simulated_time
 from adaptcoll.simulate.lockstep import BASELINES, NotModelled
-from adaptcoll.simulate.measured import EngineCost, Measurement, read_measurements
+from adaptcoll.simulate.measured import EngineCost, Measurement, read_measurements, read_pair_order
 from adaptcoll.simulate.noise_setup import parse_noise
 from adaptcoll.simulate.params import CostParams, load_params
 from adaptcoll.simulate.programs import Job, RankJob, prepare, register_protocol
@@ -331,6 +332,53 @@ def test_calibration_round_trip(tmp_path, links, tolerance):
     loaded = load_params(out)
     assert pytest.approx(truth.G, rel=1e-6) == loaded.G
     assert pytest.approx(2.5e-6) == loaded.engine
+
+
+PAIR_ORDER = Path(__file__).resolve().parents[1] / "bench" / "results" / "pair_order"
+
+
+def test_link_model_from_pair_order_measurements(tmp_path):
+    """bench/pair_order.py's measurements on this project's machine decide `links`: MPICH's messages of one
+    pair in order ("pair"), Open MPI's together ("fair"); a ratio in between, or only eager-sized rows,
+    refuses with the reason; a bad file names itself."""
+    for lib, want in (("mpich", "pair"), ("openmpi", "fair")):
+        for launch in (1, 2):
+            assert links_from_pair_order(read_pair_order(PAIR_ORDER / f"{lib}_{launch}.json")) == want
+    assert links_from_pair_order([(1 << 20, 5e-5, 1e-4), (4 << 20, 2e-4, 4e-4)]) == "pair"
+    assert links_from_pair_order([(1 << 20, 1e-4, 1e-4)]) == "fair"
+    with pytest.raises(ValueError, match=r"completes at 0\.80 of the second"):
+        links_from_pair_order([(1 << 20, 8e-5, 1e-4)])
+    with pytest.raises(ValueError, match="no row of 64 KiB or more"):
+        links_from_pair_order([(4096, 1e-6, 2e-6)])
+    bad = tmp_path / "order.json"
+    for text in ("{}", '{"rows": [{"size": 65536, "first": 0, "second": 1e-5}]}', "not json", '{"rows": []}'):
+        bad.write_text(text)
+        with pytest.raises(ValueError, match="pair order") as err:
+            read_pair_order(bad)
+        assert str(bad) in str(err.value)
+
+
+def test_calibrate_takes_the_link_model_from_pair_order(tmp_path):
+    """`calibrate --pair-order FILE` writes the measured link model into the parameters file (and names the
+    file among its sources), whatever --params started from."""
+    truth = CostParams(links="fifo")
+    osu = tmp_path / "osu2.json"
+    _synthetic_osu(osu, truth, 2, (1 << 20,))
+    start, out = tmp_path / "start.json", tmp_path / "params.json"
+    start.write_text('{"links": "fifo"}')
+    order = PAIR_ORDER / "mpich_1.json"
+    argv = ["calibrate", "--osu", str(osu), "--fit", "G", "--params", str(start), "--pair-order", str(order)]
+    assert cli.main([*argv, "--out", str(out)]) == 0
+    assert load_params(out).links == "pair"
+    assert json.loads(out.read_text())["source"]["pair_order"] == str(order)
+    rows = read_measurements(osu)
+    fitted, _ = calibrate(
+        rows,
+        start=CostParams(links="pair"),
+        fields=["G"],
+        pair_order=read_pair_order(order.with_name("openmpi_1.json")),
+    )
+    assert fitted.links == "fair"
 
 
 def test_bad_parameter_files_name_the_field(tmp_path, capsys):

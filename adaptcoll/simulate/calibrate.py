@@ -2,7 +2,8 @@
 
 `calibrate` takes the per-event costs from bench/engine_cost.py (engine = what adaptcoll adds per
 segment event, o = the bare mpi4py loop's cost per message), optionally a first guess of L and G
-from a ping-pong, then fits the remaining parameters (by default L, G and fold) so that simulated
+from a ping-pong, and the link model from bench/pair_order.py (`links_from_pair_order`), then fits the
+remaining parameters (by default L, G and fold) so that simulated
 adaptcoll Bcast/Reduce/Allreduce times match bench/osu.py medians: Levenberg-Marquardt on the log
 of the parameters, minimizing the squared log error, with the simulator itself as the model (each
 measured row is simulated with the settings it ran under). `validate` compares simulated with
@@ -25,7 +26,16 @@ from .params import CostParams
 from .programs import Job
 from .run import ADAPTCOLL, run_once
 
-__all__ = ["DEFAULT_FIT", "NATIVE_AS", "simulated_time", "fit_params", "calibrate", "validate", "pingpong_guess"]
+__all__ = [
+    "DEFAULT_FIT",
+    "NATIVE_AS",
+    "simulated_time",
+    "fit_params",
+    "calibrate",
+    "validate",
+    "pingpong_guess",
+    "links_from_pair_order",
+]
 
 DEFAULT_FIT = ("L", "G", "fold")
 """Fitted when engine_cost.py output gives engine and o; without it, engine and o are fitted as well."""
@@ -62,6 +72,31 @@ def pingpong_guess(rows: Sequence[tuple[int, int, float]], native_o: float) -> t
     y = np.array([p[1] for p in pts], float)
     slope, intercept = np.polyfit(x, y, 1)
     return max(1e-7, (intercept - native_o) / 2), max(1e-13, float(slope))
+
+
+PAIR_IN_ORDER, PAIR_TOGETHER, PAIR_FROM = 0.75, 0.9, 64 << 10
+"""bench/pair_order.py's first / second (median over sizes >= PAIR_FROM bytes): at most PAIR_IN_ORDER, one
+pair's messages go one after the other ("pair"; MPICH 5.0.2 on one node: 0.43-0.52); at least
+PAIR_TOGETHER, they share the way and arrive together ("fair"; Open MPI 5.0.11 on one node: 0.99-1.01)."""
+
+
+def links_from_pair_order(rows: Sequence[tuple[int, float, float]]) -> str:
+    """The `links` policy two messages between one pair show (rows: bytes, first s, second s): "pair" when
+    the first arrives after about half the time of both, "fair" when both arrive at the end; ValueError
+    in between or without a row of PAIR_FROM bytes or more (small messages go eagerly, in order anyway).
+    One pair cannot tell "pair" from "fifo" (which also serializes different pairs): "pair" is taken."""
+    ratios = [first / second for size, first, second in rows if size >= PAIR_FROM and second > 0]
+    if not ratios:
+        raise ValueError(f"pair order: no row of {PAIR_FROM >> 10} KiB or more to decide the link model from")
+    ratio = statistics.median(ratios)
+    if ratio <= PAIR_IN_ORDER:
+        return "pair"
+    if ratio >= PAIR_TOGETHER:
+        return "fair"
+    raise ValueError(
+        f"pair order: the first of two messages completes at {ratio:.2f} of the second, neither in order "
+        f"(<= {PAIR_IN_ORDER}) nor together (>= {PAIR_TOGETHER}); set links in --params by hand"
+    )
 
 
 def fit_params(
@@ -150,9 +185,13 @@ def calibrate(
     pingpong: Optional[Sequence[tuple[int, int, float]]] = None,
     start: CostParams = CostParams(),
     fields: Optional[Sequence[str]] = None,
+    pair_order: Optional[Sequence[tuple[int, float, float]]] = None,
 ) -> tuple[CostParams, dict[str, Any]]:
-    """Parameters for the machine the rows were measured on (see the module docstring); (params, fit info)."""
+    """Parameters for the machine the rows were measured on (see the module docstring); (params, fit info).
+    `pair_order`: bench/pair_order.py rows; their link model replaces `start`'s."""
     base = start
+    if pair_order is not None:
+        base = dataclasses.replace(base, links=links_from_pair_order(pair_order))
     if engine is not None:
         base = dataclasses.replace(base, engine=engine.adds_us * 1e-6, o=engine.bare_us * 1e-6)
     if pingpong:

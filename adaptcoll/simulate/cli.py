@@ -280,6 +280,9 @@ def calibrate_main(argv: Sequence[str]) -> int:
     _filters(p)
     p.add_argument("--engine-cost", metavar="FILE", help="output of mpiexec -n 2 python bench/engine_cost.py --mpi")
     p.add_argument("--pingpong", metavar="FILE", help="ping-pong JSON lines (ranks, bytes, one_way_us): first guess")
+    p.add_argument(
+        "--pair-order", metavar="FILE", help="bench/pair_order.py --json output: sets links (pair or fair) from it"
+    )
     p.add_argument("--fit", default="", help=f"fields to fit (default L,G,fold; from: {', '.join(PARAM_DOCS)})")
     p.add_argument("--params", metavar="FILE", help='starting values (e.g. {"transfer": "cpu"}); default built-in')
     p.add_argument("--out", required=True, metavar="FILE", help="parameters file to write")
@@ -287,16 +290,18 @@ def calibrate_main(argv: Sequence[str]) -> int:
     rows = _rows(args, "adaptcoll")
     engine = measured.read_engine_cost(args.engine_cost) if args.engine_cost else None
     pingpong = measured.read_pingpong(args.pingpong) if args.pingpong else None
+    pair_order = measured.read_pair_order(args.pair_order) if args.pair_order else None
     fields = [f.strip() for f in args.fit.split(",") if f.strip()] or None
     for f in fields or ():
         if f not in PARAM_DOCS or f == "eager":
             raise ValueError(f"--fit: cannot fit {f!r}; choose from {', '.join(k for k in PARAM_DOCS if k != 'eager')}")
-    params, info = calibrate(rows, engine, pingpong, _args_params(args), fields)
+    params, info = calibrate(rows, engine, pingpong, _args_params(args), fields, pair_order)
     source = {
         "osu": list(args.osu),
         "engine_cost": args.engine_cost,
         "start": args.params,
         "pingpong": args.pingpong,
+        "pair_order": args.pair_order,
         "ranks": sorted({m.ranks for m in rows}),
         "sizes": [args.min_size, args.max_size],
     }

@@ -1,5 +1,5 @@
 """Reading measurements for calibration and validation: bench/osu.py JSON, bench/sweep.py summaries,
-bench/engine_cost.py output and ping-pong JSON lines.
+bench/engine_cost.py output, ping-pong JSON lines and bench/pair_order.py JSON.
 
 Every collective timing becomes a `Measurement` (collective, ranks, bytes, implementation, the
 adaptcoll settings it ran under, median time, the noise spec of its run). osu.py files record each
@@ -17,7 +17,15 @@ from typing import Any, Optional, Union
 
 from .. import settings as settings_mod
 
-__all__ = ["Measurement", "EngineCost", "read_measurements", "read_engine_cost", "read_pingpong", "impl_settings"]
+__all__ = [
+    "Measurement",
+    "EngineCost",
+    "read_measurements",
+    "read_engine_cost",
+    "read_pingpong",
+    "read_pair_order",
+    "impl_settings",
+]
 
 _COLLECTIVES = ("bcast", "reduce", "allreduce")
 
@@ -157,4 +165,20 @@ def read_pingpong(path: Union[str, Path]) -> list[tuple[int, int, float]]:
             rows.append((int(d["ranks"]), int(d["bytes"]), float(d["one_way_us"])))
         except (ValueError, KeyError, TypeError):
             raise ValueError(f"ping-pong {str(path)!r}, line {n}: expected ranks, bytes, one_way_us") from None
+    return rows
+
+
+def read_pair_order(path: Union[str, Path]) -> list[tuple[int, float, float]]:
+    """(bytes, first s, second s) rows of a bench/pair_order.py JSON file: when the first and the second of
+    two messages in flight between one pair completed."""
+    where = str(path)
+    try:
+        doc = json.loads(Path(path).read_text())
+        rows = [(int(r["size"]), float(r["first"]), float(r["second"])) for r in doc["rows"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ValueError(
+            f"pair order {where!r}: expected bench/pair_order.py --json output (rows of size, first, second)"
+        ) from None
+    if not rows or any(b < 1 or first <= 0 or second <= 0 for b, first, second in rows):
+        raise ValueError(f"pair order {where!r}: no rows, or a row with a size < 1 or times that are not positive")
     return rows
