@@ -19,13 +19,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import itertools
-import json
 import statistics
 import sys
 from dataclasses import dataclass
 
-from adaptcoll import settings
+from adaptcoll import forests, settings
 from adaptcoll.schedule import describe
+from adaptcoll.schedule import forest as forest_file
 from adaptcoll.settings import parse_size
 from adaptcoll.simulate.params import DEFAULT_PARAMS, CostParams, load_params
 from adaptcoll.simulate.programs import Job
@@ -67,14 +67,11 @@ class Report:
     paths: tuple[tuple[Edge, ...], ...]
 
 
-def _trees(algorithm: str) -> list[list[list[int]]]:
+def _trees(algorithm: str) -> list[tuple[tuple[int, ...], ...]]:
     """The children lists of a forest file's trees (root 0's forest), or [] for a fixed shape."""
-    if not algorithm.startswith("forest:"):
+    if not forests.is_forest(algorithm):
         return []
-    with open(algorithm.partition(":")[2]) as f:
-        raw = json.load(f)
-    forest = next(f for f in raw["forests"] if f["root"] == 0)
-    return [tree["children"] for tree in forest["trees"]]
+    return [t.children for t in forest_file.load(forests.path_of(algorithm)).forest(0).trees]
 
 
 def analyse(

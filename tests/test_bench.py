@@ -639,9 +639,7 @@ def test_fill_and_pace_follows_each_tree_to_the_last_rank(tmp_path):
     from adaptcoll import settings
     from adaptcoll.schedule import forest as forest_file
     from adaptcoll.schedule import shapes
-    from adaptcoll.schedule.hierarchy import hierarchy
-    from adaptcoll.schedule.network import Network
-    from adaptcoll.schedule.pinned import pinned
+    from adaptcoll.schedule.synthesize import synthesize
     from adaptcoll.simulate.params import DEFAULT_PARAMS
     from adaptcoll.simulate.programs import Job
     from adaptcoll.simulate.routes import Routes
@@ -649,15 +647,10 @@ def test_fill_and_pace_follows_each_tree_to_the_last_rank(tmp_path):
 
     fp = _load("fill_and_pace")
     d = shapes.nic_nodes(4, 4, nics=2)
-    trees = pinned(Network(d), hierarchy(d), 0)
-    raw = {
-        "format": forest_file.FORMAT,
-        "collective": "bcast",
-        "ranks": d.ranks,
-        "forests": [{"root": 0, "trees": [{"weight": w, "children": [list(c) for c in k]} for w, k in trees]}],
-    }
+    schedule = synthesize(d, "bcast", 0, trees=2, method="pinned").schedule
+    trees = [t.children for t in schedule.forest(0).trees]
     path = tmp_path / "pinned.json"
-    path.write_text(json.dumps(raw))
+    path.write_text(forest_file.dumps(schedule))
     report = fp.analyse(d, f"forest:{path}", 4 << 20, 256 << 10)
     chosen = dataclasses.replace(settings.current(), max_segments=0, topology=d.node_spec())
     job = Job("bcast", d.ranks, 4 << 20, 256 << 10, f"forest:{path}", chosen)
@@ -668,7 +661,7 @@ def test_fill_and_pace_follows_each_tree_to_the_last_rank(tmp_path):
     assert report.busiest_messages == 4 * 8  # two receives and two sends per pair of segments, 8 pairs
     assert len(report.paths) == 2
     for t, edges in enumerate(report.paths):
-        children = trees[t][1]
+        children = trees[t]
         assert edges[0].src == 0 and edges[-1].dst == report.last_rank
         for e, nxt in itertools.pairwise(edges):
             assert e.dst == nxt.src
