@@ -11,11 +11,11 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from . import settings as _settings
-from .counters import format_table as stats_table
-from .counters import reset_stats, stats
-from .settings import configure, configured
-from .settings import current as current_settings
+from .runtime import settings as _settings
+from .runtime.counters import format_table as stats_table
+from .runtime.counters import reset_stats, stats
+from .runtime.settings import configure, configured
+from .runtime.settings import current as current_settings
 
 _settings.load_environ()
 
@@ -23,10 +23,10 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "Intracomm": ("comm", "Intracomm"),
-    "Request": ("requests", "Request"),
-    "MessageSizeError": ("engine", "MessageSizeError"),
-    "ConcurrentCollectiveError": ("threads", "ConcurrentCollectiveError"),
-    "Prequest": ("persistent", "Prequest"),
+    "Request": ("forms.requests", "Request"),
+    "MessageSizeError": ("runtime.engine", "MessageSizeError"),
+    "ConcurrentCollectiveError": ("forms.threads", "ConcurrentCollectiveError"),
+    "Prequest": ("forms.persistent", "Prequest"),
     "install": ("dropin", "install"),
     "uninstall": ("dropin", "uninstall"),
 }

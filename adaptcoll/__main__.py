@@ -17,8 +17,9 @@ from typing import Any, Optional
 import mpi4py
 from mpi4py.run import run_command_line, set_abort_status
 
-from . import __version__, settings
-from .counters import format_table
+from . import __version__
+from .runtime import settings
+from .runtime.counters import format_table
 
 __all__ = ["main", "parse_args"]
 

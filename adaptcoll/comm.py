@@ -19,9 +19,10 @@ from typing import Any, Optional
 
 from mpi4py import MPI
 
-from . import block_collectives, collectives, grouped, persistent, pickled
-from .persistent import Prequest
-from .requests import Request
+from .forms import blocks as block_collectives
+from .forms import collectives, grouped, persistent, pickled
+from .forms.persistent import Prequest
+from .forms.requests import Request
 
 __all__ = [
     "Intracomm",
@@ -74,7 +75,7 @@ class Intracomm(MPI.Intracomm):
 
     # -- buffer collectives ----------------------------------------------------------------------
     # Bcast, Reduce and Allreduce are the module functions themselves, not methods calling them: a
-    # call that goes native then costs only their small-message check (see adaptcoll.collectives).
+    # call that goes native then costs only their small-message check (see adaptcoll.forms.collectives).
     Bcast = collectives.bcast
     Reduce = collectives.reduce
     Allreduce = collectives.allreduce
@@ -91,7 +92,7 @@ class Intracomm(MPI.Intracomm):
         """Nonblocking allreduce; returns an adaptcoll Request (which keeps the buffers alive)."""
         return collectives.iallreduce(self, sendbuf, recvbuf, op)
 
-    # Allgather and Reduce-scatter: the ring (adaptcoll.block_collectives), same signatures as mpi4py's
+    # Allgather and Reduce-scatter: the ring (adaptcoll.forms.blocks), same signatures as mpi4py's
     Allgather = block_collectives.allgather
     Reduce_scatter_block = block_collectives.reduce_scatter_block
     Reduce_scatter = block_collectives.reduce_scatter

@@ -15,7 +15,7 @@ from mpi4py import MPI
 from noncommutative import matmul_mpi
 
 import adaptcoll
-from adaptcoll.requests import Request
+from adaptcoll.forms.requests import Request
 
 ALGORITHMS = ("ring", "rabenseifner")
 SEG_BYTES = 32  # a few elements per segment: many segments per block

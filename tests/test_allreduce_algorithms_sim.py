@@ -11,18 +11,18 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
-from adaptcoll import settings
 from adaptcoll.backends.base import ReduceOp
 from adaptcoll.backends.deferred import DeferredBackend
 from adaptcoll.backends.numpy_backend import UFUNC_BY_OP, NumpyBackend
-from adaptcoll.plan import plan_blocks
-from adaptcoll.pool import SegmentPool
+from adaptcoll.backends.pool import SegmentPool
+from adaptcoll.plans.segments import plan_blocks
 from adaptcoll.protocols.algorithms import ALLREDUCE_ALGORITHMS
 from adaptcoll.protocols.context import OpContext
 from adaptcoll.protocols.operation import Operation
 from adaptcoll.protocols.rabenseifner import main_ranks
 from adaptcoll.protocols.ring import block_segments
-from adaptcoll.sim import LoopbackWorld
+from adaptcoll.runtime import settings
+from adaptcoll.runtime.loopback import LoopbackWorld
 
 ALGORITHMS = sorted(ALLREDUCE_ALGORITHMS)
 SIZES = [1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16]

@@ -17,7 +17,7 @@ from mpi4py import MPI
 from noncommutative import matmul_mpi
 
 import adaptcoll
-from adaptcoll.requests import Request
+from adaptcoll.forms.requests import Request
 
 SEG = 24  # bytes per segment: a few elements, many segments per block
 OPS = [("SUM", "f8"), ("SUM", "i4"), ("PROD", "f4"), ("MAX", "i8"), ("MIN", "f2"), ("BXOR", "u2"), ("LAND", "?")]
@@ -108,7 +108,7 @@ def test_equal_native(mpi_ranks):
         "Ireduce_scatter_block": 5 * len(OPS) + 2,
         "Reduce_scatter": 5 * len(OPS),
     }
-    assert "Reduce_scatter_block" in adaptcoll.counters.format_table()
+    assert "Reduce_scatter_block" in adaptcoll.runtime.counters.format_table()
 
 
 def _error(fn):

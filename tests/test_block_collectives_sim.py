@@ -11,12 +11,12 @@ import pytest
 from adaptcoll.backends.base import ReduceOp
 from adaptcoll.backends.deferred import DeferredBackend
 from adaptcoll.backends.numpy_backend import UFUNC_BY_OP, NumpyBackend
-from adaptcoll.blockplan import block_segments, plan_block_segments, tag_plan
-from adaptcoll.pool import SegmentPool
+from adaptcoll.backends.pool import SegmentPool
+from adaptcoll.plans.blocks import block_segments, plan_block_segments, tag_plan
 from adaptcoll.protocols.blockring import RingAllgather, RingReduceScatter
 from adaptcoll.protocols.context import OpContext
 from adaptcoll.protocols.operation import Operation
-from adaptcoll.sim import LoopbackWorld
+from adaptcoll.runtime.loopback import LoopbackWorld
 
 SEG = 3  # elements per segment
 
@@ -231,7 +231,7 @@ def test_plan_block_segments_caps_and_tag_space():
 
 
 def test_settings_and_the_shipped_rule():
-    from adaptcoll import settings
+    from adaptcoll.runtime import settings
     from adaptcoll.tune.blocks import block_below, choose_block
     from adaptcoll.tune.policy import NEVER, CommFacts, resolve
 
@@ -261,7 +261,7 @@ def test_settings_and_the_shipped_rule():
 def test_simulator_runs_the_ring_allgather_and_reduce_scatter_on_real_data():
     """The simulator's Allgather / Reduce_scatter_block: the real protocols on 1..17 simulated ranks, with
     real data (fair and FIFO links, shared nodes, noise), and what the shipped rule would do."""
-    from adaptcoll import settings
+    from adaptcoll.runtime import settings
     from adaptcoll.simulate.noise_setup import parse_noise
     from adaptcoll.simulate.params import CostParams
     from adaptcoll.simulate.programs import Job, library_goes_native, prepare
@@ -290,7 +290,7 @@ def test_simulator_runs_the_ring_allgather_and_reduce_scatter_on_real_data():
 def test_block_lengths_that_differ_across_ranks_meet_a_message_of_another_size(run):
     """A tag means the same piece of the same block on every rank, so ranks that disagree about the
     block length meet a message of the wrong size (an error), never a piece of another block."""
-    from adaptcoll.sim import SizeMismatch
+    from adaptcoll.runtime.loopback import SizeMismatch
 
     p = 3
     world, ctx, _ = _world(p, 0, dtype="f8")

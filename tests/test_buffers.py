@@ -9,7 +9,7 @@ import numpy as np
 from mpi4py import MPI
 
 from adaptcoll.buffers import Message, parse
-from adaptcoll.native import Kind, Native
+from adaptcoll.runtime.native import Kind, Native
 
 
 def test_buffer_forms_parse_to_the_same_view():

@@ -13,13 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from adaptcoll import settings
 from adaptcoll.check.cases import Case, Route, cases, group_inputs, inputs, routes
 from adaptcoll.check.cli import build_parser
 from adaptcoll.check.correctness import _compare
 from adaptcoll.check.report import format_report, recommendation
-from adaptcoll.grouped.layout import plan_units
+from adaptcoll.forms.grouped.layout import plan_units
 from adaptcoll.measure import median_ci, paired_ratios, verdict
+from adaptcoll.runtime import settings
 
 HERE = Path(__file__).parent
 
@@ -242,7 +242,7 @@ def test_grouped_cases_on_device_arrays_pass_and_pack_on_the_device(monkeypatch)
     import adaptcoll
     from adaptcoll.check.cases import DEVICE_COLLECTIVES, MULTI
     from adaptcoll.check.correctness import Runner, run_cases
-    from adaptcoll.grouped import cache
+    from adaptcoll.forms.grouped import cache
 
     cupy, _ = fd.patch_in(monkeypatch, seed=9)
     assert MULTI in DEVICE_COLLECTIVES

@@ -186,7 +186,7 @@ def test_detection_agrees_with_this_mpi(monkeypatch: pytest.MonkeyPatch) -> None
 
 def test_modules_do_not_import_cupy() -> None:
     code = (
-        "import sys, adaptcoll.device, adaptcoll.decide, adaptcoll.backends.cupy_backend; "
+        "import sys, adaptcoll.device, adaptcoll.decision.decide, adaptcoll.backends.cupy_backend; "
         "assert 'cupy' not in sys.modules, 'cupy was imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])

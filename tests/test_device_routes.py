@@ -26,12 +26,13 @@ import pytest
 from device_guard import GuardUnavailable, build, wrappers_source
 from mpi4py import MPI
 
-from adaptcoll import decide, settings
+from adaptcoll.decision import decide
 from adaptcoll.device import aware as cuda_aware
 from adaptcoll.device import route as device_route
 from adaptcoll.device.staged import StagedCall
-from adaptcoll.engine import engine
-from adaptcoll.native import BELOW_THRESHOLD, Kind, Native
+from adaptcoll.runtime import settings
+from adaptcoll.runtime.engine import engine
+from adaptcoll.runtime.native import BELOW_THRESHOLD, Kind, Native
 
 PROGRAM = Path(__file__).parent / "programs" / "device_routes.py"
 RANKS = 3

@@ -20,9 +20,11 @@ from device_guard import GuardUnavailable, build
 from mpi4py import MPI
 
 import adaptcoll
-from adaptcoll import collectives, decide, settings
+from adaptcoll.decision import decide
 from adaptcoll.device import small
-from adaptcoll.native import BELOW_THRESHOLD
+from adaptcoll.forms import collectives
+from adaptcoll.runtime import settings
+from adaptcoll.runtime.native import BELOW_THRESHOLD
 from adaptcoll.tune.config import ServeConfig
 from adaptcoll.tune.policy import CommFacts, CommTuning, resolve
 from adaptcoll.tune.table import Band

@@ -11,9 +11,9 @@ import pytest
 from mpi4py import MPI as mpi4py_MPI
 
 import adaptcoll
-from adaptcoll import pickled
 from adaptcoll.comm import Cartcomm, Distgraphcomm, Graphcomm
-from adaptcoll.engine import engine
+from adaptcoll.forms import pickled
+from adaptcoll.runtime.engine import engine
 
 
 def _served_allreduce(comm, where):

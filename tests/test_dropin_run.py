@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from adaptcoll import settings
 from adaptcoll.__main__ import parse_args
+from adaptcoll.runtime import settings
 
 PROGRAMS = Path(__file__).parent / "programs"
 RANKS = 2

@@ -11,12 +11,12 @@ import pytest
 from mpi4py import MPI
 
 import adaptcoll
-from adaptcoll import engine as engine_module
-from adaptcoll import settings
-from adaptcoll.engine import IDLE_WORK_EVERY, SWEEP_CHUNK, Engine, MessageSizeError, MPITransport
-from adaptcoll.plan import SegmentPlan
+from adaptcoll.forms.requests import Request
+from adaptcoll.plans.segments import SegmentPlan
 from adaptcoll.protocols.operation import Operation
-from adaptcoll.requests import Request
+from adaptcoll.runtime import engine as engine_module
+from adaptcoll.runtime import settings
+from adaptcoll.runtime.engine import IDLE_WORK_EVERY, SWEEP_CHUNK, Engine, MessageSizeError, MPITransport
 
 
 @pytest.fixture()

@@ -12,7 +12,7 @@ import pytest
 from mpi4py import MPI
 
 import adaptcoll
-from adaptcoll.engine import engine
+from adaptcoll.runtime.engine import engine
 
 SMALL_SEGMENTS = dict(native_below=0, bcast_segment_size="1K", reduce_segment_size="1K", allreduce_segment_size="1K")
 

@@ -18,7 +18,7 @@ from mpi4py import MPI
 from noncommutative import matmul_mpi
 
 import adaptcoll
-from adaptcoll.decide import NO_FOREST_AT_ROOT
+from adaptcoll.decision.decide import NO_FOREST_AT_ROOT
 
 CASES = [("f8", MPI.SUM), ("i4", MPI.MAX), ("i8", MPI.PROD), ("f4", MPI.MIN)]
 

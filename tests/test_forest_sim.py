@@ -11,15 +11,16 @@ from fractions import Fraction
 import pytest
 from forest_files import random_schedule, random_tree, write_schedule
 
-from adaptcoll import forests, settings
-from adaptcoll.protocols.links import _weighted, deal, tree_links, tree_weights
-from adaptcoll.schedule.forest import ScheduleError
+from adaptcoll.plans import forests
+from adaptcoll.plans.dealing import _weighted, deal, tree_links, tree_weights
+from adaptcoll.plans.schedule_file import ScheduleError
+from adaptcoll.plans.trees import build_all
+from adaptcoll.runtime import settings
 from adaptcoll.simulate import cli
 from adaptcoll.simulate.choice import rule_facts
 from adaptcoll.simulate.params import CostParams
 from adaptcoll.simulate.programs import Job, prepare
 from adaptcoll.simulate.run import run_once
-from adaptcoll.trees import build_all
 from adaptcoll.tune import table as tune_table
 from adaptcoll.tune.policy import resolve
 
@@ -248,7 +249,7 @@ def test_a_forest_set_explicitly_runs_uncapped_unless_the_cap_is_explicit(tmp_pa
 def test_pinned_pairs_run_every_collective_exactly(tmp_path):
     """The pinned pair (two trees, one per NIC) synthesized for 4 nodes x 4 ranks behind two NICs runs
     Bcast, Reduce and Allreduce on real data in the simulator: exact, every segment once per edge."""
-    from adaptcoll.schedule import forest as forest_file
+    from adaptcoll.plans import schedule_file as forest_file
     from adaptcoll.schedule import shapes
     from adaptcoll.schedule.synthesize import synthesize
 

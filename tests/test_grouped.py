@@ -11,10 +11,10 @@ import pytest
 from mpi4py import MPI
 
 import adaptcoll
-from adaptcoll.grouped import cache
-from adaptcoll.grouped.args import parse_group
-from adaptcoll.grouped.layout import plan_units
-from adaptcoll.grouped.packing import HostPacker
+from adaptcoll.forms.grouped import cache
+from adaptcoll.forms.grouped.args import parse_group
+from adaptcoll.forms.grouped.layout import plan_units
+from adaptcoll.forms.grouped.packing import HostPacker
 
 KINDS = ("<f4", "<f8", "<i4")
 
@@ -280,8 +280,8 @@ def test_device_arrays_are_packed_on_the_device(fake_cupy):
     above), beside host arrays packed with host arrays, in every form; large ones go alone."""
     import fake_device as fd
 
-    from adaptcoll.grouped.args import parse_group
-    from adaptcoll.grouped.multi import _layout
+    from adaptcoll.forms.grouped.args import parse_group
+    from adaptcoll.forms.grouped.multi import _layout
 
     cupy = fake_cupy
     comm = adaptcoll.Intracomm(MPI.COMM_SELF.Dup())
@@ -377,7 +377,7 @@ def test_device_bucket_completes_once_its_copies_back_land(fake_cupy, monkeypatc
         def synchronize(self) -> None:
             self.waited = self.released = True
 
-    from adaptcoll.grouped.devpack import DevicePacker
+    from adaptcoll.forms.grouped.devpack import DevicePacker
 
     unpack = DevicePacker.unpack
 
@@ -423,9 +423,9 @@ def test_device_buckets_copy_with_one_kernel_each_way(fake_cupy, monkeypatch):
     small pieces split the arrays."""
     import fake_device as fd
 
-    from adaptcoll.grouped import devpack
-    from adaptcoll.grouped.args import parse_group
-    from adaptcoll.grouped.multi import _layout
+    from adaptcoll.forms.grouped import devpack
+    from adaptcoll.forms.grouped.args import parse_group
+    from adaptcoll.forms.grouped.multi import _layout
 
     cupy = fake_cupy
     rng = np.random.default_rng(11)
@@ -504,7 +504,7 @@ def test_device_buckets_copy_with_one_kernel_each_way(fake_cupy, monkeypatch):
 def test_fake_piece_kernels_refuse_host_memory(fake_cupy):
     """The stand-in gather kernel refuses a table naming host memory, as a GPU would fault."""
     from adaptcoll.backends.cupy_backend import load_kernel
-    from adaptcoll.grouped.devpack import piece_table
+    from adaptcoll.forms.grouped.devpack import piece_table
 
     cupy = fake_cupy
     bucket = cupy.empty(8, "u1")

@@ -11,7 +11,7 @@ from exact_values import exact_data
 from mpi4py import MPI
 
 import adaptcoll
-from adaptcoll.grouped import cache
+from adaptcoll.forms.grouped import cache
 
 DTYPES = ("f4", "f8", "i4", "f4", "i8")  # 1 rank: tests/test_grouped.py, in process
 SETTINGS = (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from adaptcoll.plan import plan_segments
+from adaptcoll.plans.segments import plan_segments
 
 
 def test_plan_rounds_to_whole_elements_and_respects_tag_space():

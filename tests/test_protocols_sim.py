@@ -8,19 +8,20 @@ import itertools
 import numpy as np
 import pytest
 
-from adaptcoll import trees
 from adaptcoll.backends.base import ReduceOp
 from adaptcoll.backends.deferred import DeferredBackend
 from adaptcoll.backends.numpy_backend import NumpyBackend
-from adaptcoll.plan import plan_segments
-from adaptcoll.pool import SegmentPool
+from adaptcoll.backends.pool import SegmentPool
+from adaptcoll.plans import trees
+from adaptcoll.plans.dealing import tree_links
+from adaptcoll.plans.segments import plan_segments
+from adaptcoll.plans.topology import parse as parse_topology
 from adaptcoll.protocols.allreduce import Allreduce
 from adaptcoll.protocols.bcast import Bcast
 from adaptcoll.protocols.context import OpContext
-from adaptcoll.protocols.links import start_on_links, tree_links
+from adaptcoll.protocols.links import start_on_links
 from adaptcoll.protocols.reduce import Reduce
-from adaptcoll.sim import LoopbackWorld
-from adaptcoll.topology import parse as parse_topology
+from adaptcoll.runtime.loopback import LoopbackWorld
 
 KINDS = ["binomial", "in_order_binomial", "binary", "pipeline", "chain", "linear", "knomial", "two_tree", "topo"]
 

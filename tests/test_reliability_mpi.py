@@ -18,7 +18,7 @@ from dlpack_producer import LegacyProducer, Producer, late_calls, outstanding
 from mpi4py import MPI
 
 import adaptcoll
-from adaptcoll.threads import ConcurrentCollectiveError
+from adaptcoll.forms.threads import ConcurrentCollectiveError
 
 SMALL_SEGMENTS = {"bcast_segment_size": "1K", "reduce_segment_size": "1K", "allreduce_segment_size": "1K"}
 

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from adaptcoll.engine import engine
+from adaptcoll.forms.requests import NativeRequest, Request
 from adaptcoll.protocols.operation import Operation
-from adaptcoll.requests import NativeRequest, Request
+from adaptcoll.runtime.engine import engine
 
 
 def _later(polls: int) -> Operation:

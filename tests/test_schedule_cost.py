@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from adaptcoll import trees as tree_shapes
-from adaptcoll.protocols.links import deal
-from adaptcoll.schedule import describe, forest, shapes
+from adaptcoll.plans import schedule_file as forest
+from adaptcoll.plans import trees as tree_shapes
+from adaptcoll.plans.dealing import deal
+from adaptcoll.schedule import describe, shapes
 from adaptcoll.schedule.choose import choose, cpu_floor, fixed_trees
 from adaptcoll.schedule.cli import main
 from adaptcoll.schedule.cost import DEFAULT_CPU, CpuCosts, cpu_costs, estimate, rank_work, segments_dealt

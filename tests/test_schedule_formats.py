@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from adaptcoll.schedule import describe, forest
+from adaptcoll.plans import schedule_file as forest
+from adaptcoll.schedule import describe
 
 
 def _two_nodes() -> dict:

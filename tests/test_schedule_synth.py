@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from adaptcoll.schedule import describe, forest, shapes
+from adaptcoll.plans import schedule_file as forest
+from adaptcoll.plans.topology import parse as parse_topology
+from adaptcoll.schedule import describe, shapes
 from adaptcoll.schedule.bound import bound
 from adaptcoll.schedule.describe import Description, Link
 from adaptcoll.schedule.hierarchy import hierarchy
 from adaptcoll.schedule.network import Network, SynthesisError
 from adaptcoll.schedule.synthesize import critical_first, synthesize
-from adaptcoll.topology import parse as parse_topology
 
 REPO = Path(__file__).resolve().parents[1]
 

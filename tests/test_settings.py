@@ -8,7 +8,7 @@ import sys
 import pytest
 
 import adaptcoll
-from adaptcoll import settings
+from adaptcoll.runtime import settings
 
 
 def test_sizes_and_suffixes():
@@ -66,7 +66,7 @@ def test_empty_environment_values_mean_unset():
     assert s == settings.Settings() and s.explicit == ()
     env = {var: "" for var in [*settings.ENV_VARS.values(), *settings.OTHER_SIZE_VARS, "ADAPTCOLL_NOISE"]}
     code = (
-        "import adaptcoll, adaptcoll.pickled as p, adaptcoll.settings as s, adaptcoll.noise.spec as n; "
+        "import adaptcoll, adaptcoll.forms.pickled as p, adaptcoll.runtime.settings as s, adaptcoll.noise.spec as n; "
         "assert s.current() == s.Settings(), s.current(); assert p.INLINE_BELOW == 64 * 1024; "
         "assert n.from_env() is None; print('ok')"
     )

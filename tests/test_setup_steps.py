@@ -1,4 +1,4 @@
-"""A communicator's asynchronous set-up (adaptcoll.state): a step that fails fails the collectives queued
+"""A communicator's asynchronous set-up (adaptcoll.state.comm_state): a step that fails fails the collectives queued
 behind it instead of leaving them waiting, and the Open MPI guard finishes a pending set-up before a
 native nonblocking collective (in one process, on COMM_SELF duplicates)."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from mpi4py import MPI
 
-from adaptcoll import state as state_mod
-from adaptcoll.engine import engine
 from adaptcoll.protocols.operation import Operation
+from adaptcoll.runtime.engine import engine
+from adaptcoll.state import comm_state as state_mod
 
 
 class _Step:

@@ -20,8 +20,9 @@ from mpi4py import MPI
 from noncommutative import matmul_mpi
 
 import adaptcoll
-from adaptcoll import Request, shm
-from adaptcoll.state import comm_state
+from adaptcoll import Request
+from adaptcoll.state import shm
+from adaptcoll.state.comm_state import comm_state
 
 SLOT = 64  # bytes per slot: messages take many slots and the rings wrap often
 

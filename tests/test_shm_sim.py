@@ -9,18 +9,20 @@ import itertools
 import numpy as np
 import pytest
 
-from adaptcoll import settings, shm, slotsim
 from adaptcoll.backends.base import ReduceOp
 from adaptcoll.backends.numpy_backend import NumpyBackend
-from adaptcoll.nodemap import NodeMap, inner_shape
-from adaptcoll.plan import plan_segments
-from adaptcoll.pool import SegmentPool
+from adaptcoll.backends.pool import SegmentPool
+from adaptcoll.plans.nodemap import NodeMap, inner_shape
+from adaptcoll.plans.segments import plan_segments
+from adaptcoll.protocols import loopback_slots as slotsim
 from adaptcoll.protocols.context import OpContext
 from adaptcoll.protocols.hier import start_allreduce, start_bcast, start_reduce
+from adaptcoll.protocols.loopback_slots import FakeRegion, FakeSlots
 from adaptcoll.protocols.node import NodeBcast, NodeReduce, chunk_bounds
 from adaptcoll.protocols.slots import DONE, POSTED, SlotRing
-from adaptcoll.sim import Deadlock, LoopbackWorld
-from adaptcoll.slotsim import FakeRegion, FakeSlots
+from adaptcoll.runtime import settings
+from adaptcoll.runtime.loopback import Deadlock, LoopbackWorld
+from adaptcoll.state import shm
 
 BACKEND = NumpyBackend()
 SLOT = 64  # bytes: a few elements per slot, so messages take many slots and rings wrap

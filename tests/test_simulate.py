@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from adaptcoll import settings
 from adaptcoll.protocols.pieces import ChildSendQueues, WindowedReceiver
+from adaptcoll.runtime import settings
 from adaptcoll.simulate import cli
 from adaptcoll.simulate.calibrate import calibrate, links_from_pair_order, simulated_time
 from adaptcoll.simulate.lockstep import BASELINES, NotModelled

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from adaptcoll import settings
-from adaptcoll.plan import plan_blocks
+from adaptcoll.plans.segments import plan_blocks
 from adaptcoll.protocols.algorithms import ALLREDUCE_ALGORITHMS
+from adaptcoll.runtime import settings
 from adaptcoll.simulate import cli
 from adaptcoll.simulate.choice import choose, rule_facts
 from adaptcoll.simulate.lockstep import NotModelled, baseline_names, check_applicable, estimated_messages

@@ -9,8 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from adaptcoll import settings
 from adaptcoll.backends.base import ReduceOp
+from adaptcoll.runtime import settings
 from adaptcoll.simulate.cli import main as cli_main
 from adaptcoll.simulate.noise_setup import parse_noise
 from adaptcoll.simulate.params import CostParams

@@ -19,7 +19,7 @@ from typing import Optional
 
 import pytest
 
-from adaptcoll import settings
+from adaptcoll.runtime import settings
 from adaptcoll.schedule.describe import Description, Link, save
 from adaptcoll.simulate import cli
 from adaptcoll.simulate.noise_setup import parse_noise

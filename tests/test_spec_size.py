@@ -1,4 +1,4 @@
-"""The fast path's message size (adaptcoll.spec_size.host_nbytes) agrees with the full parse for every
+"""The fast path's message size (adaptcoll.forms.spec_size.host_nbytes) agrees with the full parse for every
 form it sizes, and declines (-1) what it must leave to the decision: device memory, BOTTOM, odd forms."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from mpi4py import MPI
 
 from adaptcoll import buffers
-from adaptcoll.spec_size import host_nbytes
+from adaptcoll.forms.spec_size import host_nbytes
 
 
 class HostCAI:
@@ -93,7 +93,7 @@ def test_small_spec_calls_take_the_fast_path_and_match_native(mpi_ranks):
     """Below the threshold, `[buf, count, datatype]` and friends go straight to mpi4py (counted in
     counters.below, like a bare ndarray), ranks mixing forms included, with native results."""
     import adaptcoll
-    from adaptcoll import counters
+    from adaptcoll.runtime import counters
 
     world = MPI.COMM_WORLD
     comm = adaptcoll.Intracomm(world)

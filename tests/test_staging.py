@@ -8,17 +8,17 @@ import random
 
 import numpy as np
 
-from adaptcoll import trees
 from adaptcoll.backends.base import ReduceOp
 from adaptcoll.backends.deferred import DeferredBackend
+from adaptcoll.backends.pool import SegmentPool
 from adaptcoll.device.staging import StagingTransport
-from adaptcoll.plan import plan_segments
-from adaptcoll.pool import SegmentPool
+from adaptcoll.plans import trees
+from adaptcoll.plans.segments import plan_segments
 from adaptcoll.protocols.allreduce import Allreduce
 from adaptcoll.protocols.bcast import Bcast
 from adaptcoll.protocols.context import OpContext
 from adaptcoll.protocols.reduce import Reduce
-from adaptcoll.sim import LoopbackWorld
+from adaptcoll.runtime.loopback import LoopbackWorld
 
 
 class LateStager:

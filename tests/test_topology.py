@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from adaptcoll import discovery, topology
-from adaptcoll.topology import Topology, parse
+from adaptcoll.plans import topology
+from adaptcoll.plans.topology import Topology, parse
+from adaptcoll.state import discovery
 
 
 def test_parse_counts_uneven() -> None:

@@ -17,19 +17,22 @@ import pytest
 from mpi4py import MPI
 
 import adaptcoll
-from adaptcoll import decide, settings, trees
 from adaptcoll.backends.base import ReduceOp
 from adaptcoll.backends.deferred import DeferredBackend
 from adaptcoll.backends.numpy_backend import NumpyBackend
-from adaptcoll.engine import Engine
-from adaptcoll.plan import plan_segments
-from adaptcoll.pool import SegmentPool
+from adaptcoll.backends.pool import SegmentPool
+from adaptcoll.decision import decide
+from adaptcoll.plans import trees
+from adaptcoll.plans.dealing import tree_links
+from adaptcoll.plans.segments import plan_segments
 from adaptcoll.protocols.allreduce import Allreduce
 from adaptcoll.protocols.bcast import Bcast
 from adaptcoll.protocols.context import OpContext
-from adaptcoll.protocols.links import start_on_links, tree_links
+from adaptcoll.protocols.links import start_on_links
 from adaptcoll.protocols.reduce import Reduce
-from adaptcoll.sim import LoopbackWorld
+from adaptcoll.runtime import settings
+from adaptcoll.runtime.engine import Engine
+from adaptcoll.runtime.loopback import LoopbackWorld
 from adaptcoll.trace import format as fmt
 from adaptcoll.trace import record
 from adaptcoll.trace.__main__ import main as trace_main

@@ -15,7 +15,7 @@ from mpi4py import MPI
 from test_trace import expected_events, recorded_events
 
 import adaptcoll
-from adaptcoll.state import comm_state
+from adaptcoll.state.comm_state import comm_state
 from adaptcoll.trace import format as fmt
 from adaptcoll.trace import record
 from adaptcoll.trace.merge import load, merge

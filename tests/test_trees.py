@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adaptcoll import trees
-from adaptcoll.topology import Topology, parse
+from adaptcoll import trees as trees_command
+from adaptcoll.plans import trees
+from adaptcoll.plans.topology import Topology, parse
 
 FAST = settings(max_examples=60, deadline=None)
 
@@ -315,7 +316,7 @@ def viewer(*args: str) -> subprocess.CompletedProcess:
 
 def test_viewer_text_every_kind(capsys) -> None:
     for kind in trees.KINDS:  # in-process: each subprocess start costs about a second here
-        assert trees.main(["--kind", kind, "--size", "8", "--root", "2"]) == 0
+        assert trees_command.main(["--kind", kind, "--size", "8", "--root", "2"]) == 0
         expect = trees.build_all(kind, 8, 2)
         out = capsys.readouterr().out
         assert out == "\n\n".join(map(str, expect)) + "\n"
@@ -341,7 +342,7 @@ def test_viewer_subprocess_text_and_dot(tmp_path) -> None:
 
 
 def test_viewer_two_tree_dot(capsys) -> None:
-    assert trees.main(["--kind", "two_tree", "--size", "6", "--dot"]) == 0
+    assert trees_command.main(["--kind", "two_tree", "--size", "6", "--dot"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("digraph") and out.count("->") == 2 * 5 and out.count("style=dashed") == 5
 
@@ -360,7 +361,7 @@ def test_viewer_two_tree_dot(capsys) -> None:
 )
 def test_viewer_bad_arguments(args: list[str], message: str, capsys) -> None:
     with pytest.raises(SystemExit) as info:
-        trees.main(args)
+        trees_command.main(args)
     assert info.value.code == 2
     assert message in capsys.readouterr().err
 

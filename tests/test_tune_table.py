@@ -10,7 +10,7 @@ import warnings
 import pytest
 
 import adaptcoll
-from adaptcoll import counters, settings
+from adaptcoll.runtime import counters, settings
 from adaptcoll.tune import cli, files, table
 from adaptcoll.tune.config import ServeConfig
 from adaptcoll.tune.policy import NEVER, TUNED_NATIVE, CommFacts, TuningWarning, resolve

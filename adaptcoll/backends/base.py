@@ -10,9 +10,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..transport import Poll
+__all__ = ["Poll", "ReduceOp", "ArrayBackend", "PREDEFINED_OPS"]
 
-__all__ = ["ReduceOp", "ArrayBackend", "PREDEFINED_OPS"]
+Poll = Callable[[], bool]
+"""Returns True once some asynchronous work (a GPU event, a deferred fold) has finished; the engine
+polls it (`Transport.watch`). Defined here, at the bottom, because the backends make such work."""
 
 PREDEFINED_OPS = ("SUM", "PROD", "MAX", "MIN", "LAND", "LOR", "LXOR", "BAND", "BOR", "BXOR")
 """Reduction operations a backend folds itself (by name); anything else is a user op or goes native."""

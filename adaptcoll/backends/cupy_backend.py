@@ -33,8 +33,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ..transport import Poll
-from .base import ArrayBackend, ReduceOp
+from .base import ArrayBackend, Poll, ReduceOp
 
 __all__ = [
     "CupyBackend",

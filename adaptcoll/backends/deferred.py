@@ -13,8 +13,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ..transport import Poll
-from .base import ArrayBackend, ReduceOp
+from .base import ArrayBackend, Poll, ReduceOp
 from .numpy_backend import NumpyBackend
 
 __all__ = ["DeferredBackend", "DeferredStats", "InputModifiedError"]

@@ -15,7 +15,7 @@ A buffer mpi4py would reject (non-contiguous, or read-only where it is received 
 Message, over scratch memory, with `error` set to mpi4py's own exception: the rank takes part (so the
 others are not left waiting) and raises after. What adaptcoll does not serve (mixed signatures, types
 without a NumPy equivalent, device memory, malformed specifications) comes back as a `Native` value
-(adaptcoll.native) with the reason; the caller then hands the call, unchanged, to native MPI, which
+(adaptcoll.runtime.native) with the reason; the caller then hands the call, unchanged, to native MPI, which
 serves it or raises mpi4py's own error. Those rules look at the signature and the arguments, not the
 form, except where native MPI itself raises on that rank (malformed specifications).
 """
@@ -30,7 +30,7 @@ from typing import Any, Optional, Union
 import numpy as np
 from mpi4py import MPI
 
-from ..native import DEVICE_MEMORY, Kind, Native
+from ..runtime.native import DEVICE_MEMORY, Kind, Native
 from . import dlpack
 from .datatypes import mpi_copy, numpy_dtype, signature
 

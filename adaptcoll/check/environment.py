@@ -61,7 +61,7 @@ def _tuning(
 ) -> dict[str, Any]:
     """Whether a tuning table is in use: one tiny adaptcoll call on a duplicate resolves the tuning of
     that communicator, and adaptcoll says how (table, nearest measured size, shipped rule)."""
-    from ..counters import tuning_notes
+    from ..runtime.counters import tuning_notes
     from ..tune.defaults import describe
     from ..tune.files import library_name, locate
 

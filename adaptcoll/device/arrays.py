@@ -20,7 +20,7 @@ from mpi4py import MPI
 from ..backends.cupy_backend import synchronize_producer
 from ..buffers import Message, datatype_of, unpack_spec
 from ..buffers.datatypes import numpy_dtype, signature
-from ..native import DEVICE_MEMORY, Kind, Native
+from ..runtime.native import DEVICE_MEMORY, Kind, Native
 from .memory import DLPACK_CUDA_DEVICE_TYPES
 
 __all__ = ["as_cupy", "parse_device", "cupy_available", "producers_wait"]

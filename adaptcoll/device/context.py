@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 
 from ..backends.cupy_backend import CupyBackend, HostStaging
-from ..pool import SegmentPool
-from ..transport import Transport
+from ..backends.pool import SegmentPool
+from ..runtime.transport import Transport
 from .aware import mpi_cuda_aware
 from .staging import StagingTransport
 

@@ -18,7 +18,7 @@ Calls adaptcoll serves itself run on the CuPy backend and, without CUDA-aware MP
 `StagingTransport`, so their segments reach MPI in pinned host memory only. The pickle-based
 collectives send pickled bytes; `host_pickle_buffer` copies an out-of-band pickle buffer whose exporter
 declares device memory (CUDA managed memory exports the buffer protocol too) into host memory.
-The small-message fast path in `adaptcoll.collectives` takes exact `numpy.ndarray`s, and, once a call
+The small-message fast path in `adaptcoll.forms.collectives` takes exact `numpy.ndarray`s, and, once a call
 has been staged here with CuPy, exact `cupy.ndarray`s below the device threshold (`small`: the same
 staged native call without this decision).
 
@@ -36,7 +36,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..backends.cupy_backend import synchronize_producer
-from ..native import Native
+from ..runtime.native import Native
 from .arrays import cupy_available
 from .aware import mpi_cuda_aware
 from .memory import declares_device_memory, is_device_buffer

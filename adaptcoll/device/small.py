@@ -3,7 +3,7 @@ below the device threshold, with an MPI that is not CUDA-aware, runs the call th
 stage (`StagedCall.run`: pinned host copies, the native collective, copies back) without deciding it;
 for the nonblocking forms `staged` gives the decision's own StagedCall for the same plain case.
 
-`adaptcoll.collectives` checks the type (`ARRAY_TYPE[0]`, set once a call has been staged with CuPy, so
+`adaptcoll.forms.collectives` checks the type (`ARRAY_TYPE[0]`, set once a call has been staged with CuPy, so
 CuPy is never imported for it) and the size (the communicator's `device_below`, known once its tuning
 is); `bcast`/`reduce`/`allreduce` here check the rest of the plain common case (C-contiguous, a dtype
 MPI knows, on the current device, an int root in range, a predefined op, the same CuPy module and

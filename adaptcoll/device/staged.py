@@ -31,9 +31,9 @@ from mpi4py import MPI
 
 from ..backends.cupy_backend import HostStaging
 from ..buffers import dlpack
-from ..engine import engine
 from ..protocols.operation import Operation
-from ..transport import Poll
+from ..runtime.engine import engine
+from ..runtime.transport import Poll
 from .arrays import as_cupy
 from .driver import driver
 from .memory import device_array_info

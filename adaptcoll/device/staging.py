@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from ..transport import Callback, Poll, Transport
+from ..runtime.transport import Callback, Poll, Transport
 
 __all__ = ["Stager", "StagingTransport"]
 

@@ -37,7 +37,7 @@ class SettingsSwitch:
         """Put `impl`'s settings in force (as captured: its explicit fields win, the rest is tuned)."""
         if impl.settings is None or impl.settings is self.current:
             return
-        self.adaptcoll.settings.use(impl.settings)
+        self.adaptcoll.runtime.settings.use(impl.settings)
         self.current = impl.settings
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..backends.base import ReduceOp
-from ..transport import Callback
+from ..runtime.transport import Callback
 from . import rabenseifner, ring
 from .context import OpContext
 

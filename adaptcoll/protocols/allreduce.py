@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
 from ..backends.base import ReduceOp
-from ..transport import Callback
+from ..runtime.transport import Callback
 from .context import OpContext
 from .pieces import ChildSendQueues, Join, WindowedReceiver, segment_views
 from .reduce import Reduce

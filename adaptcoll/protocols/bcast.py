@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from ..transport import Callback
+from ..runtime.transport import Callback
 from .context import OpContext
 from .pieces import ChildSendQueues, Join, WindowedReceiver, segment_views
 

@@ -28,8 +28,8 @@ import functools
 from typing import Any, NamedTuple, Optional
 
 from ..backends.base import ReduceOp
-from ..blockplan import BlockSegments
-from ..transport import Callback
+from ..plans.blocks import BlockSegments
+from ..runtime.transport import Callback
 from .context import OpContext
 from .pieces import Join
 from .streams import RecvStream, SendStream

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..backends.base import ArrayBackend
-from ..plan import SegmentPlan
-from ..pool import SegmentPool
-from ..transport import Transport
+from ..backends.pool import SegmentPool
+from ..plans.segments import SegmentPlan
+from ..runtime.transport import Transport
 
 __all__ = ["OpContext", "SYNC_MODES"]
 

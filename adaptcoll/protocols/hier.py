@@ -23,11 +23,11 @@ from typing import Any, Optional
 import numpy as np
 
 from ..backends.base import ReduceOp
-from ..plan import SegmentPlan
-from ..transport import Callback
+from ..plans.dealing import Link
+from ..plans.segments import SegmentPlan
+from ..runtime.transport import Callback
 from .allreduce import Allreduce
 from .context import OpContext
-from .links import Link
 from .node import NodeBcast, NodeReduce
 from .pieces import ChildSendQueues, Join, WindowedReceiver
 from .reduce import Reduce

@@ -24,8 +24,8 @@ from typing import Any, Optional
 import numpy as np
 
 from ..backends.base import ArrayBackend, ReduceOp
-from ..plan import SegmentPlan
-from ..transport import Callback
+from ..plans.segments import SegmentPlan
+from ..runtime.transport import Callback
 from .slots import DONE, FOLDED, POSTED, SlotRing
 
 __all__ = ["NodeBcast", "NodeReduce", "chunk_bounds"]

@@ -11,8 +11,8 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, Optional
 
-from ..plan import SegmentPlan
-from ..transport import Callback
+from ..plans.segments import SegmentPlan
+from ..runtime.transport import Callback
 from .context import OpContext
 
 __all__ = ["Join", "ChildSendQueues", "WindowedReceiver", "sync_flag", "sync_below", "segment_views", "Views"]

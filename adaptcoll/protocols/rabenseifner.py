@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple, Optional
 
 from ..backends.base import ReduceOp
-from ..transport import Callback
+from ..runtime.transport import Callback
 from .context import OpContext
 from .pieces import Join
 from .ring import block_segments

@@ -19,7 +19,7 @@ from functools import partial
 from typing import Any, Optional
 
 from ..backends.base import ReduceOp
-from ..transport import Callback
+from ..runtime.transport import Callback
 from .context import OpContext
 from .pieces import sync_below
 

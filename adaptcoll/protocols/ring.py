@@ -27,7 +27,7 @@ import functools
 from typing import Any, NamedTuple
 
 from ..backends.base import ReduceOp
-from ..transport import Callback
+from ..runtime.transport import Callback
 from .context import OpContext
 from .pieces import Join
 from .streams import RecvStream, SendStream

@@ -10,15 +10,15 @@ q only once every rank's DONE flag for that slot reads >= q - nslots (everyone f
 use). Ordering follows the MPI shared-memory model (docs/shm.md): the writer stores data, `sync()`,
 then the flag; the reader sees the flag, `sync()`, then reads; a reader `sync()`s before its DONE.
 
-`adaptcoll.shm.WindowSlots` implements `SharedSlots` over an MPI shared window;
-`adaptcoll.slotsim.FakeRegion` implements it in one process with a weak-memory model for tests.
+`adaptcoll.state.shm.WindowSlots` implements `SharedSlots` over an MPI shared window;
+`adaptcoll.protocols.loopback_slots.FakeRegion` implements it in one process with a weak-memory model for tests.
 """
 
 from __future__ import annotations
 
 from typing import Any, Protocol
 
-from ..transport import Transport
+from ..runtime.transport import Transport
 
 __all__ = ["POSTED", "FOLDED", "DONE", "FLAG_KINDS", "SharedSlots", "NodeStage", "SlotRing", "slot_geometry"]
 

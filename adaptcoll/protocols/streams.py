@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
-from ..transport import Callback
+from ..runtime.transport import Callback
 from .context import OpContext
 from .pieces import sync_flag
 

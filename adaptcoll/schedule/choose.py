@@ -15,8 +15,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .. import trees as tree_shapes
-from . import forest as forest_file
+from ..plans import schedule_file as forest_file
+from ..plans import trees as tree_shapes
 from .bound import Bound, bound
 from .cost import DEFAULT_CPU, CpuCosts, Estimate, estimate
 from .describe import Description

@@ -18,15 +18,15 @@ import json
 import sys
 from collections.abc import Sequence
 
-from ..settings import parse_size
-from ..topology import parse as parse_topology
+from ..plans.schedule_file import COLLECTIVES, ScheduleError
+from ..plans.schedule_file import dumps as dump_schedule
+from ..plans.topology import parse as parse_topology
+from ..runtime.settings import parse_size
 from . import describe, shapes
 from .bound import bound
 from .choose import FIXED, SEGMENTS, Choice, choose
 from .cost import CpuCosts, cpu_costs, estimate
 from .describe import DescriptionError
-from .forest import COLLECTIVES, ScheduleError
-from .forest import dumps as dump_schedule
 from .network import Network, SynthesisError
 from .plot import PlotError, draw
 from .synthesize import METHODS, synthesize

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Union
 
+from ..plans.schedule_file import Forest
 from .describe import Description
-from .forest import Forest
 
 __all__ = ["PlotError", "draw", "RANK_LIMIT"]
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from ..topology import Topology
+from ..plans.topology import Topology
 from .describe import Description, DescriptionError, Link, Vertex
 
 __all__ = ["SHAPES", "DGX1_NVLINKS", "flat_switch", "nic_nodes", "fat_tree", "dgx1", "from_topology"]

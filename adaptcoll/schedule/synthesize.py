@@ -24,7 +24,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from . import forest as forest_file
+from ..plans import schedule_file as forest_file
 from .bound import Bound, bound
 from .describe import Description
 from .hierarchy import Hierarchy, hierarchy

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import settings as settings_mod
+from ..runtime import settings as settings_mod
 from ..tune.blocks import choose_block
 from ..tune.defaults import case_of
 from ..tune.policy import CommFacts, resolve

@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
 
+from ..runtime.settings import parse_size
 from ..schedule import describe
-from ..settings import parse_size
 from . import measured
 from .calibrate import calibrate, validate
 from .lockstep import BASELINES

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any, Optional
 
-from ..transport import Callback
+from ..runtime.transport import Callback
 from .programs import DTYPE, ITEMSIZE, SUM, Buffers, Job
 from .world import SimRank, World
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from .. import settings as settings_mod
+from ..runtime import settings as settings_mod
 
 __all__ = [
     "Measurement",

@@ -1,8 +1,8 @@
-"""The shared-memory node level in the simulator: `shm` and `topo:intra=shm` set up as adaptcoll.shm and
-adaptcoll.shm_decide set them up, run by the library's own protocols (adaptcoll.protocols.hier) over
+"""The shared-memory node level in the simulator: `shm` and `topo:intra=shm` set up as adaptcoll.state.shm and
+adaptcoll.decision.node set them up, run by the library's own protocols (adaptcoll.protocols.hier) over
 simulated slot regions (adaptcoll.simulate.region).
 
-The node of a rank is what adaptcoll.shm finds: its shared-memory domain (the simulated node,
+The node of a rank is what adaptcoll.state.shm finds: its shared-memory domain (the simulated node,
 `rank // ranks_per_node`, the last one possibly smaller) refined by the first level of
 ADAPTCOLL_TOPOLOGY. Slots: ADAPTCOLL_SHM_SLOTS per rank of ADAPTCOLL_SHM_SEGMENT_SIZE bytes (or the
 job's `--segment`), shrunk to fit ADAPTCOLL_SHM_BYTES; segment s is the same elements inside nodes
@@ -20,17 +20,17 @@ from typing import Any, Optional
 
 import numpy as np
 
-from .. import settings as settings_mod
 from ..backends.base import ReduceOp
-from ..nodemap import NodeMap, inner_shape, uses_shm
-from ..plan import SegmentPlan, plan_segments
+from ..plans.dealing import Link
+from ..plans.nodemap import NodeMap, inner_shape, uses_shm
+from ..plans.segments import SegmentPlan, plan_segments
+from ..plans.topology import parse as parse_topology
+from ..plans.trees import Tree, check_params, parse_algorithm
 from ..protocols.context import OpContext
 from ..protocols.hier import start_allreduce, start_bcast, start_reduce
-from ..protocols.links import Link
 from ..protocols.slots import SlotRing, slot_geometry
-from ..topology import parse as parse_topology
-from ..transport import Callback
-from ..trees import Tree, check_params, parse_algorithm
+from ..runtime import settings as settings_mod
+from ..runtime.transport import Callback
 from .region import Meter, SlotRegion, Span
 from .world import World
 
@@ -38,7 +38,7 @@ __all__ = ["NodeSetup", "node_ids", "prepare_node_level", "uses_shm"]
 
 
 def node_ids(size: int, ranks_per_node: int, topology: str = "") -> tuple[int, ...]:
-    """Per rank: its node as adaptcoll.shm finds it (shared-memory domain `rank // ranks_per_node`,
+    """Per rank: its node as adaptcoll.state.shm finds it (shared-memory domain `rank // ranks_per_node`,
     refined by the declared topology's first level), numbered by its lowest rank."""
     declared: Sequence[int] = (0,) * size
     if topology:
@@ -174,7 +174,7 @@ def prepare_node_level(
     ranks_per_node: int,
     tag_space: int,
 ) -> NodeSetup:
-    """Decide a node-level call for every rank, as adaptcoll.shm and shm_decide would; ValueError where
+    """Decide a node-level call for every rank, as adaptcoll.state.shm and shm_decide would; ValueError where
     the library would not run it on the node level. `segment` > 0 sets the slot size (else
     ADAPTCOLL_SHM_SEGMENT_SIZE); `roots`: the allreduce's trees between leaders (0: one per node)."""
     _check_algorithm(algorithm)

@@ -1,9 +1,9 @@
 """What the simulated ranks run: adaptcoll's real protocols, set up as the decision layer sets them up.
 
 `Job` describes one collective call (collective, ranks, bytes, segment, algorithm, settings). For
-adaptcoll, `prepare` mirrors `adaptcoll.decide`: the segment plan (`plan_segments` with the
+adaptcoll, `prepare` mirrors `adaptcoll.decision.decide`: the segment plan (`plan_segments` with the
 settings' `max_segments`), the trees (`trees.build_all`, Allreduce's trees per root; a `forest:PATH`
-schedule's forests through `adaptcoll.forests`, segments dealt by weight), the windows and the sync mode,
+schedule's forests through `adaptcoll.plans.forests`, segments dealt by weight), the windows and the sync mode,
 then one protocol per tree link through `protocols.links` on every rank.
 
 Protocols are plugged in by name: `register_protocol(collective, name, start_one)` makes
@@ -21,22 +21,23 @@ from typing import Any, Optional
 
 import numpy as np
 
-from .. import forests
-from .. import settings as settings_mod
 from ..backends.base import ReduceOp
-from ..blockplan import plan_block_segments, tag_plan
-from ..plan import SegmentPlan, plan_blocks, plan_segments
-from ..pool import SegmentPool
+from ..backends.pool import SegmentPool
+from ..plans import forests
+from ..plans.blocks import plan_block_segments, tag_plan
+from ..plans.dealing import tree_links
+from ..plans.segments import SegmentPlan, plan_blocks, plan_segments
+from ..plans.topology import parse as parse_topology
+from ..plans.trees import Tree, build_all, parse_algorithm
 from ..protocols.algorithms import ALLREDUCE_ALGORITHMS
 from ..protocols.allreduce import Allreduce
 from ..protocols.bcast import Bcast
 from ..protocols.blockring import RingAllgather, RingReduceScatter
 from ..protocols.context import OpContext
-from ..protocols.links import start_on_links, tree_links
+from ..protocols.links import start_on_links
 from ..protocols.reduce import Reduce
-from ..topology import parse as parse_topology
-from ..transport import Callback
-from ..trees import Tree, build_all, parse_algorithm
+from ..runtime import settings as settings_mod
+from ..runtime.transport import Callback
 from .choice import Choice, choose
 from .nodelevel import NodeSetup, prepare_node_level, uses_shm
 from .world import World
@@ -297,7 +298,7 @@ def _block_buffers(collective: str, size: int, n: int, data: bool, seed: int) ->
     return Buffers(collective, local, [np.full(n, -1.0, np.float32) for _ in range(size)], expected)
 
 
-# -- adaptcoll set-up (mirrors adaptcoll.decide) -----------------------------------------------------
+# -- adaptcoll set-up (mirrors adaptcoll.decision.decide) -----------------------------------------------------
 @dataclass(frozen=True)
 class Prepared:
     """A job set up for adaptcoll: its plan, trees, windows and the protocol to start on each rank."""
@@ -386,7 +387,7 @@ def _allreduce_trees(job: Job, kind_spec: str, nseg: int, roots: int, ranks_per_
 
 
 def prepare(job: Job, ranks_per_node: int = 1) -> Prepared:
-    """Set `job` up as adaptcoll.decide would (plan, trees, windows, sync mode), for every rank.
+    """Set `job` up as adaptcoll.decision.decide would (plan, trees, windows, sync mode), for every rank.
 
     Without a segment (`job.segment == 0`) the call runs what the shipped rule chooses for it on a
     cluster of `ranks_per_node` ranks per node (`choice.choose`); `Prepared.choice` says what."""
@@ -489,7 +490,7 @@ def _prepare_node_level(job: Job, chosen: Choice, algorithm: str, ranks_per_node
 
 
 def _prepare_blocks(job: Job, ranks_per_node: int) -> Prepared:
-    """An Allgather / Reduce_scatter_block set up as adaptcoll.block_decide does: blocks of job.block
+    """An Allgather / Reduce_scatter_block set up as adaptcoll.decision.blocks does: blocks of job.block
     elements in segments (plan_block_segments), one tag per segment, the ring protocol on every rank."""
     if job.algorithm not in ("", "ring"):
         raise ValueError(f"{job.collective} runs the ring only (algorithm 'ring'), got {job.algorithm!r}")

@@ -12,7 +12,7 @@ fold with the backend, exactly as over an MPI shared window. Here:
   polls its watches every sweep;
 - memory is sequentially consistent (`sync()` costs nothing and orders nothing more): data is in the
   slot as soon as it is copied, and a reader reads it only after the flag, so the weak-memory checks
-  stay with `adaptcoll.slotsim`.
+  stay with `adaptcoll.protocols.loopback_slots`.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from ..settings import parse_size
+from ..runtime.settings import parse_size
 from .noise_setup import parse_noise
 from .params import CostParams
 from .programs import Job

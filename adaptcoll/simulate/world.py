@@ -40,7 +40,7 @@ import numpy as np
 
 from ..backends.base import ArrayBackend, ReduceOp
 from ..backends.numpy_backend import NumpyBackend
-from ..transport import Callback, Poll
+from ..runtime.transport import Callback, Poll
 from .network import FairLinks, FifoLinks
 from .params import CostParams
 from .pathlinks import PathLinks

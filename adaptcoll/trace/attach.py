@@ -18,12 +18,12 @@ from typing import Any
 
 from mpi4py import MPI
 
-from .. import settings
-from ..engine import engine
+from ..plans.dealing import Link
 from ..protocols.context import OpContext
-from ..protocols.links import Link
-from ..state import CommState
-from ..transport import Callback
+from ..runtime import settings
+from ..runtime.engine import engine
+from ..runtime.transport import Callback
+from ..state.comm_state import CommState
 from . import clock
 from .record import OpTrace, Recorder, recorder, traced_context
 

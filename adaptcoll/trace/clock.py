@@ -19,7 +19,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from ..engine import Engine
+from ..runtime.engine import Engine
 
 __all__ = ["ROUNDS", "measure_offset"]
 

@@ -31,9 +31,9 @@ from typing import Any, Optional
 import numpy as np
 
 from ..backends.base import ArrayBackend, ReduceOp
-from ..plan import SegmentPlan
+from ..plans.segments import SegmentPlan
 from ..protocols.context import OpContext
-from ..transport import Callback, Poll, Transport
+from ..runtime.transport import Callback, Poll, Transport
 from . import format as fmt
 
 __all__ = [

@@ -12,8 +12,8 @@ collectives. The message size is the whole array: the Allgather's result, the Re
 
 from __future__ import annotations
 
-from .. import settings
-from ..native import ALGORITHM_NATIVE, BELOW_THRESHOLD, Native
+from ..runtime import settings
+from ..runtime.native import ALGORITHM_NATIVE, BELOW_THRESHOLD, Native
 from .config import CallConfig, format_bytes
 from .defaults import RING, bands_of
 from .policy import TUNED_NATIVE, CommFacts, CommTuning

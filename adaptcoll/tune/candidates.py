@@ -14,10 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .. import settings
-from ..blockplan import plan_block_segments
-from ..plan import plan_segments
-from ..trees import KINDS, build_all, parse_algorithm
+from ..plans.blocks import plan_block_segments
+from ..plans.segments import plan_segments
+from ..plans.trees import KINDS, build_all, parse_algorithm
+from ..runtime import settings
 from .config import ServeConfig
 
 __all__ = ["Family", "SHAPES", "BLOCK_SHAPES", "FAMILIES", "candidates", "signature", "itemsize_of"]

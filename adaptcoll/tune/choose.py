@@ -2,7 +2,7 @@
 `CallConfig` a call uses, and `comm_tuning(comm)` the communicator's tuning, set up collectively on
 its first collective call (CommState's private duplicate + the table exchange).
 
-The small-message fast path (adaptcoll.collectives) reads `comm._adaptcoll_below[collective]` (and, for
+The small-message fast path (adaptcoll.forms.collectives) reads `comm._adaptcoll_below[collective]` (and, for
 CuPy arrays, `comm._adaptcoll_device_below[collective]`): the communicator's thresholds, set on the
 Python communicator object here once its tuning is known and kept in step with the settings; before
 that it finds `UNKNOWN` (every threshold 0), so the first call on a communicator takes the full path on
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from mpi4py import MPI
 
-from .. import settings
-from ..state import comm_state
+from ..runtime import settings
+from ..state.comm_state import comm_state
 from .config import CallConfig
 from .exchange import mpi_library
 from .policy import CommFacts, CommTuning, resolve

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import Optional
 
-from .. import settings
+from ..runtime import settings
 from .show import main as show_main
 from .table import COLLECTIVES
 

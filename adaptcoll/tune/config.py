@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from .. import settings
-from ..native import Native
+from ..runtime import settings
+from ..runtime.native import Native
 
 __all__ = ["ServeConfig", "CallConfig", "format_bytes"]
 

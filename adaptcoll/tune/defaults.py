@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from .. import settings
+from ..runtime import settings
 from .config import ServeConfig
 from .table import Band
 

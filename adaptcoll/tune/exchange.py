@@ -22,7 +22,7 @@ from typing import Optional
 import numpy as np
 from mpi4py import MPI
 
-from .. import settings
+from ..runtime import settings
 from .files import library_name, locate, read_bytes
 from .policy import CommFacts, CommTuning, resolve
 

@@ -21,8 +21,8 @@ from typing import Any, Optional
 import numpy as np
 from mpi4py import MPI
 
-from .. import settings
 from ..measure import make_buffers, median_ci, starter
+from ..runtime import settings
 from .candidates import signature
 from .config import ServeConfig
 from .table import Entry

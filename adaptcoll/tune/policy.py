@@ -15,8 +15,9 @@ import weakref
 from dataclasses import dataclass
 from typing import Optional, Union
 
-from .. import counters, forests, settings
-from ..native import BELOW_THRESHOLD, Native
+from ..plans import forests
+from ..runtime import counters, settings
+from ..runtime.native import BELOW_THRESHOLD, Native
 from .config import CallConfig, ServeConfig
 from .defaults import bands_of, case_of
 from .table import COLLECTIVES, Band, Table, TableError, band_index, bands, memories, nearest_group, parse

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
 
-from ..settings import BLOCK_COLLECTIVES
+from ..runtime.settings import BLOCK_COLLECTIVES
 from .config import format_bytes
 from .table import COLLECTIVES, Entry, Table, TableError, parse
 

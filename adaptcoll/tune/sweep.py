@@ -20,7 +20,7 @@ from mpi4py import MPI
 
 from .. import __version__
 from ..comm import Intracomm
-from ..settings import BLOCK_COLLECTIVES
+from ..runtime.settings import BLOCK_COLLECTIVES
 from .candidates import candidates
 from .choose import comm_tuning
 from .config import format_bytes

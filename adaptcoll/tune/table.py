@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from .. import settings
+from ..runtime import settings
 from .config import ServeConfig
 
 __all__ = [

@@ -27,7 +27,8 @@ from device_guard import Guard  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
 import adaptcoll  # noqa: E402
-from adaptcoll import decide, pickled  # noqa: E402
+from adaptcoll.decision import decide  # noqa: E402
+from adaptcoll.forms import pickled  # noqa: E402
 
 guard = Guard()
 guard.watch(fd.ARENA.lo, fd.ARENA.hi)

@@ -25,7 +25,7 @@ from mpi4py import MPI  # noqa: E402
 
 from adaptcoll import buffers  # noqa: E402
 from adaptcoll.device import route as device_route  # noqa: E402
-from adaptcoll.native import DEVICE_MEMORY  # noqa: E402
+from adaptcoll.runtime.native import DEVICE_MEMORY  # noqa: E402
 
 guard = Guard()
 guard.watch(fd.ARENA.lo, fd.ARENA.hi)

@@ -1,0 +1,289 @@
+"""The buffer collectives as module functions (`adaptcoll.Intracomm`'s Bcast, Reduce and Allreduce are
+these functions themselves; its other methods are one line each over them): a small-message fast path,
+the decision (`adaptcoll.decision.decide`), then either adaptcoll's protocols or the native mpi4py method with
+the same arguments, counted in `stats()` either way.
+
+The fast path (blocking and nonblocking forms alike) comes first and costs a size check and one
+counter update: a message below the
+communicator's threshold for the collective (its tuning's, set once the tuning is known by its first
+blocking call; 0 before, so the first calls take the full path) goes straight to mpi4py (a program that
+reduces norms or flags makes such calls all the time). Its size is the NumPy array's `nbytes`, or for
+the other host forms (`[buf, count, datatype]` and friends over bytearray, mmap, array.array, ...)
+`spec_size.host_nbytes`, the signature's size from the count and datatype; everything else goes
+through the decision, which reaches the same native call for small messages. A second fast path takes
+exact `cupy.ndarray`s below the communicator's device threshold when MPI is not CUDA-aware
+(`adaptcoll.device.small`): the blocking forms run the staged native call the decision would make,
+the nonblocking ones start the decision's own StagedCall, neither asks the decision, and both are
+counted as it counts them ("native (staged): below native_below"). Past the fast paths
+each call marks its communicator busy (adaptcoll.forms.threads), so a
+second thread calling a collective on the same communicator at the same time gets a clear error
+instead of a hang.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+from mpi4py import MPI
+
+from ..decision import decide
+from ..device import small as _small
+from ..device.route import staged_reason
+from ..device.staged import StagedCall
+from ..protocols.operation import Operation
+from ..runtime import counters
+from ..runtime.engine import engine
+from ..runtime.native import BELOW_THRESHOLD, Native
+from ..state.comm_state import comm_state, settle_setup
+from ..tune.choose import BELOW_ATTR, DEVICE_BELOW_ATTR, UNKNOWN
+from .requests import NativeRequest, Request
+from .spec_size import host_nbytes
+from .threads import enter, leave
+
+__all__ = ["start", "wait", "bcast", "ibcast", "reduce", "ireduce", "allreduce", "iallreduce"]
+
+_IN_PLACE = MPI.IN_PLACE
+_SUM = MPI.SUM
+_NDARRAY = np.ndarray
+_MPI_BCAST = MPI.Intracomm.Bcast
+_MPI_IBCAST = MPI.Intracomm.Ibcast
+_MPI_REDUCE = MPI.Intracomm.Reduce
+_MPI_IREDUCE = MPI.Intracomm.Ireduce
+_MPI_ALLREDUCE = MPI.Intracomm.Allreduce
+_MPI_IALLREDUCE = MPI.Intracomm.Iallreduce
+_BELOW = counters.below
+_BELOW_ATTR = BELOW_ATTR
+_DEVICE_BELOW_ATTR = DEVICE_BELOW_ATTR
+_DEVICE_ARRAY = _small.ARRAY_TYPE  # [cupy.ndarray] once a call has been staged with CuPy, else [None]
+_STAGED_BELOW = staged_reason(BELOW_THRESHOLD)
+_getattr = getattr
+_record = counters.record
+_host_nbytes = host_nbytes
+_FINISHED = Operation()
+_FINISHED.complete()
+
+
+def start(name: str, decision: decide.Decision, comm: MPI.Intracomm, blocking: bool = False) -> Optional[Operation]:
+    """Start a prepared call under the engine lock and count it; None (counted as native) for a Native.
+
+    The start goes through the communicator's set-up queue (CommState.submit): before the set-up
+    has completed it is queued, and the Operation returned completes with it. A Native carrying an
+    error raises it instead. A prepared call with an error (a bad buffer on this rank) drains the
+    others' data first, then raises it. `blocking`: the caller waits for the call at once, so a
+    prepared call with a blocking form (`run`: device memory staged for native MPI) runs that, and a
+    finished Operation comes back.
+    """
+    if isinstance(decision, Native):
+        _record(name, decision.reason)
+        if decision.note is not None:
+            counters.note(name, decision.note)
+        if decision.error is not None:
+            raise decision.error
+        return None
+    if blocking and decision.run is not None:
+        decision.run()
+        _record(name, decision.native_reason)
+        return _FINISHED
+    eng = engine()
+    with eng.lock:
+        operation = comm_state(comm).submit(decision.start)
+    _record(name, decision.native_reason, decision.config.label if decision.config is not None else None)
+    if decision.note is not None:
+        counters.note(name, decision.note)
+    if decision.error is not None:
+        eng.wait_for(lambda: operation.done)
+        raise decision.error
+    return operation
+
+
+def _staged_request(name: str, comm: MPI.Intracomm, call: StagedCall) -> Request:
+    """A nonblocking call on small CuPy arrays staged without a decision (adaptcoll.device.small), started
+    as `start` starts the decision's staged call (the communicator's set-up queue) and counted alike."""
+    with engine().lock:
+        operation = comm_state(comm).submit(call.start)
+    _record(name, _STAGED_BELOW)
+    return Request(operation)
+
+
+def wait(operation: Operation) -> None:
+    """Progress until `operation` has completed on this rank; raises its error if it failed."""
+    if not operation.done:
+        engine().wait_for(lambda: operation.done)
+    if operation.error is not None:
+        raise operation.error
+
+
+# -- broadcast ------------------------------------------------------------------------------------
+def bcast(comm: MPI.Intracomm, buf: Any, root: Any = 0, name: str = "Bcast") -> None:
+    """Broadcast `buf` from `root` (mpi4py's Bcast: signature and semantics); `name`: the counter."""
+    kind = type(buf)
+    if kind is _NDARRAY:
+        nbytes = buf.nbytes
+    elif kind is _DEVICE_ARRAY[0]:
+        if 0 < buf.nbytes < _getattr(comm, _DEVICE_BELOW_ATTR, UNKNOWN)["bcast"] and _small.bcast(comm, buf, root):
+            _record(name, _STAGED_BELOW)
+            return None
+        nbytes = -1
+    else:
+        nbytes = _host_nbytes(buf)
+    if 0 <= nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["bcast"]:
+        _BELOW[name] += 1
+        return _MPI_BCAST(comm, buf, root)
+    key = enter(comm, name)
+    try:
+        operation = start(name, decide.bcast(comm, buf, root, blocking=True), comm, blocking=True)
+        if operation is None:
+            return _MPI_BCAST(comm, buf, root)
+        return wait(operation)
+    finally:
+        leave(key)
+
+
+def ibcast(comm: MPI.Intracomm, buf: Any, root: Any = 0) -> Request:
+    """comm.Ibcast(buf, root): an adaptcoll Request."""
+    kind = type(buf)
+    if kind is _NDARRAY:
+        nbytes = buf.nbytes
+    elif kind is _DEVICE_ARRAY[0]:
+        if 0 < buf.nbytes < _getattr(comm, _DEVICE_BELOW_ATTR, UNKNOWN)["bcast"]:
+            call = _small.staged("bcast", comm, (buf, root))
+            if call is not None:
+                return _staged_request("Ibcast", comm, call)
+        nbytes = -1
+    else:
+        nbytes = _host_nbytes(buf)
+    if 0 <= nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["bcast"]:
+        _BELOW["Ibcast"] += 1
+        settle_setup(comm)
+        return NativeRequest(_MPI_IBCAST(comm, buf, root), keep=buf)
+    key = enter(comm, "Ibcast")
+    try:
+        operation = start("Ibcast", decide.bcast(comm, buf, root), comm)
+        if operation is None:
+            settle_setup(comm)
+            return NativeRequest(_MPI_IBCAST(comm, buf, root), keep=buf)
+        return Request(operation)
+    finally:
+        leave(key)
+
+
+# -- reduce ---------------------------------------------------------------------------------------
+def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM, root: Any = 0) -> None:
+    """Reduce to `root` (mpi4py's Reduce: signature and semantics; a non-root's recvbuf is ignored)."""
+    data = recvbuf if sendbuf is _IN_PLACE else sendbuf
+    kind = type(data)
+    if kind is _NDARRAY:
+        nbytes = data.nbytes
+    elif kind is _DEVICE_ARRAY[0]:
+        below = _getattr(comm, _DEVICE_BELOW_ATTR, UNKNOWN)["reduce"]
+        if 0 < data.nbytes < below and _small.reduce(comm, sendbuf, recvbuf, op, root):
+            _record("Reduce", _STAGED_BELOW)
+            return None
+        nbytes = -1
+    else:
+        nbytes = _host_nbytes(data)
+    if 0 <= nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["reduce"]:
+        _BELOW["Reduce"] += 1
+        if sendbuf is recvbuf:
+            sendbuf = decide.in_place_send_at_root(comm, sendbuf, recvbuf, root)
+        return _MPI_REDUCE(comm, sendbuf, recvbuf, op, root)
+    key = enter(comm, "Reduce")
+    try:
+        operation = start("Reduce", decide.reduce(comm, sendbuf, recvbuf, op, root, blocking=True), comm, blocking=True)
+        if operation is None:
+            native_send = decide.in_place_send_at_root(comm, sendbuf, recvbuf, root)
+            return _MPI_REDUCE(comm, native_send, recvbuf, op, root)
+        return wait(operation)
+    finally:
+        leave(key)
+
+
+def ireduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM, root: Any = 0) -> Request:
+    """comm.Ireduce(sendbuf, recvbuf, op, root): an adaptcoll Request (which keeps the buffers alive)."""
+    data = recvbuf if sendbuf is _IN_PLACE else sendbuf
+    kind = type(data)
+    if kind is _NDARRAY:
+        nbytes = data.nbytes
+    elif kind is _DEVICE_ARRAY[0]:
+        if 0 < data.nbytes < _getattr(comm, _DEVICE_BELOW_ATTR, UNKNOWN)["reduce"]:
+            call = _small.staged("reduce", comm, (sendbuf, recvbuf, op, root))
+            if call is not None:
+                return _staged_request("Ireduce", comm, call)
+        nbytes = -1
+    else:
+        nbytes = _host_nbytes(data)
+    if 0 <= nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["reduce"]:
+        _BELOW["Ireduce"] += 1
+        settle_setup(comm)
+        native_send = decide.in_place_send_at_root(comm, sendbuf, recvbuf, root)
+        return NativeRequest(_MPI_IREDUCE(comm, native_send, recvbuf, op, root), keep=(sendbuf, recvbuf))
+    key = enter(comm, "Ireduce")
+    try:
+        operation = start("Ireduce", decide.reduce(comm, sendbuf, recvbuf, op, root), comm)
+        if operation is None:
+            settle_setup(comm)
+            native_send = decide.in_place_send_at_root(comm, sendbuf, recvbuf, root)
+            return NativeRequest(_MPI_IREDUCE(comm, native_send, recvbuf, op, root), keep=(sendbuf, recvbuf))
+        return Request(operation)
+    finally:
+        leave(key)
+
+
+# -- allreduce ------------------------------------------------------------------------------------
+def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM) -> None:
+    """Allreduce (mpi4py's signature; `sendbuf is recvbuf` is treated as IN_PLACE)."""
+    data = recvbuf if sendbuf is _IN_PLACE else sendbuf
+    kind = type(data)
+    if kind is _NDARRAY:
+        nbytes = data.nbytes
+    elif kind is _DEVICE_ARRAY[0]:
+        below = _getattr(comm, _DEVICE_BELOW_ATTR, UNKNOWN)["allreduce"]
+        if 0 < data.nbytes < below and _small.allreduce(comm, sendbuf, recvbuf, op):
+            _record("Allreduce", _STAGED_BELOW)
+            return None
+        nbytes = -1
+    else:
+        nbytes = _host_nbytes(data)
+    if 0 <= nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["allreduce"]:
+        _BELOW["Allreduce"] += 1
+        return _MPI_ALLREDUCE(comm, _IN_PLACE if sendbuf is recvbuf else sendbuf, recvbuf, op)
+    key = enter(comm, "Allreduce")
+    try:
+        operation = start("Allreduce", decide.allreduce(comm, sendbuf, recvbuf, op, blocking=True), comm, blocking=True)
+        if operation is None:
+            return _MPI_ALLREDUCE(comm, decide.in_place_send(sendbuf, recvbuf), recvbuf, op)
+        return wait(operation)
+    finally:
+        leave(key)
+
+
+def iallreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM) -> Request:
+    """comm.Iallreduce(sendbuf, recvbuf, op): an adaptcoll Request (which keeps the buffers alive)."""
+    data = recvbuf if sendbuf is _IN_PLACE else sendbuf
+    kind = type(data)
+    if kind is _NDARRAY:
+        nbytes = data.nbytes
+    elif kind is _DEVICE_ARRAY[0]:
+        if 0 < data.nbytes < _getattr(comm, _DEVICE_BELOW_ATTR, UNKNOWN)["allreduce"]:
+            call = _small.staged("allreduce", comm, (sendbuf, recvbuf, op))
+            if call is not None:
+                return _staged_request("Iallreduce", comm, call)
+        nbytes = -1
+    else:
+        nbytes = _host_nbytes(data)
+    if 0 <= nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["allreduce"]:
+        _BELOW["Iallreduce"] += 1
+        settle_setup(comm)
+        native_send = _IN_PLACE if sendbuf is recvbuf else sendbuf
+        return NativeRequest(_MPI_IALLREDUCE(comm, native_send, recvbuf, op), keep=(sendbuf, recvbuf))
+    key = enter(comm, "Iallreduce")
+    try:
+        operation = start("Iallreduce", decide.allreduce(comm, sendbuf, recvbuf, op), comm)
+        if operation is None:
+            settle_setup(comm)
+            native_send = decide.in_place_send(sendbuf, recvbuf)
+            return NativeRequest(_MPI_IALLREDUCE(comm, native_send, recvbuf, op), keep=(sendbuf, recvbuf))
+        return Request(operation)
+    finally:
+        leave(key)

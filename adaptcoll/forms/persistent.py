@@ -1,0 +1,182 @@
+"""Persistent collectives: Bcast_init / Reduce_init / Allreduce_init return a `Prequest` to Start()
+many times. The decision and set-up are the one-shot calls' own (`adaptcoll.decision.decide`: buffers parsed,
+trees built, segment plan sized, pool chosen), done once; each Start() only takes a fresh tag base
+from the communicator's tag sequence and posts the protocols.
+
+Settings in force at *_init time apply to every start (a persistent request is a fixed plan). Calls
+adaptcoll does not serve become native MPI persistent requests behind the same interface.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Optional
+
+from mpi4py import MPI
+
+from ..decision import decide
+from ..protocols.operation import Operation
+from ..runtime import counters
+from ..runtime.engine import engine
+from ..runtime.native import Native
+from ..state.comm_state import comm_state, settle_setup
+from .requests import Request
+from .threads import enter, leave
+
+__all__ = ["Prequest", "NativePrequest", "bcast_init", "reduce_init", "allreduce_init"]
+
+_IN_PLACE = MPI.IN_PLACE
+
+Starter = Callable[[], Operation]
+
+
+def _idle() -> Operation:
+    """A completed operation: what an inactive persistent request holds."""
+    op = Operation()
+    op.complete()
+    return op
+
+
+class Prequest(Request):
+    """A persistent adaptcoll collective: Start(), then Test()/Wait() (or Request.Waitall), any number
+    of times; Free() when done. Inactive (never started, or completed) requests test as complete."""
+
+    __slots__ = ("_start", "_keep", "_error", "_comm")
+
+    def __init__(
+        self, start: Starter, keep: Any = None, error: Optional[BaseException] = None, comm: Any = None
+    ) -> None:
+        super().__init__(_idle())
+        self._reported = True  # inactive until started
+        self._start: Optional[Starter] = start
+        self._keep = keep
+        self._error = error
+        self._comm = comm  # for the concurrent-collective check of Start()
+
+    def _finished(self) -> bool:
+        return self._op.done
+
+    def Start(self) -> None:
+        """Begin one more run of the collective (the previous one must have completed)."""
+        if self._start is None:
+            raise ValueError("Start() on a freed persistent request")
+        if not self._finished():
+            raise RuntimeError("Start() on an active persistent request (Wait for it first)")
+        eng = engine()
+        key = enter(self._comm, "Start") if self._comm is not None else None
+        try:
+            with eng.lock:
+                self._op = self._start()
+        finally:
+            leave(key)
+        self._reported = False
+        if self._error is not None:  # a buffer of this rank was bad: the others' data was drained, now report
+            eng.wait_for(self._finished)
+            raise self._error
+
+    def Free(self) -> None:
+        """Release the request (waits for an active run to finish first)."""
+        if not self._finished():
+            engine().wait_for(self._finished)
+        self._start = self._keep = None
+        self._op = _idle()
+
+    @classmethod
+    def Startall(cls, requests: Sequence[Prequest | MPI.Prequest]) -> None:
+        """Start every request in the list (adaptcoll and native persistent requests alike)."""
+        for r in requests:
+            r.Start()
+
+
+class NativePrequest(Prequest):
+    """A native MPI persistent request behind the Prequest interface (for calls adaptcoll does not serve)."""
+
+    __slots__ = ("_req",)
+
+    def __init__(self, req: MPI.Prequest, keep: Any = None) -> None:
+        super().__init__(lambda: Operation(), keep)
+        self._req: Optional[MPI.Prequest] = req
+
+    def _finished(self) -> bool:
+        return self._req is None or bool(self._req.Test())
+
+    def Start(self) -> None:
+        if self._req is None:
+            raise ValueError("Start() on a freed persistent request")
+        self._req.Start()
+        self._reported = False
+
+    def Free(self) -> None:
+        if self._req is not None:
+            engine().wait_for(self._finished)
+            self._req.Free()
+        self._req = self._keep = None
+
+
+# -- the *_init calls: the one-shot calls' decision and set-up, started once per Start() -----------
+def _prequest(
+    name: str,
+    comm: MPI.Intracomm,
+    decide_call: Callable[[], decide.Decision],
+    keep: Any,
+    native: Callable[[], MPI.Prequest],
+) -> Prequest:
+    """A Prequest for a prepared call (each Start() goes through the communicator's set-up queue), or
+    the native persistent request for a Native decision."""
+    key = enter(comm, name)
+    try:
+        decision = decide_call()
+        if isinstance(decision, Native):
+            counters.record(name, decision.reason)
+            if decision.note is not None:
+                counters.note(name, decision.note)
+            if decision.error is not None:
+                raise decision.error
+            settle_setup(comm)
+            return NativePrequest(native(), keep=keep)
+    finally:
+        leave(key)
+    counters.record(name, decision.native_reason, decision.config.label if decision.config is not None else None)
+    if decision.note is not None:
+        counters.note(name, decision.note)
+    state, start = comm_state(comm), decision.start
+    return Prequest(lambda: state.submit(start), keep=keep, error=decision.error, comm=comm)
+
+
+def bcast_init(comm: MPI.Intracomm, buf: Any, root: int = 0, info: MPI.Info = MPI.INFO_NULL) -> Prequest:
+    """comm.Bcast_init(buf, root, info): a persistent broadcast request."""
+    return _prequest(
+        "Bcast_init",
+        comm,
+        lambda: decide.bcast(comm, buf, root),
+        buf,
+        lambda: MPI.Intracomm.Bcast_init(comm, buf, root, info),
+    )
+
+
+def reduce_init(
+    comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, root: int = 0, info: MPI.Info = MPI.INFO_NULL
+) -> Prequest:
+    """comm.Reduce_init(sendbuf, recvbuf, op, root, info): a persistent reduce request."""
+    return _prequest(
+        "Reduce_init",
+        comm,
+        lambda: decide.reduce(comm, sendbuf, recvbuf, op, root),
+        (sendbuf, recvbuf),
+        lambda: MPI.Intracomm.Reduce_init(
+            comm, decide.in_place_send_at_root(comm, sendbuf, recvbuf, root), recvbuf, op, root, info
+        ),
+    )
+
+
+def allreduce_init(
+    comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, info: MPI.Info = MPI.INFO_NULL
+) -> Prequest:
+    """comm.Allreduce_init(sendbuf, recvbuf, op, info): a persistent allreduce request."""
+    return _prequest(
+        "Allreduce_init",
+        comm,
+        lambda: decide.allreduce(comm, sendbuf, recvbuf, op),
+        (sendbuf, recvbuf),
+        lambda: MPI.Intracomm.Allreduce_init(comm, decide.in_place_send(sendbuf, recvbuf), recvbuf, op, info),
+    )

@@ -1,0 +1,540 @@
+"""Communication trees as plain data: each rank's parent and ordered children.
+
+Trees are pure functions of (kind, size, root, params); `build` validates and caches them. Shapes are
+built on virtual ranks v = (rank - root) % size, except "topo" and "two_tree". No MPI here.
+Print one with `python -m adaptcoll.trees --kind binomial --size 8` (the command: `adaptcoll/trees.py`).
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+from .topology import Topology
+
+__all__ = ["KINDS", "SHAPES", "Tree", "build", "build_all", "parse_algorithm", "check_params", "parse_value", "to_dot"]
+
+_DEFAULTS: dict[str, dict[str, Any]] = {
+    "binomial": {},
+    "in_order_binomial": {},
+    "binary": {"fanout": 2},
+    "pipeline": {},
+    "chain": {"chains": 4},
+    "linear": {"fanout": 32},
+    "knomial": {"radix": 4},
+    "topo": {"levels": (), "inner": "binomial", "intra": "binomial"},
+    "two_tree": {"which": 0},
+}
+KINDS: tuple[str, ...] = tuple(_DEFAULTS)
+"""Every tree kind `build` accepts."""
+SHAPES: tuple[str, ...] = tuple(k for k in KINDS if k not in ("topo", "two_tree"))
+"""Kinds usable as the `inner`/`intra` shapes of a "topo" tree."""
+_INT_MIN = {("binary", "fanout"): 1, ("chain", "chains"): 1, ("linear", "fanout"): 1, ("knomial", "radix"): 2}
+
+Params = tuple[tuple[str, Any], ...]
+Children = list[list[int]]
+
+
+# ---------------------------------------------------------------- the Tree value
+
+
+class Tree:
+    """A spanning tree over ranks 0..size-1 rooted at `root`; immutable, hashable by its build arguments."""
+
+    __slots__ = ("kind", "size", "root", "params", "depth", "max_fanout", "_parents", "_children", "_labels")
+
+    def __init__(
+        self, kind: str, size: int, root: int, params: Params, children: Children, labels: tuple[str, ...] | None = None
+    ) -> None:
+        self.kind, self.size, self.root, self.params = kind, size, root, params
+        self._children = tuple(tuple(c) for c in children)
+        self._labels = labels
+        self._parents, self.depth = _check_spanning(size, root, self._children)
+        self.max_fanout = max(len(c) for c in self._children)
+
+    def parent(self, rank: int) -> int | None:
+        """The rank `rank` receives from (None at the root)."""
+        parent = self._parents[self._rank(rank)]
+        return None if parent < 0 else parent
+
+    def children(self, rank: int) -> tuple[int, ...]:
+        """Children of `rank` in the order the parent serves them."""
+        return self._children[self._rank(rank)]
+
+    def subtree(self, rank: int) -> tuple[int, ...]:
+        """All ranks of `rank`'s subtree in depth-first pre-order (rank first, children in order)."""
+        out, stack = [], [self._rank(rank)]
+        while stack:
+            r = stack.pop()
+            out.append(r)
+            stack.extend(reversed(self._children[r]))
+        return tuple(out)
+
+    def is_rank_ordered(self) -> bool:
+        """True if every subtree of r is the range [r, r+len) and r's children ascend with consecutive subtrees.
+
+        This is what a non-commutative reduction needs: folding children in order keeps rank order.
+        It implies root == 0 (e.g. in_order_binomial, knomial and pipeline rooted at 0).
+        """
+        if self.root != 0:
+            return False
+        sizes = [1] * self.size
+        for r in reversed(self._bfs_order()):
+            p = self._parents[r]
+            if p >= 0:
+                sizes[p] += sizes[r]
+        for r in range(self.size):
+            expect = r + 1
+            for c in self._children[r]:
+                if c != expect:
+                    return False
+                expect += sizes[c]
+        return True
+
+    def to_dot(self) -> str:
+        """Graphviz DOT: edges labelled with the child's serving position; topo groups drawn as clusters."""
+        return to_dot((self,))
+
+    def __str__(self) -> str:
+        lines = [self.header(), self._label(self.root)]
+        kids = self._children[self.root]
+        stack = [(c, "", i == len(kids) - 1) for i, c in reversed(list(enumerate(kids)))]
+        while stack:
+            r, prefix, last = stack.pop()
+            lines.append(prefix + ("`-- " if last else "|-- ") + self._label(r))
+            kids = self._children[r]
+            deeper = prefix + ("    " if last else "|   ")
+            stack.extend((c, deeper, i == len(kids) - 1) for i, c in reversed(list(enumerate(kids))))
+        return "\n".join(lines)
+
+    def header(self) -> str:
+        """One line: kind, params, size, root, depth and maximum fan-out."""
+        shown = ", ".join(f"{k}={_show(v)}" for k, v in self.params)
+        kind = f"{self.kind}({shown})" if shown else self.kind
+        return f"{kind} size={self.size} root={self.root} depth={self.depth} max_fanout={self.max_fanout}"
+
+    def __repr__(self) -> str:
+        return f"<Tree {self.header()}>"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Tree) and self._key() == other._key() and self._children == other._children
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def _key(self) -> tuple[str, int, int, Params]:
+        return (self.kind, self.size, self.root, self.params)
+
+    def _rank(self, rank: int) -> int:
+        if not 0 <= rank < self.size:
+            raise ValueError(f"rank {rank!r} out of range for a tree of size {self.size}")
+        return rank
+
+    def _label(self, rank: int) -> str:
+        return f"{rank} {self._labels[rank]}" if self._labels else str(rank)
+
+    def _bfs_order(self) -> list[int]:
+        order = [self.root]
+        for r in order:
+            order.extend(self._children[r])
+        return order
+
+
+def _check_spanning(size: int, root: int, children: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], int]:
+    """Parents (-1 at root) and depth of `children`, checking in O(size) that it is a spanning tree at root."""
+    if len(children) != size:
+        raise RuntimeError(f"tree builder bug: {len(children)} child lists for size {size}")
+    parents = [-2] * size
+    parents[root] = -1
+    for p, kids in enumerate(children):
+        for c in kids:
+            if not 0 <= c < size or c == root or parents[c] != -2:
+                raise RuntimeError(
+                    f"tree builder bug: rank {c} (child of {p}) is out of range, the root or has two parents"
+                )
+            parents[c] = p
+    level, depth, seen = [root], 0, 1
+    while True:
+        level = [c for r in level for c in children[r]]
+        if not level:
+            break
+        depth += 1
+        seen += len(level)
+    if seen != size:
+        raise RuntimeError(f"tree builder bug: only {seen} of {size} ranks reachable from root {root}")
+    return tuple(parents), depth
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, Topology):
+        return str(value)
+    if isinstance(value, tuple):
+        return f"<{len(value)} levels>"
+    return str(value)
+
+
+# ---------------------------------------------------------------- shapes on virtual ranks (root = 0)
+
+
+def _binomial(n: int) -> Children:
+    """ADAPT/Open MPI bmtree: parent = v without its highest bit; children v + mask, mask increasing."""
+    kids: Children = [[] for _ in range(n)]
+    for v in range(1, n):
+        kids[v ^ (1 << (v.bit_length() - 1))].append(v)
+    return kids
+
+
+def _in_order_binomial(n: int) -> Children:
+    """Parent = v without its lowest bit, so each subtree is the contiguous range [v, v + lowbit(v))."""
+    kids: Children = [[] for _ in range(n)]
+    for v in range(1, n):
+        kids[v & (v - 1)].append(v)
+    return kids
+
+
+def _knomial(n: int, radix: int) -> Children:
+    """Parent = v minus its lowest non-zero base-radix digit; children ascend (contiguous subtrees)."""
+    kids: Children = [[] for _ in range(n)]
+    for v in range(1, n):
+        weight = 1
+        while (v // weight) % radix == 0:
+            weight *= radix
+        kids[v - ((v // weight) % radix) * weight].append(v)
+    return kids
+
+
+def _ompi_kary(n: int, fanout: int) -> Children:
+    """Open MPI's k-ary tree (ADAPT binary/linear): level L has k**L ranks; v's children are v + k**L * j."""
+    kids: Children = [[] for _ in range(n)]
+    start, width = 0, 1
+    while start < n:
+        for v in range(start, min(start + width, n)):
+            for j in range(1, fanout + 1):
+                if v + width * j >= n:
+                    break
+                kids[v].append(v + width * j)
+        start += width
+        width *= fanout
+    return kids
+
+
+def _pipeline(n: int) -> Children:
+    return [[v + 1] if v + 1 < n else [] for v in range(n)]
+
+
+def _chain(n: int, chains: int) -> Children:
+    """`chains` near-equal chains of consecutive ranks hanging from the root (longer chains first)."""
+    kids: Children = [[] for _ in range(n)]
+    if n < 2:
+        return kids
+    count = min(chains, n - 1)
+    base, extra = divmod(n - 1, count)
+    start = 1
+    for i in range(count):
+        length = base + (1 if i < extra else 0)
+        kids[0].append(start)
+        for v in range(start, start + length - 1):
+            kids[v].append(v + 1)
+        start += length
+    return kids
+
+
+def _in_order_binary(m: int) -> tuple[int, Children]:
+    """NCCL's in-order binary tree on positions 1..m (index 0 unused): odd positions are the leaves."""
+    kids: Children = [[] for _ in range(m + 1)]
+    for p in range(2, m + 1, 2):
+        half = (p & -p) >> 1
+        kids[p].append(p - half)
+        while half and p + half > m:
+            half >>= 1
+        if half:
+            kids[p].append(p + half)
+    top = 1 << (m.bit_length() - 1)
+    return top, kids
+
+
+def _two_tree(n: int, which: int) -> Children:
+    """Root 0 above NCCL's double binary tree on virtual ranks 1..n-1: tree 1 mirrored or shifted by one.
+
+    Tree 0 is the in-order binary tree (odd positions are leaves); tree 1 moves the rank at position p
+    to m+1-p (m = n-1 even) or p % m + 1 (m odd), so ranks interior in tree 0 are leaves in tree 1.
+    """
+    kids: Children = [[] for _ in range(n)]
+    m = n - 1
+    if m < 1:
+        return kids
+    top, pos_kids = _in_order_binary(m)
+    if which == 0:
+        rank_at = list(range(m + 1))
+    else:  # position q of tree 1 holds the rank that sits at sigma^-1(q) in tree 0
+        sigma = [0] + [(m + 1 - p) if m % 2 == 0 else (p % m + 1) for p in range(1, m + 1)]
+        rank_at = [0] * (m + 1)
+        for p in range(1, m + 1):
+            rank_at[sigma[p]] = p
+    kids[0].append(rank_at[top])
+    for q in range(1, m + 1):
+        kids[rank_at[q]] = [rank_at[c] for c in pos_kids[q]]
+    return kids
+
+
+def _shape(kind: str, n: int, params: dict[str, Any]) -> Children:
+    """Children lists of a single-tree shape on virtual ranks 0..n-1 rooted at 0."""
+    if kind == "binomial":
+        return _binomial(n)
+    if kind == "in_order_binomial":
+        return _in_order_binomial(n)
+    if kind == "binary":
+        return _ompi_kary(n, params["fanout"])
+    if kind == "linear":
+        return _ompi_kary(n, params["fanout"])
+    if kind == "pipeline":
+        return _pipeline(n)
+    if kind == "chain":
+        return _chain(n, params["chains"])
+    if kind == "knomial":
+        return _knomial(n, params["radix"])
+    if kind == "two_tree":
+        return _two_tree(n, params["which"])
+    raise AssertionError(kind)
+
+
+def _topo(size: int, root: int, levels: tuple[tuple[int, ...], ...], inner: str, intra: str) -> Children:
+    """Hierarchical tree: at each level link group leaders with `inner`, then recurse; `intra` innermost.
+
+    Groups in a parent group are ordered by lowest rank, rotated so the leader's own group comes first;
+    a group's leader is the root if it holds it, else its lowest rank. Outer-level edges come first.
+    """
+    inner_kind, inner_params = parse_algorithm(inner)
+    intra_kind, intra_params = parse_algorithm(intra)
+    inner_params = _normalize_params(inner_kind, inner_params)
+    intra_params = _normalize_params(intra_kind, intra_params)
+    kids: Children = [[] for _ in range(size)]
+
+    def link(order: list[int], kind: str, params: dict[str, Any]) -> None:
+        for v, vkids in enumerate(_shape(kind, len(order), params)):
+            kids[order[v]].extend(order[c] for c in vkids)
+
+    work = [(list(range(size)), root, 0)]
+    while work:
+        members, leader, level = work.pop()
+        if level == len(levels):
+            at = members.index(leader)
+            link(members[at:] + members[:at], intra_kind, intra_params)
+            continue
+        split: dict[int, list[int]] = {}
+        for r in members:
+            split.setdefault(levels[level][r], []).append(r)
+        groups = list(split.values())
+        at = next(i for i, g in enumerate(groups) if leader in g)
+        groups = groups[at:] + groups[:at]
+        leaders = [leader] + [g[0] for g in groups[1:]]
+        link(leaders, inner_kind, inner_params)
+        work.extend((g, lead, level + 1) for g, lead in zip(groups, leaders))
+    return kids
+
+
+# ---------------------------------------------------------------- validation, caching, public API
+
+
+def _int(name: str, value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be an int, got {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise ValueError(f"{name} must be an int, got {value!r}") from None
+
+
+def _check_kind(kind: Any, allowed: Sequence[str] = KINDS) -> str:
+    if kind not in allowed:
+        raise ValueError(f"unknown tree kind {kind!r}; valid kinds: {', '.join(allowed)}")
+    return kind
+
+
+def _normalize_params(kind: str, params: dict[str, Any]) -> dict[str, Any]:
+    """`params` with defaults filled in and values checked; ValueError names the valid choices."""
+    valid = _DEFAULTS[kind]
+    for name in params:
+        if name not in valid:
+            choices = ", ".join(valid) or "none"
+            raise ValueError(f"unknown parameter {name!r} for tree kind {kind!r}; valid parameters: {choices}")
+    out = {**valid, **params}
+    for (k, name), low in _INT_MIN.items():
+        if k == kind:
+            out[name] = _int(f"{kind} parameter {name}", out[name])
+            if out[name] < low:
+                raise ValueError(f"{kind} parameter {name} must be an int >= {low}, got {out[name]!r}")
+    if kind == "two_tree" and out["which"] not in (0, 1):
+        raise ValueError(f"two_tree parameter which must be 0 or 1, got {out['which']!r}")
+    if kind == "topo":
+        for name in ("inner", "intra"):
+            if not isinstance(out[name], str):
+                raise ValueError(f"topo parameter {name} must be a shape string such as 'knomial:radix=4'")
+            try:
+                shape, shape_params = parse_algorithm(out[name])
+                _check_kind(shape, SHAPES)
+                _normalize_params(shape, shape_params)
+            except ValueError as exc:
+                raise ValueError(f"topo parameter {name}={out[name]!r}: {exc}") from None
+    return out
+
+
+def check_params(kind: str, params: dict[str, Any]) -> None:
+    """Validate a tree kind and its parameters as a setting gives them (`parse_algorithm`'s output), with
+    no size yet: ValueError naming the valid kinds or parameters. `topo` levels come from the topology
+    (ADAPTCOLL_TOPOLOGY or discovery), not from the algorithm string."""
+    _check_kind(kind)
+    if kind == "topo" and "levels" in params:
+        raise ValueError(
+            "topo levels come from ADAPTCOLL_TOPOLOGY or discovery, not from the algorithm; "
+            "valid parameters here: inner, intra"
+        )
+    _normalize_params(kind, params)
+
+
+def _topo_levels(levels: Any, size: int) -> tuple[tuple[int, ...], ...]:
+    """Per-level group ids from a Topology or a sequence of per-rank id sequences, checked against size."""
+    raw = levels.levels if isinstance(levels, Topology) else levels
+    if isinstance(raw, (str, bytes)):
+        raise ValueError(
+            "topo parameter levels must be a Topology or a tuple of per-level group-id tuples, "
+            "not a string (use adaptcoll.plans.topology.parse)"
+        )
+    try:
+        out = tuple(tuple(_int("group id", g) for g in level) for level in raw)
+    except TypeError:
+        raise ValueError("topo parameter levels must be a Topology or a tuple of per-level group-id tuples") from None
+    for i, level in enumerate(out):
+        if len(level) != size:
+            raise ValueError(f"topo levels[{i}] has {len(level)} group ids but the tree has {size} ranks")
+    return out
+
+
+def build(kind: str = "binomial", size: int = 1, root: int = 0, **params: Any) -> Tree:
+    """The validated, cached tree of `kind` over `size` ranks rooted at `root` (two_tree: tree `which`=0)."""
+    _check_kind(kind)
+    size = _int("size", size)
+    root = _int("root", root)
+    if size < 1:
+        raise ValueError(f"tree size must be >= 1, got {size}")
+    if not 0 <= root < size:
+        raise ValueError(f"root must be in 0..{size - 1}, got {root}")
+    full = _normalize_params(kind, params)
+    if kind == "topo":
+        levels = full["levels"]
+        if not isinstance(levels, Topology):
+            full["levels"] = _topo_levels(levels, size)
+        elif levels.size not in (None, size):
+            raise ValueError(f"topo levels has {levels.size} group ids per level but the tree has {size} ranks")
+    return _build_cached(kind, size, root, tuple(sorted(full.items())))
+
+
+@functools.lru_cache(maxsize=256)
+def _build_cached(kind: str, size: int, root: int, params: Params) -> Tree:
+    args = dict(params)
+    labels = None
+    if kind == "topo":
+        levels = _topo_levels(args["levels"], size)
+        children = _topo(size, root, levels, args["inner"], args["intra"])
+        names = args["levels"].names if isinstance(args["levels"], Topology) else [f"L{i}" for i in range(len(levels))]
+        if levels:
+            labels = tuple("[" + " ".join(f"{n}={lv[r]}" for n, lv in zip(names, levels)) + "]" for r in range(size))
+    else:
+        virtual = _shape(kind, size, args)
+        children = [[] for _ in range(size)]
+        for v, kids in enumerate(virtual):
+            children[(v + root) % size] = [(c + root) % size for c in kids]
+    return Tree(kind, size, root, params, children, labels)
+
+
+def build_all(kind: str = "binomial", size: int = 1, root: int = 0, **params: Any) -> tuple[Tree, ...]:
+    """(tree,) for single-tree kinds; (tree 0, tree 1) for "two_tree" (which may not be given then)."""
+    if kind == "two_tree":
+        if "which" in params:
+            raise ValueError("build_all('two_tree') returns both trees; do not pass which")
+        return tuple(build(kind, size, root, which=w, **params) for w in (0, 1))
+    return (build(kind, size, root, **params),)
+
+
+def parse_value(text: str) -> Any:
+    """A tree parameter's value as written: an int where it parses as one, else the text."""
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def parse_algorithm(spec: str) -> tuple[str, dict[str, Any]]:
+    """Split a setting "kind[:name=value,...]" such as "knomial:radix=4" into (kind, params); ints parsed."""
+    if not isinstance(spec, str):
+        raise ValueError(f"tree algorithm must be a string like 'knomial:radix=4', got {spec!r}")
+    kind, _, rest = spec.strip().partition(":")
+    kind = _check_kind(kind.strip())
+    params: dict[str, Any] = {}
+    if rest.strip():
+        for item in rest.split(","):
+            name, eq, value = item.partition("=")
+            name = name.strip()
+            if not eq or not name:
+                raise ValueError(
+                    f"bad tree parameter {item!r} in {spec!r}; expected kind[:name=value,...], e.g. 'knomial:radix=4'"
+                )
+            if name not in _DEFAULTS[kind]:
+                choices = ", ".join(_DEFAULTS[kind]) or "none"
+                raise ValueError(f"unknown parameter {name!r} for tree kind {kind!r}; valid parameters: {choices}")
+            params[name] = parse_value(value.strip())
+    return kind, params
+
+
+# ---------------------------------------------------------------- DOT rendering
+
+_COLORS = ("black", "red3", "blue3", "darkgreen")
+
+
+def to_dot(trees: Sequence[Tree]) -> str:
+    """One DOT digraph for `trees` over the same ranks (several trees: one edge colour/style per tree)."""
+    first = trees[0]
+    title = " / ".join(t.header() for t in trees)
+    lines = [
+        f'digraph "{first.kind}_P{first.size}_root{first.root}" {{',
+        f'  graph [label="{title}", labelloc=t, fontsize=11];',
+        "  node [shape=circle, fontsize=10];",
+        f"  {first.root} [style=filled, fillcolor=gold];",
+    ]
+    levels: tuple[tuple[int, ...], ...] = ()
+    if first.kind == "topo":
+        levels = _topo_levels(dict(first.params)["levels"], first.size)
+        lines.extend(_clusters(list(range(first.size)), levels, 0, "  ", dict(first.params)["levels"]))
+    for index, tree in enumerate(trees):
+        style = ""
+        if len(trees) > 1:
+            style = f", color={_COLORS[index % len(_COLORS)]}" + (", style=dashed" if index else "")
+        for p in range(tree.size):
+            for pos, c in enumerate(tree.children(p), 1):
+                extra = style
+                crossed = next((i for i, lv in enumerate(levels) if lv[p] != lv[c]), None)
+                if crossed is not None:
+                    extra += f", color={_COLORS[1 + crossed % 3]}, penwidth=2"
+                lines.append(f'  {p} -> {c} [label="{pos}"{extra}];')
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _clusters(
+    members: list[int], levels: tuple[tuple[int, ...], ...], level: int, indent: str, topology: Any, prefix: str = "c"
+) -> list[str]:
+    if level == len(levels):
+        return [indent + "; ".join(map(str, members)) + ";"] if members else []
+    names = topology.names if isinstance(topology, Topology) else [f"L{i}" for i in range(len(levels))]
+    split: dict[int, list[int]] = {}
+    for r in members:
+        split.setdefault(levels[level][r], []).append(r)
+    out = []
+    for gid, group in split.items():
+        name = f"{prefix}_{gid}"
+        out.append(f'{indent}subgraph cluster_{name} {{ label="{names[level]} {gid}";')
+        out.extend(_clusters(group, levels, level + 1, indent + "  ", topology, name))
+        out.append(indent + "}")
+    return out
