@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # Shared helpers for the adaptcoll job scripts: arguments, launcher, binding, dry run.
-# Sourced by smoke.*, osu.* and noise.* (Slurm *.slurm and PBS *.pbs); not run on its own.
+# Sourced by smoke.*, tune.*, osu.* and noise.* (Slurm *.slurm and PBS *.pbs); not run on its own.
 
 # Repository root: ADAPTCOLL_ROOT, else the submit directory, else this file's parent folder.
 adaptcoll_root() {
@@ -116,17 +116,76 @@ describe_job() {
 
 # ---- job bodies --------------------------------------------------------------------------------
 
-# Correctness: adaptcoll vs native Bcast/Reduce/Allreduce on NP ranks (SMOKE_PYTEST=1 adds pytest -k mpi).
+# Correctness and speed on NP ranks: python -m adaptcoll.check (CHECK_MODE=full by default: every algorithm,
+# form, type and op against native MPI, then the speed comparison). Exit status 1 when a case fails.
+# SMOKE_PYTEST=1 adds pytest -k mpi.
 job_smoke() {
     local root
+    local -a extra
     root=$(adaptcoll_root)
+    case "${CHECK_MODE:=full}" in
+        full|quick) ;;
+        *) echo "CHECK_MODE=$CHECK_MODE: expected full or quick" >&2; return 2 ;;
+    esac
+    read -r -a extra <<< "${CHECK_EXTRA:-}"
     launch_prefix
     describe_job
-    run "$RESULTS/smoke.txt" "${LAUNCH[@]}" "$PYTHON" -m mpi4py "$root/jobscripts/smoke_check.py" || return
+    run "$RESULTS/check.txt" "${LAUNCH[@]}" "$PYTHON" -m adaptcoll.check "--$CHECK_MODE" \
+        --json "$RESULTS/check.json" "${extra[@]}" || return
     if [[ "${SMOKE_PYTEST:-0}" == 1 ]]; then
         # pytest-isolate-mpi starts its own mpiexec per test, so pytest itself runs outside the launcher.
         run "$RESULTS/pytest-mpi.txt" "$PYTHON" -m pytest "$root/tests" -k mpi -p no:cacheprovider
     fi
+}
+
+# The table's default place: adaptcoll's cache directory ($XDG_CACHE_HOME/adaptcoll, else
+# ~/.cache/adaptcoll: adaptcoll/tune/files.py), one file per cluster (Slurm's cluster name, the PBS
+# server in the job id, else "cluster"), which each tune job of another shape merges into.
+tuning_default() {
+    local name=${TUNING_NAME:-}
+    if [[ -z "$name" ]]; then
+        name=${SLURM_CLUSTER_NAME:-}
+        [[ -z "$name" && "${PBS_JOBID:-}" == *.* ]] && name=${PBS_JOBID#*.}
+        name=${name%%.*}
+        name=${name:-cluster}
+    fi
+    local cache=${XDG_CACHE_HOME:-}
+    [[ -n "$cache" ]] || cache=$HOME/.cache
+    printf '%s/adaptcoll/tuning-%s.json\n' "$cache" "${name//[^A-Za-z0-9_-]/-}"
+}
+
+usage_tune() {
+    cat <<'USAGE'
+  TUNING_OUT         the table (merged with what it holds; default $XDG_CACHE_HOME/adaptcoll/tuning-NAME.json,
+                     else ~/.cache/adaptcoll/...: must be readable where later jobs run their rank 0)
+  TUNING_NAME        NAME in that default (default: Slurm's cluster name, the PBS server, else 'cluster');
+                     one table per MPI library: tuning with another MPI replaces the file's entries
+  TUNE_SIZES         --sizes (default 4K..64M); TUNE_COLLS --collectives (default all five, comma-separated)
+  TUNE_BUDGET        --budget SECONDS (default 60 per collective); TUNE_EXTRA more adaptcoll.tune flags
+USAGE
+}
+
+# Tuning table: python -m adaptcoll.tune on NP ranks with the job's binding, written (merged) to
+# TUNING_OUT, then printed with 'tune show'; ends with the export line later jobs use.
+job_tune() {
+    local line
+    local -a args extra
+    TUNING_OUT=${TUNING_OUT:-$(tuning_default)}
+    TUNING_OUT=${TUNING_OUT/#\~/$HOME}
+    [[ "$TUNING_OUT" == /* ]] || TUNING_OUT=$PWD/$TUNING_OUT  # later jobs start elsewhere
+    args=(-o "$TUNING_OUT")
+    [[ -n "${TUNE_SIZES:-}" ]] && args+=(--sizes "$TUNE_SIZES")
+    [[ -n "${TUNE_COLLS:-}" ]] && args+=(--collectives "$TUNE_COLLS")
+    [[ -n "${TUNE_BUDGET:-}" ]] && args+=(--budget "$TUNE_BUDGET")
+    read -r -a extra <<< "${TUNE_EXTRA:-}"
+    launch_prefix
+    describe_job
+    run "$RESULTS/tune.txt" "${LAUNCH[@]}" "$PYTHON" -m adaptcoll.tune "${args[@]}" "${extra[@]}" || return
+    run "$RESULTS/tune-show.txt" "$PYTHON" -m adaptcoll.tune show "$TUNING_OUT" || return
+    line="export ADAPTCOLL_TUNING=$(printf '%q' "$TUNING_OUT")"
+    [[ "$DRY_RUN" == 1 ]] || printf '%s\n' "$line" > "$RESULTS/tuning.env"
+    echo "# later jobs on this cluster with this MPI use the table with:" >&2
+    printf '%s\n' "$line"
 }
 
 # osu_args: the OSU flags shared by the sweep and the noise grid, into OSU_ARGS.
