@@ -54,7 +54,7 @@ def main() -> int:
             for b in range(-1, args.blocks):  # block -1: warm-up
                 for k, (_, _, chosen) in enumerate(impls):
                     if chosen is not None:
-                        adaptcoll.settings.use(chosen)
+                        adaptcoll.runtime.settings.use(chosen)
                     world.Barrier()
                     t0 = time.perf_counter()
                     for _ in range(args.calls):

@@ -81,7 +81,7 @@ def worker(args: argparse.Namespace) -> None:
     world = MPI.COMM_WORLD
     comm = adaptcoll.Intracomm(world)
     p, rank = world.Get_size(), world.Get_rank()
-    defaults = adaptcoll.settings.current()
+    defaults = adaptcoll.runtime.settings.current()
     impls: list[tuple[str, Any, Any]] = [("native", None, None)]
     for name in args.impls.split(","):
         if name == "rule":
@@ -93,7 +93,7 @@ def worker(args: argparse.Namespace) -> None:
                     allgather_algorithm=alg, reduce_scatter_algorithm=alg, allgather_native_below=0,
                     reduce_scatter_native_below=0,
                 ):  # fmt: skip
-                    impls.append((f"served seg={seg}", comm, adaptcoll.settings.current()))
+                    impls.append((f"served seg={seg}", comm, adaptcoll.runtime.settings.current()))
     orders = list(itertools.permutations(range(len(impls))))
     comm.Allreduce(MPI.IN_PLACE, np.zeros(1))  # sets the communicator's tuning up (first blocking call)
     rows = []
@@ -110,14 +110,14 @@ def worker(args: argparse.Namespace) -> None:
                 for k in orders[shift % len(orders)]:  # every order in turn: no impl always follows the same one
                     _, c, st = impls[k]
                     if st is not None:
-                        adaptcoll.settings.use(st)
+                        adaptcoll.runtime.settings.use(st)
                     world.Barrier()
                     t0 = time.perf_counter()
                     one_call(MPI, comm, c, coll, send, recv)
                     dt = time.perf_counter() - t0
                     if record:
                         spent[k].append(dt)
-                adaptcoll.settings.use(defaults)
+                adaptcoll.runtime.settings.use(defaults)
 
             for _ in range(args.warmup):
                 round_once(False)

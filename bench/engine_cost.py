@@ -23,15 +23,15 @@ import numpy as np
 
 
 def in_process(repeats: int = 5) -> dict:
-    from adaptcoll import trees
     from adaptcoll.backends.base import ReduceOp
     from adaptcoll.backends.numpy_backend import NumpyBackend
-    from adaptcoll.plan import plan_segments
-    from adaptcoll.pool import SegmentPool
+    from adaptcoll.backends.pool import SegmentPool
+    from adaptcoll.plans import trees
+    from adaptcoll.plans.segments import plan_segments
     from adaptcoll.protocols.bcast import Bcast
     from adaptcoll.protocols.context import OpContext
     from adaptcoll.protocols.reduce import Reduce
-    from adaptcoll.sim import LoopbackWorld
+    from adaptcoll.runtime.loopback import LoopbackWorld
 
     out = {}
     nseg, size = 4000, 4
@@ -70,7 +70,7 @@ def over_mpi(nseg: int = 2000, repeats: int = 7) -> None:
     from mpi4py import MPI
 
     import adaptcoll
-    from adaptcoll.engine import engine
+    from adaptcoll.runtime.engine import engine
 
     world = MPI.COMM_WORLD
     comm = adaptcoll.Intracomm(world)

@@ -35,12 +35,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from adaptcoll import settings
-from adaptcoll.schedule import forest as forest_file
+from adaptcoll.plans import schedule_file as forest_file
+from adaptcoll.runtime import settings
+from adaptcoll.runtime.settings import parse_size
 from adaptcoll.schedule import shapes
 from adaptcoll.schedule.choose import SEGMENTS, choose
 from adaptcoll.schedule.synthesize import synthesize
-from adaptcoll.settings import parse_size
 from adaptcoll.simulate.lockstep import baseline_names, check_applicable, estimated_messages
 from adaptcoll.simulate.noise_setup import parse_noise
 from adaptcoll.simulate.params import DEFAULT_PARAMS, CostParams

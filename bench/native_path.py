@@ -19,7 +19,7 @@ import numpy as np
 from mpi4py import MPI
 
 import adaptcoll
-from adaptcoll.settings import parse_size
+from adaptcoll.runtime.settings import parse_size
 
 
 def _calls(comm: MPI.Intracomm, name: str, a: np.ndarray, b: np.ndarray, n: int) -> float:

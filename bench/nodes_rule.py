@@ -21,8 +21,8 @@ import json
 import sys
 from typing import Any
 
-from adaptcoll import settings
-from adaptcoll.settings import parse_size
+from adaptcoll.runtime import settings
+from adaptcoll.runtime.settings import parse_size
 from adaptcoll.simulate.lockstep import baseline_names, check_applicable, estimated_messages
 from adaptcoll.simulate.params import DEFAULT_PARAMS, CostParams, load_params
 from adaptcoll.simulate.programs import Job, prepare

@@ -23,7 +23,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from adaptcoll.settings import parse_size
+from adaptcoll.runtime.settings import parse_size
 
 __all__ = ["measure", "main"]
 

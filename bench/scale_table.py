@@ -22,8 +22,8 @@ import sys
 import time
 from typing import Any
 
-from adaptcoll import settings
-from adaptcoll.settings import parse_size
+from adaptcoll.runtime import settings
+from adaptcoll.runtime.settings import parse_size
 from adaptcoll.simulate.lockstep import baseline_names, check_applicable, estimated_messages
 from adaptcoll.simulate.noise_setup import parse_noise
 from adaptcoll.simulate.params import DEFAULT_PARAMS, load_params

@@ -25,7 +25,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from adaptcoll.settings import configure, parse_size
+from adaptcoll.runtime.settings import configure, parse_size
 from adaptcoll.simulate import plots
 from adaptcoll.simulate.calibrate import calibrate, simulated_time, validate
 from adaptcoll.simulate.measured import read_engine_cost, read_measurements, read_pingpong

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from adaptcoll import settings
+from adaptcoll.runtime import settings
 from adaptcoll.simulate.noise_setup import parse_noise
 from adaptcoll.simulate.params import CostParams, params_from_dict
 from adaptcoll.simulate.programs import Job

@@ -17,7 +17,7 @@ import cProfile
 import pstats
 import time
 
-from adaptcoll import settings
+from adaptcoll.runtime import settings
 from adaptcoll.simulate.params import DEFAULT_PARAMS
 from adaptcoll.simulate.programs import Job
 from adaptcoll.simulate.run import run_once

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from adaptcoll import settings
+from adaptcoll.runtime import settings
 from adaptcoll.schedule.describe import Description, Link, save
 from adaptcoll.simulate.params import DEFAULT_PARAMS
 from adaptcoll.simulate.programs import Job

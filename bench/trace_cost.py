@@ -27,15 +27,15 @@ import numpy as np
 
 def in_process(repeats: int = 7, nseg: int = 4000, size: int = 4) -> dict[str, tuple[float, float]]:
     """{collective: (plain us per event, traced us per event)} (medians over interleaved repeats)."""
-    from adaptcoll import trees
     from adaptcoll.backends.base import ReduceOp
     from adaptcoll.backends.numpy_backend import NumpyBackend
-    from adaptcoll.plan import plan_segments
-    from adaptcoll.pool import SegmentPool
+    from adaptcoll.backends.pool import SegmentPool
+    from adaptcoll.plans import trees
+    from adaptcoll.plans.segments import plan_segments
     from adaptcoll.protocols.bcast import Bcast
     from adaptcoll.protocols.context import OpContext
     from adaptcoll.protocols.reduce import Reduce
-    from adaptcoll.sim import LoopbackWorld
+    from adaptcoll.runtime.loopback import LoopbackWorld
     from adaptcoll.trace import record
 
     tree = trees.build("binomial", size, 0)
@@ -91,7 +91,7 @@ def over_mpi(nseg: int = 2000, repeats: int = 9) -> None:
     from mpi4py import MPI
 
     import adaptcoll
-    from adaptcoll.engine import engine
+    from adaptcoll.runtime.engine import engine
     from adaptcoll.trace import record
 
     world = MPI.COMM_WORLD

@@ -25,8 +25,8 @@ REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "bench"
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+def _load(name: str, folder: Path = BENCH):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", folder / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
@@ -630,14 +630,14 @@ def test_nodes_rule_params_reach_every_run(tmp_path):
 
 
 def test_fill_and_pace_follows_each_tree_to_the_last_rank(tmp_path):
-    """bench/fill_and_pace.py on 4 nodes x 4 ranks behind 2 NICs with the pinned pair: the traced run takes
+    """bench/studies/fill_and_pace.py on 4 nodes x 4 ranks behind 2 NICs with the pinned pair: the traced run takes
     the simulator's own time; each tree's path runs from the root to the rank that finishes last along
     the tree's edges, every edge carrying that tree's share of the segments, in time order; the fill
     and the busiest rank's messages are what the trace holds."""
     import dataclasses
 
-    from adaptcoll import settings
-    from adaptcoll.schedule import forest as forest_file
+    from adaptcoll.plans import schedule_file as forest_file
+    from adaptcoll.runtime import settings
     from adaptcoll.schedule import shapes
     from adaptcoll.schedule.synthesize import synthesize
     from adaptcoll.simulate.params import DEFAULT_PARAMS
@@ -645,7 +645,7 @@ def test_fill_and_pace_follows_each_tree_to_the_last_rank(tmp_path):
     from adaptcoll.simulate.routes import Routes
     from adaptcoll.simulate.run import run_once
 
-    fp = _load("fill_and_pace")
+    fp = _load("fill_and_pace", BENCH / "studies")
     d = shapes.nic_nodes(4, 4, nics=2)
     schedule = synthesize(d, "bcast", 0, trees=2, method="pinned").schedule
     trees = [t.children for t in schedule.forest(0).trees]

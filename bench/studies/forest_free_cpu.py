@@ -1,7 +1,11 @@
-"""Forests against two_tree with the simulator's CPU costs as built in and with free CPU, on small
-versions of issue 22's topologies: do the forests win where only the links bind? (bench/RESULTS.md)
+"""Question: do the synthesized forests beat two_tree where only the links bind?
+Answer: bench/RESULTS.md, "Synthesized forests against the fixed shapes on described networks (issue 22,
+simulated)".
 
-    python bench/forest_free_cpu.py            # ~1 min
+Forests against two_tree with the simulator's CPU costs as built in and with free CPU, on small
+versions of issue 22's topologies.
+
+    python bench/studies/forest_free_cpu.py            # ~1 min
 """
 
 from __future__ import annotations
@@ -10,11 +14,11 @@ import dataclasses
 import tempfile
 from pathlib import Path
 
-from adaptcoll import settings
-from adaptcoll.schedule import forest as forest_file
+from adaptcoll.plans import schedule_file as forest_file
+from adaptcoll.runtime import settings
+from adaptcoll.runtime.settings import parse_size
 from adaptcoll.schedule import shapes
 from adaptcoll.schedule.synthesize import synthesize
-from adaptcoll.settings import parse_size
 from adaptcoll.simulate.params import DEFAULT_PARAMS
 from adaptcoll.simulate.programs import Job
 from adaptcoll.simulate.routes import Routes

@@ -1,7 +1,10 @@
-"""Per-call cost of persistent collectives (Bcast_init / Allreduce_init, Start+Wait) against calling
+"""Question: how much do persistent collectives save per call against calling the collective each time?
+Answer: bench/RESULTS.md, "Other experiments" (persistent requests, issue 3).
+
+Per-call cost of persistent collectives (Bcast_init / Allreduce_init, Start+Wait) against calling
 Bcast / Allreduce each time, both served by adaptcoll, 1 KiB .. 1 MiB.
 
-    timeout 300 mpiexec -n 2 python bench/persistent.py [--iters 400] [--sizes 1K,4K,...] [--json out.json]
+    timeout 300 mpiexec -n 2 python bench/studies/persistent.py [--iters 400] [--sizes 1K,4K,...] [--json out.json]
 
 Each size alternates blocks of the two forms (so drifting machine load hits both alike) and reports
 the median per-call time of each form and the saving per call.
@@ -17,7 +20,7 @@ import numpy as np
 from mpi4py import MPI
 
 import adaptcoll
-from adaptcoll.settings import parse_size
+from adaptcoll.runtime.settings import parse_size
 
 SIZES = "1K,4K,16K,64K,256K,1M"
 

@@ -1,11 +1,14 @@
-"""mpi4py's own `demo/osu_bcast.py` (`comm.Bcast([buf, size, MPI.BYTE], 0)` on an mmap), run unchanged
+"""Question: what does `python -m adaptcoll` cost mpi4py's own OSU Bcast demo, run unchanged?
+Answer: bench/RESULTS.md, "The native route per buffer form (issue 23, defect 5)".
+
+mpi4py's own `demo/osu_bcast.py` (`comm.Bcast([buf, size, MPI.BYTE], 0)` on an mmap), run unchanged
 under plain `python` and under `python -m adaptcoll`, whole launches interleaved (A B A B ...).
 
 Per size: the median latency of each over the launches, the difference adaptcoll - mpi4py (us) and the
 ratio. The demo comes from the installed mpi4py's sdist (`--demo PATH`, or the sdist that
 tests/mpi4py_suite.py fetches and caches).
 
-Usage: python bench/osu_demo.py [--ranks 2] [--launches 5] [--demo PATH] [--json]
+Usage: python bench/studies/osu_demo.py [--ranks 2] [--launches 5] [--demo PATH] [--json]
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _demo_path(given: str | None) -> Path:

@@ -1,18 +1,22 @@
-"""adaptcoll's binomial Bcast 16 MiB against the lock-step binomial on a flat switch and on small fat trees,
+"""Question: is adaptcoll's loss to lock-step on described networks the link-sharing model or the tree's placement?
+Answer: bench/RESULTS.md, "The tool's CPU-aware choice (issue 22, continued)", the caveat on the network
+model.
+
+adaptcoll's binomial Bcast 16 MiB against the lock-step binomial on a flat switch and on small fat trees,
 simulated with max-min fair link sharing (the simulator's model) and with the earlier bottleneck model
 (each message at its equal share of its most crowded link): how much of adaptcoll's loss on described
 networks is its all-at-once sends under fair sharing (the flat switch, where both models agree for these
 sends), how much was the bottleneck model's departure from max-min fairness (the fat trees: little), and
 how much is the tree's placement: adaptcoll's `binomial` (Open MPI's bmtree, children v + 2^k above v's
 highest bit) has every rank of a node send across the node's NIC at once, `in_order_binomial` (each
-subtree a contiguous range of ranks, as MPICH's) only one rank per node. bench/RESULTS.md, issue 22.
+subtree a contiguous range of ranks, as MPICH's) only one rank per node.
 
-    python bench/topology_sharing_check.py        # ~1 min
+    python bench/studies/topology_sharing_check.py        # ~1 min
 """
 
 from __future__ import annotations
 
-from adaptcoll import settings
+from adaptcoll.runtime import settings
 from adaptcoll.schedule import shapes
 from adaptcoll.simulate.params import DEFAULT_PARAMS
 from adaptcoll.simulate.programs import Job

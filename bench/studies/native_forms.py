@@ -1,4 +1,7 @@
-"""Per-call cost of a call adaptcoll hands to native MPI, for every buffer form, against plain mpi4py.
+"""Question: does a call adaptcoll hands to native MPI cost what plain mpi4py costs, for every buffer form?
+Answer: bench/RESULTS.md, "The native route per buffer form (issue 23, defect 5)".
+
+Per-call cost of a call adaptcoll hands to native MPI, for every buffer form, against plain mpi4py.
 
 For each buffer form (ndarray, `[buf, datatype]`, `[buf, count, datatype]`, `[buf, (count, displ),
 datatype]`, bytearray, mmap, host DLPack and host `__cuda_array_interface__` objects, the last two also
@@ -8,7 +11,7 @@ Intracomm in blocks of `--calls` back-to-back calls (A B A B ...); the median pe
 here is below the shipped thresholds at this rank count, so every adaptcoll call goes native (checked:
 stats() must show no served call). Repeat whole launches to see the launch-to-launch spread.
 
-Usage: mpiexec -n 2 -bind-to core python bench/native_forms.py [--sizes 0,4K,64K] [--calls 1000]
+Usage: mpiexec -n 2 -bind-to core python bench/studies/native_forms.py [--sizes 0,4K,64K] [--calls 1000]
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import numpy as np
 from mpi4py import MPI
 
 import adaptcoll
-from adaptcoll.settings import parse_size
+from adaptcoll.runtime.settings import parse_size
 
 
 class HostDLPack:

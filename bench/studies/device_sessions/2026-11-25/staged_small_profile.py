@@ -1,9 +1,14 @@
-"""Small CuPy calls below the device threshold (staged whole) against the hand-staged path, and a profile.
+"""Question: why were small CuPy calls below the device threshold slower than staging by hand?
+Answer: bench/RESULTS.md, "GPU and 8/16 ranks re-measured on a GPU + 16-core node (2026-11-25)", "Below
+the threshold" (output: bench/results/device_2026-11-25/gpu/prof_rank*.txt).
 
-    OUT=dir mpiexec -n 2 -bind-to core python staged_small_profile.py   # writes dir/prof_rank{0,1}.txt
+Small CuPy calls below the device threshold (staged whole) against the hand-staged path, and a profile.
 
-Run on the H100 node on 2026-11-25 (bench/RESULTS.md, "GPU re-measured"); 4 KiB float32, 300 calls
-after a barrier each, medians.
+    OUT=dir mpiexec -n 2 -bind-to core python bench/studies/device_sessions/2026-11-25/staged_small_profile.py
+    # writes dir/prof_rank{0,1}.txt
+
+Run on the H100 node on 2026-11-25; 4 KiB float32, 300 calls after a barrier each, medians. The decision's
+module moved since (adaptcoll.decide, now adaptcoll.decision.decide); nothing else changed.
 """
 
 import cProfile
@@ -17,7 +22,7 @@ import numpy as np
 from mpi4py import MPI
 
 import adaptcoll
-from adaptcoll import decide
+from adaptcoll.decision import decide
 
 world = MPI.COMM_WORLD
 rank = world.Get_rank()

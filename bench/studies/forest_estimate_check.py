@@ -1,9 +1,13 @@
-"""The schedule tool's time estimate (adaptcoll.schedule.cost) against the simulator, on small versions of
+"""Question: how close is the schedule tool's time estimate to the simulator, and does its pick do well there?
+Answer: bench/RESULTS.md, "The tool's CPU-aware choice (issue 22, continued)" (re-run in "Send order,
+NIC-first entries, ... (issue 22, 2026-11-26)").
+
+The schedule tool's time estimate (adaptcoll.schedule.cost) against the simulator, on small versions of
 issue 22's topologies: fixed shapes (as the library runs them) and synthesized forests, each collective,
 several segment sizes; per row the simulated and estimated ms and their ratio, then per call which
 candidate the estimate picks (3 % margin for forests) and how it does in the simulator (docs/schedules.md).
 
-    python bench/forest_estimate_check.py            # ~3 min CPU
+    python bench/studies/forest_estimate_check.py            # ~3 min CPU
 """
 
 from __future__ import annotations
@@ -12,14 +16,14 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from adaptcoll import settings
-from adaptcoll.schedule import forest as forest_file
+from adaptcoll.plans import schedule_file as forest_file
+from adaptcoll.runtime import settings
+from adaptcoll.runtime.settings import parse_size
 from adaptcoll.schedule import shapes
 from adaptcoll.schedule.choose import fixed_trees
 from adaptcoll.schedule.cost import estimate
 from adaptcoll.schedule.network import Network
 from adaptcoll.schedule.synthesize import synthesize
-from adaptcoll.settings import parse_size
 from adaptcoll.simulate.params import DEFAULT_PARAMS
 from adaptcoll.simulate.programs import Job
 from adaptcoll.simulate.routes import Routes

@@ -1,4 +1,8 @@
-"""Where a simulated Bcast spends its time: the pipeline's fill and its pace, from one traced run.
+"""Question: where does a simulated Bcast spend its time, in the pipeline's fill or in its pace?
+Answer: bench/RESULTS.md, "Where the time goes at 4096 ranks; windows; the link model and the rule's
+evidence (issue 22, third session of 2026-11-26)".
+
+The fill and the pace of one simulated Bcast, from one traced run.
 
 For one Bcast from rank 0 over a described network (`--topology`, adaptcoll.topology/1) it prints the time, when
 the first segment reaches the ranks (median and last: the fill), the rank that finishes last and how far
@@ -10,8 +14,8 @@ settings come from the environment (ADAPTCOLL_BCAST_SEND_WINDOW, ...), as for `a
 
     python -m adaptcoll.schedule describe nic --nodes 512 --ranks-per-node 8 --nics 2 -o nic512.json
     python -m adaptcoll.schedule --topology nic512.json --collective bcast --method pinned -o pin512.json
-    python bench/fill_and_pace.py --topology nic512.json --algorithm forest:pin512.json --segment 512K
-    python bench/fill_and_pace.py ... --params bench/results/simulate/params_pair.json --segment 768K
+    python bench/studies/fill_and_pace.py --topology nic512.json --algorithm forest:pin512.json --segment 512K
+    python bench/studies/fill_and_pace.py ... --params bench/results/simulate/params_pair.json --segment 768K
 """
 
 from __future__ import annotations
@@ -23,10 +27,11 @@ import statistics
 import sys
 from dataclasses import dataclass
 
-from adaptcoll import forests, settings
+from adaptcoll.plans import forests
+from adaptcoll.plans import schedule_file as forest_file
+from adaptcoll.runtime import settings
+from adaptcoll.runtime.settings import parse_size
 from adaptcoll.schedule import describe
-from adaptcoll.schedule import forest as forest_file
-from adaptcoll.settings import parse_size
 from adaptcoll.simulate.params import DEFAULT_PARAMS, CostParams, load_params
 from adaptcoll.simulate.programs import Job
 from adaptcoll.simulate.routes import Routes

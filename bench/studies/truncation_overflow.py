@@ -1,9 +1,12 @@
-"""Does the MPI library write past a receive buffer when the message is longer (MPI_ERR_TRUNCATE)?
+"""Question: does the MPI library write past a receive buffer when the message is longer (MPI_ERR_TRUNCATE)?
+Answer: bench/RESULTS.md, "Things measured here that surprised us (and what they turned out to be)"
+(issue 20).
+
 Rank 1 sends `sent` bytes, rank 0 posts `posted` bytes inside a zeroed array twice as long and counts
 the bytes written beyond the posted receive. MPICH 5.0.2: 0 everywhere; Open MPI 5.0.11 (ob1): the
-whole message above the eager size (bench/RESULTS.md, issue 20).
+whole message above the eager size.
 
-    mpiexec -n 2 python bench/truncation_overflow.py
+    mpiexec -n 2 python bench/studies/truncation_overflow.py
 """
 
 import numpy as np
