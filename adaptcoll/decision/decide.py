@@ -46,7 +46,8 @@ from ..protocols.context import OpContext
 from ..protocols.links import run_all, start_on_links
 from ..protocols.operation import Operation
 from ..protocols.reduce import Reduce
-from ..runtime import settings
+from ..runtime import compiled, settings
+from ..runtime.engine import engine
 from ..runtime.native import (
     ALGORITHM_NATIVE,
     BELOW_THRESHOLD,
@@ -98,6 +99,8 @@ class Prepared:
     run: Optional[Callable[[], None]] = None
     note: Optional[str] = None
     config: Optional[CallConfig] = None
+    engine: Optional[str] = None
+    """Which engine runs the protocols ("compiled" or "python"; None: no protocols of adaptcoll's)."""
 
 
 Decision = Union[Prepared, Native]
@@ -234,6 +237,7 @@ def _started(
     root: Optional[int],
     loads: Sequence[Optional[_Callback]] = (),
     stores: Sequence[Optional[_Callback]] = (),
+    compiled_call: Optional[compiled.CompiledCall] = None,
 ) -> Callable[[], Operation]:
     """The start function of a prepared call: fresh tags, one protocol per tree link, tags tracked.
 
@@ -254,8 +258,11 @@ def _started(
         for load in fill:
             load()
         plan = st.take_tags(shape)
+        trace = settings.current().trace
+        if compiled_call is not None and not trace:
+            return _start_compiled(st, compiled_call, links[0], keep, plan, finish, collective, root)
         ctx, one = base.with_plan(plan), start_one
-        if settings.current().trace:  # ADAPTCOLL_TRACE: tracing transport and backend for this operation
+        if trace:  # ADAPTCOLL_TRACE: tracing transport and backend for this operation
             ctx, one = traced(st, ctx, start_one)
         operation = Operation(keep)
         st.transport.start_operation(
@@ -268,6 +275,57 @@ def _started(
         return st.track(plan, operation)
 
     return start
+
+
+def _start_compiled(
+    st: CommState,
+    call: compiled.CompiledCall,
+    links: list[Link],
+    keep: Any,
+    plan: SegmentPlan,
+    finish: Optional[_Callback],
+    collective: str,
+    root: Optional[int],
+) -> Operation:
+    """Start a prepared call on the compiled progress path: one call into C with this start's tags."""
+    if call.links is None:
+        call.set_links(links)
+    eng = engine()
+    comp = eng.compiled
+    if comp is None:
+        lib = compiled.library()
+        assert lib is not None, "a CompiledCall exists only where the library is loaded"
+        comp = eng.compiled = compiled.engine_for(lib)
+    operation = Operation(keep)
+
+    def done() -> None:
+        try:
+            if finish is not None:
+                finish()
+        finally:
+            operation.complete()
+
+    transport = st.transport
+
+    def post() -> None:
+        assert transport.comm is not None
+        comp.start(call, plan.tag_base, plan.tag_space, transport.comm.handle, operation, done)
+
+    transport.start_operation(operation, collective, root, plan, post)
+    return st.track(plan, operation)
+
+
+def _compiled_call(
+    kind: int, local: Any, target: Any, base: OpContext, on_device: bool, op_name: str = ""
+) -> Optional[compiled.CompiledCall]:
+    """The compiled progress path's share of a host call it serves (see compiled.prepare), else None."""
+    if on_device or settings.current().trace or settings.current().engine == "python":
+        return None
+    return compiled.prepare(kind, local, target, base.plan, base, op_name)
+
+
+def _engine_name(call: Optional[compiled.CompiledCall]) -> str:
+    return "python" if call is None else "compiled"
 
 
 def _node_level(
@@ -337,8 +395,9 @@ def bcast(comm: MPI.Intracomm, buf: Any, root: Any, blocking: bool = False) -> D
     def start_one(ctx: OpContext, link: Link, done: _Callback) -> None:
         Bcast(ctx, link.parent, link.children, data, link.segs, done).start()
 
-    started_trees = _started(st, make_links, buf, base, start_one, "Bcast", root, loads, stores)
-    return Prepared(started_trees, msg.error, note=note, config=call)
+    fast = _compiled_call(compiled.BCAST, data, None, base, on_device)
+    started_trees = _started(st, make_links, buf, base, start_one, "Bcast", root, loads, stores, fast)
+    return Prepared(started_trees, msg.error, note=note, config=call, engine=_engine_name(fast))
 
 
 # -- reduce ---------------------------------------------------------------------------------------
@@ -424,8 +483,11 @@ def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, root: Any, 
     def start_one(ctx: OpContext, link: Link, done: _Callback) -> None:
         Reduce(ctx, link.parent, link.children, local, target, rop, link.segs, done).start()
 
-    started_trees = _started(st, make_links, (sendbuf, recvbuf), base, start_one, "Reduce", root, loads, stores)
-    return Prepared(started_trees, error, note=note, config=call)
+    fast = (
+        None if rop.user_fold is not None else _compiled_call(compiled.REDUCE, local, target, base, on_device, rop.name)
+    )
+    started_trees = _started(st, make_links, (sendbuf, recvbuf), base, start_one, "Reduce", root, loads, stores, fast)
+    return Prepared(started_trees, error, note=note, config=call, engine=_engine_name(fast))
 
 
 def _root_target(
@@ -560,10 +622,13 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, blocking
         else:
             Allreduce(ctx, link.parent, link.children, local, result, rop, link.segs, done).start()
 
+    fast = None
+    if by_blocks is None and rop.user_fold is None:
+        fast = _compiled_call(compiled.ALLREDUCE, local, result, base, on_device, rop.name)
     started_trees = _started(
-        st, make_links, (sendbuf, recvbuf), base, start_one, "Allreduce", None, loads, [rmsg.store]
+        st, make_links, (sendbuf, recvbuf), base, start_one, "Allreduce", None, loads, [rmsg.store], fast
     )
-    return Prepared(started_trees, error, note=note, config=call)
+    return Prepared(started_trees, error, note=note, config=call, engine=_engine_name(fast))
 
 
 def _block_shape(

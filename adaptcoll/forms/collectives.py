@@ -88,7 +88,9 @@ def start(name: str, decision: decide.Decision, comm: MPI.Intracomm, blocking: b
     eng = engine()
     with eng.lock:
         operation = comm_state(comm).submit(decision.start)
-    _record(name, decision.native_reason, decision.config.label if decision.config is not None else None)
+    _record(
+        name, decision.native_reason, decision.config.label if decision.config is not None else None, decision.engine
+    )
     if decision.note is not None:
         counters.note(name, decision.note)
     if decision.error is not None:
@@ -287,3 +289,8 @@ def iallreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM) 
         return Request(operation)
     finally:
         leave(key)
+
+
+def _label(decision: Any) -> Optional[str]:
+    """The configuration label stats() counts a served call under."""
+    return decision.config.label if decision.config is not None else None

@@ -136,7 +136,9 @@ def _prequest(
             return NativePrequest(native(), keep=keep)
     finally:
         leave(key)
-    counters.record(name, decision.native_reason, decision.config.label if decision.config is not None else None)
+    counters.record(
+        name, decision.native_reason, decision.config.label if decision.config is not None else None, decision.engine
+    )
     if decision.note is not None:
         counters.note(name, decision.note)
     state, start = comm_state(comm), decision.start
@@ -180,3 +182,8 @@ def allreduce_init(
         (sendbuf, recvbuf),
         lambda: MPI.Intracomm.Allreduce_init(comm, decide.in_place_send(sendbuf, recvbuf), recvbuf, op, info),
     )
+
+
+def _label(decision: Any) -> Optional[str]:
+    """The configuration label stats() counts a served call under."""
+    return decision.config.label if decision.config is not None else None

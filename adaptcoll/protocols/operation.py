@@ -17,7 +17,7 @@ class Operation:
     with `error` set, which whoever waits on it raises. `info` is the engine's description of it.
     """
 
-    __slots__ = ("done", "keep", "on_done", "error", "info")
+    __slots__ = ("done", "keep", "on_done", "error", "info", "cancel")
 
     def __init__(self, keep: Any = None) -> None:
         self.done = False
@@ -25,6 +25,9 @@ class Operation:
         self.on_done: Optional[Callable[[], None]] = None
         self.error: Optional[BaseException] = None
         self.info: Any = None
+        self.cancel: Optional[Callable[[], None]] = None
+        """Stops work the Python engine does not see when the operation fails (a compiled operation's
+        requests, adaptcoll.runtime.compiled); called by the engine's `_fail`."""
 
     def complete(self) -> None:
         """Called by the protocol when this rank's part is finished."""

@@ -28,18 +28,24 @@ below: defaultdict[str, int] = defaultdict(int)
 cost of counting there (stats() reports them under BELOW_THRESHOLD_REASON)."""
 _configs: dict[tuple[str, str], int] = {}
 """(collective, configuration label) -> calls adaptcoll served with that configuration."""
+_engines: dict[tuple[str, str], int] = {}
+"""(collective, engine) -> calls whose protocols ran on that engine ("compiled" or "python")."""
 _tuning_notes: dict[str, None] = {}
 """How the communicators' tuning was resolved (table, nearest measured size, shipped rule), in order."""
 
 
-def record(name: str, native_reason: str | None = None, config: str | None = None) -> None:
+def record(name: str, native_reason: str | None = None, config: str | None = None, engine: str | None = None) -> None:
     """Count one call of collective `name`, served by adaptcoll unless `native_reason` is given
-    (`config`: the label of the configuration it was served with)."""
+    (`config`: the label of the configuration it was served with; `engine`: "compiled" or "python",
+    the engine that ran its protocols)."""
     key = (name, native_reason)
     _counts[key] = _counts.get(key, 0) + 1
     if config is not None:
         ckey = (name, config)
         _configs[ckey] = _configs.get(ckey, 0) + 1
+    if engine is not None:
+        ekey = (name, engine)
+        _engines[ekey] = _engines.get(ekey, 0) + 1
 
 
 def tuning_note(text: str) -> None:
@@ -53,7 +59,14 @@ def tuning_notes() -> list[str]:
 
 
 def _row() -> dict[str, Any]:
-    return {"adaptcoll": 0, "native": 0, "native_reasons": {}, "configs": {}, "tuning": list(_tuning_notes)}
+    return {
+        "adaptcoll": 0,
+        "native": 0,
+        "native_reasons": {},
+        "configs": {},
+        "engines": {},
+        "tuning": list(_tuning_notes),
+    }
 
 
 _notes: dict[tuple[str, str], int] = {}
@@ -68,8 +81,9 @@ def note(name: str, text: str) -> None:
 
 def stats() -> dict[str, dict[str, Any]]:
     """{collective: {"adaptcoll": n, "native": m, "native_reasons": {reason: k}, "configs": {label: k},
-    "tuning": [notes]}} for this process, plus "notes": {note: k} where served calls carried one (why the
-    shm node level was not used). `configs` counts the served calls per configuration (its label ends
+    "engines": {"compiled" or "python": k}, "tuning": [notes]}} for this process, plus "notes": {note: k}
+    where served calls carried one (why the shm node level was not used). `engines` counts the served
+    calls by the engine that ran their protocols. `configs` counts the served calls per configuration (its label ends
     with where it came from: [table], [table~4] = the nearest measured communicator size, 4 ranks,
     [defaults], [settings]); `tuning` says how the communicators' tables were resolved."""
     out: dict[str, dict[str, Any]] = {}
@@ -91,6 +105,9 @@ def stats() -> dict[str, dict[str, Any]]:
     for (name, label), n in sorted(_configs.items()):
         if name in out:
             out[name]["configs"][label] = n
+    for (name, engine), n in sorted(_engines.items()):
+        if name in out:
+            out[name]["engines"][engine] = n
     return out
 
 
@@ -100,6 +117,7 @@ def reset_stats() -> None:
     below.clear()
     _notes.clear()
     _configs.clear()
+    _engines.clear()
 
 
 def format_table(data: dict[str, dict[str, Any]] | None = None) -> str:
@@ -111,5 +129,7 @@ def format_table(data: dict[str, dict[str, Any]] | None = None) -> str:
         lines.append(f"{name:<22}{row['adaptcoll']:>10}{row['native']:>8}  {why}")
         for label, n in row.get("configs", {}).items():
             lines.append(f"{'':<22}{n:>10}{'':>8}  served with {label}")
+        for engine, n in row.get("engines", {}).items():
+            lines.append(f"{'':<22}{n:>10}{'':>8}  on the {engine} engine")
     lines.extend(f"tuning: {text}" for text in tuning_notes())
     return "\n".join(lines)

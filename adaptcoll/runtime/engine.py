@@ -121,6 +121,10 @@ class Engine:
         self.events = 0
         self._stall_mark: tuple[int, int, int] = (-1, 0, 0)
         self._stall_since = 0.0
+        self.compiled: Any = None
+        """The compiled half (adaptcoll.runtime.compiled.CompiledEngine) once a compiled operation started:
+        each sweep sweeps its requests too, and completes or fails the operations that finished there."""
+        self.compiled_events = 0
 
     @property
     def lock(self) -> threading.RLock:
@@ -138,13 +142,14 @@ class Engine:
 
     @property
     def pending(self) -> int:
-        """Number of MPI requests and polls still outstanding."""
-        return len(self._reqs) + len(self._watches)
+        """Number of MPI requests and polls still outstanding (a running compiled operation counts one)."""
+        comp = self.compiled
+        return len(self._reqs) + len(self._watches) + (len(comp.ops) if comp is not None else 0)
 
     def quiet(self) -> bool:
         """True when no operation needs this rank's progress: nothing pending, or only requests left
         behind by finished operations (sends of a failed operation that its peers will never receive)."""
-        if self._watches:
+        if self._watches or (self.compiled is not None and self.compiled.ops):
             return False
         for entry in self._entries:
             owner = entry[2]
@@ -216,6 +221,9 @@ class Engine:
                             entries[i] = last_entry
             if self._watches:
                 error = self._poll_watches(fired) or error
+            comp = self.compiled
+            if comp is not None and comp.ops and self._sweep_compiled(comp, not (fired or reqs or self._watches)):
+                fired.append((_noop, -1, None, -1, -1))
             if not fired:
                 self.idle_sweeps += 1
                 if not self.idle_sweeps % IDLE_WORK_EVERY:
@@ -242,6 +250,28 @@ class Engine:
             if error is not None:
                 raise error
             return True
+
+    def _sweep_compiled(self, comp: Any, alone: bool) -> bool:
+        """Sweep the compiled operations' requests (many sweeps in C when nothing else is pending, one
+        otherwise), then complete or fail those that finished; returns whether anything moved."""
+        events, finished = comp.sweep(16, 1 << 16) if alone else comp.sweep(1, 64)
+        self.compiled_events += events
+        previous = self.owner
+        for operation, handle, on_done, error in finished:
+            self.owner = operation
+            try:
+                if error is not None:
+                    if operation is not None:
+                        self._fail(operation, error)
+                elif operation is not None and not operation.done:
+                    try:
+                        on_done()
+                    except Exception as exc:
+                        self._fail(operation, exc)
+            finally:
+                comp.release(handle)
+        self.owner = previous
+        return bool(events or finished)
 
     def _poll_watches(self, fired: list[Entry]) -> Optional[BaseException]:
         watches = self._watches
@@ -282,6 +312,9 @@ class Engine:
         written into its buffers any more) and, if `notify`, tell the other ranks of its communicator."""
         if not owner.fail(error):
             return
+        cancel = getattr(owner, "cancel", None)
+        if cancel is not None:
+            cancel()
         reqs, entries = self._reqs, self._entries
         for i, entry in enumerate(entries):
             if entry[2] is owner:
@@ -327,8 +360,9 @@ class Engine:
 
     def _watchdog(self, limit: float) -> None:
         now = time.monotonic()
-        mark = (self.events, len(self._reqs), len(self._watches))
-        if mark != self._stall_mark or not (self._reqs or self._watches):
+        comp = self.compiled
+        mark = (self.events + self.compiled_events, len(self._reqs), len(self._watches))
+        if mark != self._stall_mark or not (self._reqs or self._watches or (comp is not None and comp.ops)):
             self._stall_mark, self._stall_since = mark, now
             return
         if now - self._stall_since < limit:
@@ -366,6 +400,19 @@ class Engine:
             seg = f"segment {info.segment(tag)} " if isinstance(info, OpInfo) and tag >= 0 else ""
             size = f", {want} B" if want >= 0 else ""
             lines.append(f"    {what} rank {peer}: {seg}(tag {tag}{size})")
+        comp = self.compiled
+        if comp is not None and comp.ops:
+            for handle, is_recv, peer, tag, want in comp.pending():
+                owner = comp.ops.get(handle, (None,))[0]
+                if owner is None or owner.error is not None:
+                    continue
+                info = getattr(owner, "info", None)
+                if isinstance(info, OpInfo) and info.reported:
+                    continue
+                what = "receive from" if is_recv else "send to"
+                seg = f"segment {info.segment(tag)} " if isinstance(info, OpInfo) else ""
+                size = f", {want} B" if is_recv else ""
+                by_owner.setdefault(id(owner), (owner, []))[1].append(f"    {what} rank {peer}: {seg}(tag {tag}{size})")
         for _poll, _cb, owner in self._watches:
             if owner is not None and owner.error is None:
                 info = getattr(owner, "info", None)

@@ -54,6 +54,10 @@ BLOCK_COLLECTIVES = ("allgather", "reduce_scatter")
 """Allgather and Reduce_scatter(_block): served by the ring (adaptcoll.blocks), never by trees."""
 BLOCK_COLLECTIVE_ALGORITHMS = ("ring", "native")
 SYNC_MODES = ("first", "all", "none")
+ENGINES = ("auto", "python", "compiled")
+"""ADAPTCOLL_ENGINE: `auto` runs the compiled progress path where it builds and matches the MPI library
+mpi4py loaded (else the Python engine, with one warning), `python` never builds it, `compiled` makes
+its absence an error (adaptcoll.runtime.compiled)."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,7 @@ class Settings:
     reduce_scatter_algorithm: str = "ring"
     allgather_native_below: int = -1
     reduce_scatter_native_below: int = -1
+    engine: str = "auto"  # auto: the compiled progress path where it builds and matches MPI; python; compiled
     explicit: tuple[str, ...] = ()
     """The fields set explicitly (ADAPTCOLL_* variable, configure(), python -m adaptcoll option): they win
     over the tuning table; the others are chosen per call by the table or the shipped rule (adaptcoll.tune)."""
@@ -334,6 +339,11 @@ def _parse_field(field: str, value: Any, name: str) -> Any:
         return -1 if str(value).strip() in ("-1", "") else parse_size(value, name)
     if field.endswith("_window"):
         return _parse_window(value, name)
+    if field == "engine":
+        choice = str(value).strip().lower()
+        if choice not in ENGINES:
+            raise ValueError(f"{name}: expected one of {', '.join(ENGINES)}, got {value!r}")
+        return choice
     if field == "sync_sends":
         mode = str(value).strip().lower()
         if mode not in SYNC_MODES:

