@@ -7,7 +7,16 @@ from __future__ import annotations
 import pytest
 
 from adaptcoll.tune import defaults
-from adaptcoll.tune.defaults import FINE, PIPELINE, SHIPPED, SIXTEEN, TREE_128K, TWO_TREE, default_bands
+from adaptcoll.tune.defaults import (
+    BINOMIAL_128K,
+    FINE,
+    PIPELINE,
+    SHIPPED,
+    SIXTEEN,
+    TREE_128K,
+    TWO_TREE,
+    default_bands,
+)
 from adaptcoll.tune.table import band_index
 
 K, M = 1 << 10, 1 << 20
@@ -99,10 +108,44 @@ MEASURED_OPEN_MPI = [
 ]
 
 
-def _choice(collective: str, ranks: int, per_core: float, nbytes: int, library: str = "", per_node: int = 0):
-    """The rule's config at `nbytes` (None: native); `per_node` > 0: that many ranks per node, several nodes."""
+# The compiled progress path on every rank, 16 ranks on the 16-core node, 2026-11-27 (H200 node; MPICH 5.0.2
+# two launches, Open MPI 5.0.11 `tuned` one; bench/results/device_2026-11-27/compiled, bench/RESULTS.md "The
+# compiled progress path"): the rule's configurations measured with `native_below=0` (SIXTEEN / PIPELINE at
+# 16M, FINE at 1M for Bcast) and binomial 128K uncapped.
+MEASURED_COMPILED = [
+    (16, "", "bcast", FINE, {4 * M: 1.45}),
+    (16, "", "bcast", FINE, {4 * M: 1.49}),
+    (16, "", "bcast", SIXTEEN, {16 * M: 1.71}),
+    (16, "", "bcast", SIXTEEN, {16 * M: 1.64}),
+    (16, "", "reduce", BINOMIAL_128K, {M: 0.68, 4 * M: 1.48, 16 * M: 1.96}),
+    (16, "", "reduce", BINOMIAL_128K, {M: 0.67, 4 * M: 1.47, 16 * M: 2.10}),
+    (16, "", "reduce", PIPELINE, {16 * M: 1.69}),
+    (16, "", "reduce", PIPELINE, {16 * M: 1.79}),
+    (16, "", "allreduce", BINOMIAL_128K, {M: 0.76, 4 * M: 1.31, 16 * M: 1.58}),
+    (16, "", "allreduce", BINOMIAL_128K, {M: 0.79, 4 * M: 1.37, 16 * M: 1.57}),
+    (16, "", "allreduce", SIXTEEN, {16 * M: 1.59}),
+    (16, "", "allreduce", SIXTEEN, {16 * M: 1.59}),
+    (16, OPEN_MPI, "reduce", BINOMIAL_128K, {M: 0.60, 4 * M: 1.39, 16 * M: 2.16}),
+    (16, OPEN_MPI, "reduce", PIPELINE, {16 * M: 1.92}),
+    (16, OPEN_MPI, "allreduce", BINOMIAL_128K, {M: 0.73, 4 * M: 1.23, 16 * M: 1.41}),
+    (16, OPEN_MPI, "allreduce", SIXTEEN, {16 * M: 1.27}),
+    (16, OPEN_MPI, "bcast", SIXTEEN, {16 * M: 1.20}),
+]
+
+
+def _choice(
+    collective: str,
+    ranks: int,
+    per_core: float,
+    nbytes: int,
+    library: str = "",
+    per_node: int = 0,
+    compiled: bool = False,
+):
+    """The rule's config at `nbytes` (None: native); `per_node` > 0: that many ranks per node, several nodes;
+    `compiled`: every rank runs the compiled progress path."""
     nodes = -(-ranks // per_node) if per_node else 1
-    bands = default_bands(collective, ranks, per_core, library, nodes, per_node or ranks)
+    bands = default_bands(collective, ranks, per_core, library, nodes, per_node or ranks, compiled)
     band = bands[band_index([b.start for b in bands], nbytes)]
     return band.config if band.serve else None
 
@@ -122,6 +165,31 @@ def test_the_open_mpi_case_serves_only_configurations_measured_faster(ranks, per
     assert defaults.case(ranks, per_core, OPEN_MPI) == "9+ ranks, Open MPI"
     assert _choice("bcast", ranks, per_core, 8 * M, OPEN_MPI) is None  # MPICH's case serves it
     assert _choice("bcast", ranks, per_core, 8 * M) == SIXTEEN
+
+
+@pytest.mark.parametrize("ranks, library, collective, config, ratios", MEASURED_COMPILED)
+def test_the_compiled_rule_serves_only_configurations_measured_faster(ranks, library, collective, config, ratios):
+    for nbytes, ratio in ratios.items():
+        if _choice(collective, ranks, 1.0, nbytes, library, compiled=True) == config:
+            assert ratio >= 1.0, (ranks, library, collective, nbytes, config, ratio)
+
+
+def test_the_compiled_rule_serves_what_was_measured_with_the_compiled_engine():
+    """Every size the compiled bands serve at 16 ranks has a compiled-engine measurement of that config."""
+    for library in ("", OPEN_MPI):
+        measured = {(c, cfg, n) for r, lib, c, cfg, ratios in MEASURED_COMPILED if lib == library for n in ratios}
+        for collective in ("reduce", "allreduce"):
+            for nbytes in (M, 4 * M, 16 * M):
+                chosen = _choice(collective, 16, 1.0, nbytes, library, compiled=True)
+                if chosen is not None:
+                    assert (collective, chosen, nbytes) in measured, (library, collective, nbytes, chosen)
+    # from 4 MiB now (the Python engine's rule: 8 MiB); 1 MiB stays native
+    assert _choice("reduce", 16, 1.0, 4 * M, compiled=True) == BINOMIAL_128K
+    assert _choice("allreduce", 16, 1.0, 4 * M, compiled=True) == BINOMIAL_128K
+    assert _choice("reduce", 16, 1.0, M, compiled=True) is None
+    assert _choice("reduce", 16, 1.0, 4 * M) is None  # the Python engine keeps its rule
+    assert _choice("bcast", 2, 1.0, 16 * M, compiled=True) == _choice("bcast", 2, 1.0, 16 * M)
+    assert "compiled engine" in defaults.describe(16, 1.0, compiled=True)
 
 
 def test_every_served_measured_size_has_a_measurement_of_the_chosen_configuration():

@@ -57,7 +57,13 @@ def _gpu(cupy_wanted: bool) -> dict[str, Any]:
 
 
 def _tuning(
-    adaptcoll: Any, world: Any, MPI: Any, ranks_per_core: float, nodes: int = 1, ranks_per_node: int = 1
+    adaptcoll: Any,
+    world: Any,
+    MPI: Any,
+    ranks_per_core: float,
+    nodes: int = 1,
+    ranks_per_node: int = 1,
+    compiled: bool = False,
 ) -> dict[str, Any]:
     """Whether a tuning table is in use: one tiny adaptcoll call on a duplicate resolves the tuning of
     that communicator, and adaptcoll says how (table, nearest measured size, shipped rule)."""
@@ -78,7 +84,9 @@ def _tuning(
         "setting": setting or "(ADAPTCOLL_TUNING unset)",
         "table": str(path) if path is not None else None,
         "notes": tuning_notes(),
-        "shipped_rule": describe(world.Get_size(), ranks_per_core, library, nodes, ranks_per_node).splitlines(),
+        "shipped_rule": describe(
+            world.Get_size(), ranks_per_core, library, nodes, ranks_per_node, compiled
+        ).splitlines(),
     }
 
 
@@ -87,6 +95,7 @@ def gather_environment(world: Any, MPI: Any, adaptcoll: Any, cupy_wanted: bool) 
     import mpi4py
 
     from ..device import mpi_cuda_aware
+    from ..runtime import compiled
 
     node = world.Split_type(MPI.COMM_TYPE_SHARED)
     leader = node.bcast(world.Get_rank(), 0)
@@ -122,5 +131,11 @@ def gather_environment(world: Any, MPI: Any, adaptcoll: Any, cupy_wanted: bool) 
         "adaptcoll_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("ADAPTCOLL_")},
         "executable": sys.executable,
     }
-    env["tuning"] = _tuning(adaptcoll, world, MPI, float(env["ranks_per_core"]), len(nodes), max(sizes) if sizes else 1)
+    engines = world.allgather(compiled.status())
+    env["engine"] = engines[0][0] if len({e[0] for e in engines}) == 1 else "mixed"
+    env["engine_detail"] = engines[0][1]
+    env["engine_ranks"] = {name: sum(1 for e in engines if e[0] == name) for name in sorted({e[0] for e in engines})}
+    everywhere = env["engine"] == "compiled"
+    per_node = max(sizes) if sizes else 1
+    env["tuning"] = _tuning(adaptcoll, world, MPI, float(env["ranks_per_core"]), len(nodes), per_node, everywhere)
     return env

@@ -105,6 +105,7 @@ def _env_lines(env: dict[str, Any]) -> list[str]:
             f"{'/'.join(map(str, env['cores_per_node']))} per node usable; {env['ranks_per_core']:g} rank(s) per core",
         ),
         ("CUDA-aware MPI", f"{'yes' if env['cuda_aware'] else 'no'} ({env['cuda_aware_why']})"),
+        ("engine", _engine_row(env)),
         ("GPU", gpu_text),
         ("tuning", f"table {table}" if table else "no table: the shipped rule"),
     ]
@@ -165,3 +166,11 @@ def format_report(doc: dict[str, Any]) -> str:
         lines += _speed_lines(cells)
     lines += ["", f"Recommendation: {doc['recommendation']}"]
     return "\n".join(lines)
+
+
+def _engine_row(env: dict[str, Any]) -> str:
+    """Which engine runs the protocols: compiled (its library) or python (why), per rank if they differ."""
+    engine = env.get("engine", "?")
+    if engine == "mixed":
+        return "mixed: " + ", ".join(f"{n} rank(s) {name}" for name, n in env.get("engine_ranks", {}).items())
+    return f"{engine} ({env.get('engine_detail', '')})"

@@ -25,6 +25,7 @@ __all__ = [
     "SIXTEEN",
     "TWO_TREE",
     "TREE_128K",
+    "BINOMIAL_128K",
     "SCALE_FROM",
     "WIDE_FROM",
     "HUGE_FROM",
@@ -175,6 +176,31 @@ _WIDE_PACKED: _Rule = {**_WIDE, "allreduce": ()}
 """512-8191 ranks on nodes of several ranks (simulated, 1K ranks x 8): Bcast 16M two_tree 1.46 (kept);
 Allreduce 16M loses as at 64-256 ranks (see bench/RESULTS.md): native; Reduce as with one rank per node."""
 
+BINOMIAL_128K = ServeConfig("binomial", 128 * K, 0, 0)
+"""binomial trees, 128K segments, no cap: the compiled engine's pipeline at one node (a segment costs
+about 1 us of CPU there instead of about 9, so small segments pay)."""
+
+_MANY_COMPILED: _Rule = {
+    **_MANY,
+    "reduce": ((4 * M, BINOMIAL_128K), (8 * M, PIPELINE)),
+    "allreduce": ((4 * M, BINOMIAL_128K), (8 * M, SIXTEEN)),
+}
+"""9-63 ranks on one node with the compiled progress path on every rank (16 ranks on the 16-core node,
+2026-11-27, bench/results/device_2026-11-27/compiled, bench/RESULTS.md "The compiled progress path"):
+binomial 128K won Reduce 4M 1.48 / 1.47 against MPICH and 1.39 against Open MPI's `tuned`, Allreduce 4M
+1.31 / 1.37 and 1.23, where the Python engine's choices lost or tied (0.89-0.95, 0.96-1.15) and the rule
+went native; at 1M it still loses (Reduce 0.60-0.68, Allreduce 0.73-0.79): native. From 8M the Python
+engine's choices, measured with the compiled engine at 16M (Reduce 1.69-1.92, Allreduce 1.27-1.59)."""
+_MANY_OPEN_MPI_COMPILED: _Rule = {**_MANY_COMPILED, "bcast": _MANY_OPEN_MPI["bcast"]}
+
+_COMPILED: dict[str, _Rule] = {
+    "9+ ranks": _MANY_COMPILED,
+    "9+ ranks, Open MPI": _MANY_OPEN_MPI_COMPILED,
+}
+"""Cases whose bands differ when every rank runs the compiled progress path (CommFacts.compiled: agreed
+in the communicator's tuning exchange, so every rank applies the same rule); the others keep the bands
+measured with the Python engine until measured again."""
+
 _CASES: dict[str, _Rule] = {
     "shared cores": _SHARED_CORES,
     "2 ranks": _TWO,
@@ -225,6 +251,12 @@ class Placement(Protocol):
     def ranks_per_core(self) -> float: ...
     @property
     def mpi_library(self) -> str: ...
+    @property
+    def compiled(self) -> bool: ...
+
+
+def _rule(name: str, compiled: bool) -> _Rule:
+    return _COMPILED.get(name, _CASES[name]) if compiled else _CASES[name]
 
 
 def case_of(facts: Placement) -> str:
@@ -235,7 +267,13 @@ def case_of(facts: Placement) -> str:
 def bands_of(collective: str, facts: Placement) -> tuple[Band, ...]:
     """`default_bands` for a communicator's facts."""
     return default_bands(
-        collective, facts.size, facts.ranks_per_core, facts.mpi_library, facts.nodes, facts.ranks_per_node
+        collective,
+        facts.size,
+        facts.ranks_per_core,
+        facts.mpi_library,
+        facts.nodes,
+        facts.ranks_per_node,
+        facts.compiled,
     )
 
 
@@ -246,13 +284,15 @@ def default_bands(
     mpi_library: str = "",
     nodes: int = 1,
     ranks_per_node: int = 1,
+    compiled: bool = False,
 ) -> tuple[Band, ...]:
-    """The shipped rule's size bands for a collective: native below the first start, then each config."""
+    """The shipped rule's size bands for a collective: native below the first start, then each config
+    (`compiled`: every rank runs the compiled progress path, whose bands differ in some cases)."""
     name = case(comm_size, ranks_per_core, mpi_library, nodes, ranks_per_node)
     if collective in settings.BLOCK_COLLECTIVES:
         served = BLOCK_RULE.get(name, {}).get(collective, ())
         return (Band(0, False, RING),) + tuple(Band(start, True, config) for start, config in served)
-    served = _CASES[name][collective]
+    served = _rule(name, compiled)[collective]
     first = served[0][1] if served else SHIPPED
     out = [Band(0, False, first)]
     out.extend(Band(start, True, config) for start, config in served)
@@ -260,12 +300,18 @@ def default_bands(
 
 
 def describe(
-    comm_size: int, ranks_per_core: float, mpi_library: str = "", nodes: int = 1, ranks_per_node: int = 1
+    comm_size: int,
+    ranks_per_core: float,
+    mpi_library: str = "",
+    nodes: int = 1,
+    ranks_per_node: int = 1,
+    compiled: bool = False,
 ) -> str:
     """One line per collective: the rule's choice for this communicator (for `show` and docs)."""
     name = case(comm_size, ranks_per_core, mpi_library, nodes, ranks_per_node)
-    lines = [f"shipped rule, case '{name}' ({comm_size} ranks, {ranks_per_core:g} ranks per core):"]
-    for coll, served in _CASES[name].items():
+    engine = ", compiled engine" if compiled and name in _COMPILED else ""
+    lines = [f"shipped rule, case '{name}'{engine} ({comm_size} ranks, {ranks_per_core:g} ranks per core):"]
+    for coll, served in _rule(name, compiled).items():
         parts = [f"from {b >> 10}K {c.label(coll)}" if b < M else f"from {b >> 20}M {c.label(coll)}" for b, c in served]
         lines.append(f"  {coll:<10} native below the first band; " + ("; ".join(parts) if parts else "always native"))
     return "\n".join(lines)

@@ -22,7 +22,7 @@ from typing import Optional
 import numpy as np
 from mpi4py import MPI
 
-from ..runtime import settings
+from ..runtime import compiled, settings
 from .files import library_name, locate, read_bytes
 from .policy import CommFacts, CommTuning, resolve
 
@@ -32,6 +32,8 @@ Loaded = tuple[bytes, str, Optional[str]]
 """(table bytes or b'', origin = the path read or '', problem reading it or None)."""
 
 _SEP = b"\0"
+RECORD = 4
+"""Values per rank in step 2's Allgather (see local_record)."""
 
 
 def mpi_library() -> str:
@@ -55,8 +57,10 @@ def load() -> Loaded:
 
 
 def local_record(loaded_size: int) -> np.ndarray:
-    """This rank's record for step 2: [host id, CPUs, bytes rank 0 will broadcast (others: 0)]."""
-    return np.array([host_id(), os.cpu_count() or 1, loaded_size], dtype=np.int64)
+    """This rank's record for step 2: [host id, CPUs, bytes rank 0 will broadcast (others: 0), whether
+    this rank runs the compiled progress path (1/0)]."""
+    engine = 1 if compiled.status()[0] == "compiled" else 0
+    return np.array([host_id(), os.cpu_count() or 1, loaded_size, engine], dtype=np.int64)
 
 
 def share(comm: MPI.Intracomm, loaded: Loaded) -> tuple[np.ndarray, bytes, str]:
@@ -64,7 +68,7 @@ def share(comm: MPI.Intracomm, loaded: Loaded) -> tuple[np.ndarray, bytes, str]:
     rank = comm.Get_rank()
     data, origin, _ = loaded if rank == 0 else (b"", "", None)
     payload = origin.encode() + _SEP + data if rank == 0 and origin else b""
-    records = np.empty((comm.Get_size(), 3), dtype=np.int64)
+    records = np.empty((comm.Get_size(), RECORD), dtype=np.int64)
     comm.Allgather(local_record(len(payload)), records)
     length = int(records[0, 2])
     buf = np.frombuffer(payload, np.uint8).copy() if rank == 0 else np.empty(length, np.uint8)
@@ -77,11 +81,12 @@ def share(comm: MPI.Intracomm, loaded: Loaded) -> tuple[np.ndarray, bytes, str]:
 def facts_from(records: np.ndarray, library: str) -> CommFacts:
     """The communicator's facts from the gathered records (identical on every rank)."""
     hosts: dict[int, list[int]] = {}
-    for host, cpus, _ in records.tolist():
+    for host, cpus, *_ in records.tolist():
         hosts.setdefault(host, []).append(cpus)
     per_node = max(len(c) for c in hosts.values())
     per_core = max(len(c) / max(1, min(c)) for c in hosts.values())
-    return CommFacts(len(records), len(hosts), per_node, round(per_core, 3), library)
+    everywhere = records.shape[1] > 3 and bool(records[:, 3].all())  # the rule must be the same on every rank
+    return CommFacts(len(records), len(hosts), per_node, round(per_core, 3), library, everywhere)
 
 
 def finish(records: np.ndarray, data: bytes, origin: str, rank: int, problem: Optional[str] = None) -> CommTuning:

@@ -51,6 +51,8 @@ class CommFacts:
     ranks_per_node: int
     ranks_per_core: float
     mpi_library: str
+    compiled: bool = False
+    """Every rank runs the compiled progress path (adaptcoll.runtime.compiled): the rule's compiled bands."""
 
 
 _parsed: dict[tuple[str, bytes], Union[Table, TableError]] = {}
