@@ -3,11 +3,10 @@
 Two measurements:
 1. In-process (no MPI, no scheduling noise): a protocol on the loopback transport with 1-element
    segments; time per completion callback = protocol + transport bookkeeping per event.
-2. Over MPI with 2 ranks (`mpiexec -n 2 python bench/engine_cost.py --mpi`): a Bcast of many tiny
-   segments, against a bare mpi4py loop that moves the same messages with the same window (Isend/Irecv,
-   Testsome, sched_yield when idle): (adaptcoll time - bare loop time) / events counted by the engine
-   is what adaptcoll's engine and protocol add per segment event; the bare loop's own time per message
-   is printed too (MPI's cost, which any implementation pays).
+2. Over MPI with 2 ranks (`mpiexec -n 2 python bench/engine_cost.py --mpi`): per message, a served
+   Bcast of 2000 segments of 8 B (windows of 8) on the compiled engine and on the Python engine,
+   against the same traffic moved by a plain C loop and by a bare mpi4py loop (Isend/Irecv, Testsome,
+   sched_yield when idle), interleaved in one launch.
 
 Usage: python bench/engine_cost.py            (in-process)
        mpiexec -n 2 -bind-to core python bench/engine_cost.py --mpi
@@ -64,19 +63,26 @@ def in_process(repeats: int = 5) -> dict:
     return out
 
 
-def over_mpi(nseg: int = 2000, repeats: int = 7) -> None:
+def over_mpi(nseg: int = 2000, repeats: int = 9, json_path: str = "") -> None:
+    """Per message over MPI, 2 ranks, `nseg` messages of 8 B, 8 in flight, four ways interleaved in one
+    launch (A B C D, `repeats` rounds): the plain C loop (Isend/Irecv/Testsome, sched_yield when idle,
+    progress.c's ac_pingpong_loop), the same loop in mpi4py, and a served Bcast of `nseg` 8-byte
+    segments (windows of 8) on the compiled engine and on the Python engine, each timed whole and
+    divided by the segments."""
+    import json
     import os
 
     from mpi4py import MPI
 
     import adaptcoll
-    from adaptcoll.runtime.engine import engine
+    from adaptcoll.runtime import compiled
 
     world = MPI.COMM_WORLD
     comm = adaptcoll.Intracomm(world)
     rank = world.Get_rank()
     buf = np.zeros(nseg, dtype="f8")
     window = 8
+    lib = compiled.library()
 
     def bare_loop() -> None:
         """The same nseg 8-byte messages 0 -> 1, at most `window` in flight, Testsome + sched_yield."""
@@ -94,7 +100,20 @@ def over_mpi(nseg: int = 2000, repeats: int = 7) -> None:
             else:
                 os.sched_yield()
 
-    rows = []
+    def c_loop() -> None:
+        assert lib is not None
+        if lib.ac_pingpong_loop(world.handle, nseg, 8, window) < 0:
+            raise RuntimeError("the C loop hit an MPI error")
+
+    def served(engine_name: str) -> None:
+        with adaptcoll.configured(engine=engine_name):
+            comm.Bcast(buf, 0)
+
+    ways = {"c_loop": c_loop, "mpi4py_loop": bare_loop, "compiled": lambda: served("compiled")}
+    ways["python"] = lambda: served("python")
+    if lib is None:
+        del ways["c_loop"], ways["compiled"]
+    samples: dict[str, list[float]] = {k: [] for k in ways}
     with adaptcoll.configured(
         native_below=0,
         bcast_segment_size=8,
@@ -102,39 +121,48 @@ def over_mpi(nseg: int = 2000, repeats: int = 7) -> None:
         sync_sends="none",
         bcast_send_window=window,
         bcast_recv_window=window,
+        bcast_algorithm="binomial",
     ):
+        for name in ways:  # warm up: the first served call sets the communicator up
+            ways[name]()
         for _ in range(repeats):
-            world.Barrier()
-            t0 = time.perf_counter()
-            bare_loop()
-            t_bare = time.perf_counter() - t0
-            eng = engine()
-            e0 = eng.events
-            world.Barrier()
-            t0 = time.perf_counter()
-            comm.Bcast(buf, 0)
-            t_ad = time.perf_counter() - t0
-            events = eng.events - e0
-            rows.append(((t_ad - t_bare) / max(1, events) * 1e6, t_bare / nseg * 1e6))
-    cost = statistics.median(r[0] for r in rows)
-    bare = statistics.median(r[1] for r in rows)
-    costs = world.gather((cost, bare))
+            for name, way in ways.items():
+                world.Barrier()
+                t0 = time.perf_counter()
+                way()
+                samples[name].append((time.perf_counter() - t0) / nseg * 1e6)
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    worst = {k: max(world.allgather(v)) for k, v in med.items()}  # the slower rank's median
     if rank == 0:
+        line = ", ".join(f"{k} {v:.3f} us" for k, v in worst.items())
+        print(f"MPI, 2 ranks, {nseg} messages of 8 B, 8 in flight, median of {repeats} interleaved rounds: {line}")
+        # the lines `python -m adaptcoll.simulate calibrate --engine-cost FILE [--engine compiled]` reads
         print(
-            f"MPI, {world.Get_size()} ranks, {nseg} segments of 8 B (median over {repeats}): adaptcoll adds "
-            + ", ".join(f"rank {i}: {c:.2f} us" for i, (c, _) in enumerate(costs))
-            + " per segment event; the bare mpi4py loop costs "
-            + ", ".join(f"rank {i}: {b:.2f} us" for i, (_, b) in enumerate(costs))
-            + " per message"
+            f"python engine: adaptcoll adds {max(0.0, worst['python'] - worst['mpi4py_loop']):.3f} us per segment "
+            f"event; the bare mpi4py loop costs {worst['mpi4py_loop']:.3f} us per message"
         )
+        if "c_loop" in worst:
+            print(
+                f"compiled engine: adaptcoll adds {max(0.0, worst['compiled'] - worst['c_loop']):.3f} us per segment "
+                f"event; the bare C loop costs {worst['c_loop']:.3f} us per message"
+            )
+            print(
+                f"compiled / plain C loop: {worst['compiled'] / worst['c_loop']:.2f}x; "
+                f"python / compiled: {worst['python'] / worst['compiled']:.2f}x"
+            )
+        if json_path:
+            with open(json_path, "w") as f:
+                json.dump({"nseg": nseg, "window": window, "us_per_message": worst, "samples_rank0": samples}, f)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mpi", action="store_true", help="measure over MPI (run under mpiexec -n 2)")
+    parser.add_argument("--repeats", type=int, default=9, help="interleaved rounds (default 9)")
+    parser.add_argument("--json", default="", metavar="FILE", help="--mpi: write the medians and samples to FILE")
     args = parser.parse_args()
     if args.mpi:
-        over_mpi()
+        over_mpi(repeats=args.repeats, json_path=args.json)
     else:
         for name, us in in_process().items():
             print(f"in-process {name}: {us:.2f} us per segment event (protocol + loopback transport)")

@@ -478,3 +478,25 @@ def test_pair_links_keep_one_pairs_messages_in_order():
         assert world.unmatched == 0
     with pytest.raises(ValueError, match="links must be one of fair, fifo, pair"):
         CostParams(links="fast")
+
+
+def test_engine_cost_lines_per_engine(tmp_path):
+    """bench/engine_cost.py prints one line per engine; calibrate --engine picks one (older output: its line)."""
+    from adaptcoll.simulate.measured import read_engine_cost
+
+    new = tmp_path / "new.txt"
+    new.write_text(
+        "MPI, 2 ranks, 2000 messages of 8 B, 8 in flight, median of 9 interleaved rounds: c_loop 0.3 us\n"
+        "python engine: adaptcoll adds 3.060 us per segment event; the bare mpi4py loop costs 2.989 us per message\n"
+        "compiled engine: adaptcoll adds 0.474 us per segment event; the bare C loop costs 0.295 us per message\n"
+    )
+    assert read_engine_cost(new) == EngineCost(3.06, 2.989)
+    assert read_engine_cost(new, "compiled") == EngineCost(0.474, 0.295)
+    old = tmp_path / "old.txt"
+    old.write_text(
+        "MPI, 2 ranks, 2000 segments of 8 B (median over 7): adaptcoll adds rank 0: 6.71 us, rank 1: 7.73 us per "
+        "segment event; the bare mpi4py loop costs rank 0: 7.57 us, rank 1: 7.57 us per message\n"
+    )
+    assert read_engine_cost(old) == EngineCost((6.71 + 7.73) / 2, 7.57)
+    with pytest.raises(ValueError, match="no 'compiled engine:' line"):
+        read_engine_cost(old, "compiled")

@@ -128,7 +128,7 @@ def fit_params(
     # The simulated times are piecewise linear in the parameters, with small jumps where two events swap
     # order; central differences over +-2 % see the trend instead of a jump.
     lam, step, iterations = 1e-3, 0.02, 0
-    for iterations in range(1, max_iter + 1):  # noqa: B007 - reported below
+    for iterations in range(1, max_iter + 1 if fields else 1):  # noqa: B007 - reported below
         jac = np.empty((len(rows), len(fields)))
         for j in range(len(fields)):
             up, down = theta.copy(), theta.copy()
@@ -188,7 +188,8 @@ def calibrate(
     pair_order: Optional[Sequence[tuple[int, float, float]]] = None,
 ) -> tuple[CostParams, dict[str, Any]]:
     """Parameters for the machine the rows were measured on (see the module docstring); (params, fit info).
-    `pair_order`: bench/pair_order.py rows; their link model replaces `start`'s."""
+    `pair_order`: bench/pair_order.py rows; their link model replaces `start`'s. `fields` empty (not None):
+    fit nothing, keep `start` with the engine costs, and report the errors the rows give."""
     base = start
     if pair_order is not None:
         base = dataclasses.replace(base, links=links_from_pair_order(pair_order))
@@ -197,6 +198,8 @@ def calibrate(
     if pingpong:
         guess_l, guess_g = pingpong_guess(pingpong, base.native_o)
         base = dataclasses.replace(base, L=guess_l, G=guess_g)
+    if fields is not None and not fields:  # nothing to fit: the starting values, with the errors they give
+        return fit_params([m for m in rows if not m.noise], base, ())
     chosen = tuple(fields) if fields else (DEFAULT_FIT if engine is not None else DEFAULT_FIT + ("engine", "o"))
     quiet = [m for m in rows if not m.noise]
     return fit_params(quiet, base, chosen)

@@ -279,19 +279,33 @@ def calibrate_main(argv: Sequence[str]) -> int:
     )
     _filters(p)
     p.add_argument("--engine-cost", metavar="FILE", help="output of mpiexec -n 2 python bench/engine_cost.py --mpi")
+    p.add_argument(
+        "--engine",
+        choices=("python", "compiled"),
+        default="python",
+        help="which engine's per-message costs to take from --engine-cost (o = its bare loop per message, engine = "
+        "what adaptcoll adds per segment event); default python",
+    )
     p.add_argument("--pingpong", metavar="FILE", help="ping-pong JSON lines (ranks, bytes, one_way_us): first guess")
     p.add_argument(
         "--pair-order", metavar="FILE", help="bench/pair_order.py --json output: sets links (pair or fair) from it"
     )
-    p.add_argument("--fit", default="", help=f"fields to fit (default L,G,fold; from: {', '.join(PARAM_DOCS)})")
+    p.add_argument(
+        "--fit",
+        default="",
+        help="fields to fit (default L,G,fold; none: keep --params with --engine-cost's o and engine; from: "
+        f"{', '.join(PARAM_DOCS)})",
+    )
     p.add_argument("--params", metavar="FILE", help='starting values (e.g. {"transfer": "cpu"}); default built-in')
     p.add_argument("--out", required=True, metavar="FILE", help="parameters file to write")
     args = p.parse_args(argv)
     rows = _rows(args, "adaptcoll")
-    engine = measured.read_engine_cost(args.engine_cost) if args.engine_cost else None
+    engine = measured.read_engine_cost(args.engine_cost, args.engine) if args.engine_cost else None
     pingpong = measured.read_pingpong(args.pingpong) if args.pingpong else None
     pair_order = measured.read_pair_order(args.pair_order) if args.pair_order else None
-    fields = [f.strip() for f in args.fit.split(",") if f.strip()] or None
+    fields: Optional[list[str]] = [f.strip() for f in args.fit.split(",") if f.strip()] or None
+    if fields == ["none"]:  # keep the starting values (and --engine-cost's o and engine): errors only
+        fields = []
     for f in fields or ():
         if f not in PARAM_DOCS or f == "eager":
             raise ValueError(f"--fit: cannot fit {f!r}; choose from {', '.join(k for k in PARAM_DOCS if k != 'eager')}")
@@ -299,6 +313,7 @@ def calibrate_main(argv: Sequence[str]) -> int:
     source = {
         "osu": list(args.osu),
         "engine_cost": args.engine_cost,
+        "engine": args.engine,
         "start": args.params,
         "pingpong": args.pingpong,
         "pair_order": args.pair_order,

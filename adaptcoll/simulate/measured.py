@@ -130,17 +130,24 @@ def read_measurements(path: Union[str, Path]) -> list[Measurement]:
 
 
 _ADDS = re.compile(r"adaptcoll adds\s+(.*?)per segment event")
-_BARE = re.compile(r"bare mpi4py loop costs\s+(.*?)per message")
+_BARE = re.compile(r"bare (?:mpi4py|C) loop costs\s+(.*?)per message")
 _US = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*us")
 
 
-def read_engine_cost(path: Union[str, Path]) -> EngineCost:
-    """Parse bench/engine_cost.py --mpi output (the per-rank figures are averaged)."""
+def read_engine_cost(path: Union[str, Path], engine: str = "python") -> EngineCost:
+    """Parse bench/engine_cost.py --mpi output (the per-rank figures are averaged): the line of `engine`
+    ("python engine: ...", "compiled engine: ...": adaptcoll's cost per segment event over the bare loop
+    of that engine, mpi4py's or plain C), or, in older output without such lines, the one line there is."""
     where = str(path)
     try:
         text = Path(path).read_text()
     except OSError as exc:
         raise ValueError(f"engine cost {where!r}: cannot read it ({exc.strerror or exc})") from None
+    tagged = [line for line in text.splitlines() if line.startswith(f"{engine} engine:")]
+    if tagged:
+        text = tagged[0]
+    elif engine != "python" or any(line.startswith("python engine:") for line in text.splitlines()):
+        raise ValueError(f"engine cost {where!r}: no '{engine} engine:' line")
     adds, bare = _ADDS.search(text), _BARE.search(text)
     if not adds or not bare:
         raise ValueError(
