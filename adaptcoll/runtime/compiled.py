@@ -18,6 +18,7 @@ makes its absence an error.
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import os
 import shutil
@@ -348,14 +349,28 @@ class CompiledCall:
 
     def set_links(self, links: Any) -> None:
         """This rank's links (parent, children, segment positions), packed for ac_start once."""
-        flat = [len(links)]
-        for link in links:
-            flat.append(-1 if link.parent is None else link.parent)
-            flat.append(len(link.children))
-            flat.extend(link.children)
-            flat.append(len(link.segs))
-            flat.extend(link.segs)
-        self.links = np.asarray(flat, dtype=np.int32)
+        self.links = pack_links(tuple((link.parent, tuple(link.children), _segs_key(link.segs)) for link in links))
+
+
+def _segs_key(segs: Any) -> Any:
+    """A hashable stand-in for a link's segment positions (a range stays a range: no list is made)."""
+    return segs if isinstance(segs, range) else tuple(segs)
+
+
+@functools.lru_cache(maxsize=256)
+def pack_links(links: tuple[tuple[Optional[int], tuple[int, ...], Any], ...]) -> np.ndarray:
+    """[nlinks, then per link: parent (-1: none), nchild, children..., nseg, segment positions...] as
+    int32 (cached: every call of one shape on one communicator deals alike)."""
+    parts: list[np.ndarray] = [np.array([len(links)], np.int32)]
+    for parent, children, segs in links:
+        parts.append(np.array([-1 if parent is None else parent, len(children), *children, len(segs)], np.int32))
+        if isinstance(segs, range):
+            parts.append(np.arange(segs.start, segs.stop, segs.step, dtype=np.int32))
+        else:
+            parts.append(np.asarray(segs, dtype=np.int32))
+    packed = np.concatenate(parts)
+    packed.flags.writeable = False
+    return packed
 
 
 def prepare(
@@ -457,8 +472,9 @@ class CompiledEngine:
         if n <= 0:
             return events, []
         out: list[Finished] = []
-        while True:
+        while n > 0:
             k = self.lib.ac_take_finished(self.handle, self._finished, self._states, 64)
+            n = k if k == 64 else 0  # a full batch: there may be more
             if k <= 0:
                 break
             for j in range(k):

@@ -254,7 +254,7 @@ class Engine:
     def _sweep_compiled(self, comp: Any, alone: bool) -> bool:
         """Sweep the compiled operations' requests (many sweeps in C when nothing else is pending, one
         otherwise), then complete or fail those that finished; returns whether anything moved."""
-        events, finished = comp.sweep(16, 1 << 16) if alone else comp.sweep(1, 64)
+        events, finished = comp.sweep(256, 1 << 16) if alone else comp.sweep(1, 64)
         self.compiled_events += events
         previous = self.owner
         for operation, handle, on_done, error in finished:
