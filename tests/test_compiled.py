@@ -385,3 +385,15 @@ def test_builds_into_the_cache_and_reuses_it(tmp_path) -> None:
     stamp = built[0].stat().st_mtime_ns
     again = _fresh({"XDG_CACHE_HOME": str(tmp_path)}, code)
     assert again.returncode == 0 and built[0].stat().st_mtime_ns == stamp
+
+
+@needs_lib
+def test_prepare_serves_host_arrays_and_refuses_what_c_cannot_post() -> None:
+    """prepare: a CompiledCall for plain host arrays; None for folds C lacks and for segments of 2**31
+    elements or more (MPI's int counts), which the Python engine posts through mpi4py's large-count calls."""
+    ctx = OpContext(RecordingTransport(), NumpyBackend(), SegmentPlan(100, 10), 2, 3)  # type: ignore[arg-type]
+    a = np.zeros(100)
+    assert compiled.prepare(compiled.REDUCE, a, a, SegmentPlan(100, 10), ctx, "SUM") is not None
+    assert compiled.prepare(compiled.REDUCE, a.astype("f2"), None, SegmentPlan(100, 10), ctx, "SUM") is None
+    assert compiled.prepare(compiled.BCAST, a.view(np.uint8), None, SegmentPlan(1 << 32, 1 << 31), ctx) is None
+    assert compiled.prepare(compiled.BCAST, a[::2], None, SegmentPlan(50, 10), ctx) is None  # not contiguous

@@ -75,6 +75,7 @@ _BOOL_OPS = frozenset(("LAND", "LOR", "LXOR", "BAND", "BOR", "BXOR"))
 _SYNC = {"first": 0, "all": 1, "none": 2}
 ST_DONE, ST_FAILED, ST_ABORTED = 1, 2, 3
 ERR_SIZE, ERR_MPI, ERR_NOMEM = 1, 2, 3
+INT_MAX = (1 << 31) - 1
 DEAD_KEPT = 4096
 """Failed compiled operations whose arrays are kept alive for sends that may still be in flight."""
 
@@ -383,8 +384,8 @@ def prepare(
     dtype = local.dtype
     codes = (0, 0) if kind == BCAST else fold_codes(op_name, dtype)
     handle = _datatype_handle(dtype)
-    if codes is None or handle is None or not local.flags.c_contiguous:
-        return None
+    if codes is None or handle is None or not local.flags.c_contiguous or plan.seg_count > INT_MAX:
+        return None  # (segments of 2**31 elements or more: MPI's int counts; mpi4py's large-count calls take them)
     if target is not None and (not target.flags.c_contiguous or target.dtype != dtype):
         return None
     return CompiledCall(
