@@ -108,19 +108,20 @@ MEASURED_OPEN_MPI = [
 ]
 
 
-# The compiled progress path on every rank, 16 ranks on the 16-core node, 2026-11-27 (H200 node; MPICH 5.0.2
-# two launches, Open MPI 5.0.11 `tuned` one; bench/results/device_2026-11-27/compiled, bench/RESULTS.md "The
-# compiled progress path"): the rule's configurations measured with `native_below=0` (SIXTEEN / PIPELINE at
-# 16M, FINE at 1M for Bcast) and binomial 128K uncapped.
+# The compiled progress path on every rank, 2026-11-27, the 16-core node (H200 node; MPICH 5.0.2 unless
+# OPEN_MPI; bench/results/device_2026-11-27/compiled, bench/RESULTS.md "The compiled progress path"): the
+# rule's configurations served at every size (`native_below=0`), the rule as shipped, and binomial 128K
+# uncapped. (ranks, library, collective, config, {size: ratio}).
 MEASURED_COMPILED = [
+    # 16 ranks, launches 1 and 2 (MPICH), 1 (Open MPI): the rule of the Python engine then
     (16, "", "bcast", FINE, {4 * M: 1.45}),
     (16, "", "bcast", FINE, {4 * M: 1.49}),
     (16, "", "bcast", SIXTEEN, {16 * M: 1.71}),
     (16, "", "bcast", SIXTEEN, {16 * M: 1.64}),
     (16, "", "reduce", BINOMIAL_128K, {M: 0.68, 4 * M: 1.48, 16 * M: 1.96}),
     (16, "", "reduce", BINOMIAL_128K, {M: 0.67, 4 * M: 1.47, 16 * M: 2.10}),
-    (16, "", "reduce", PIPELINE, {16 * M: 1.69}),
-    (16, "", "reduce", PIPELINE, {16 * M: 1.79}),
+    (16, "", "reduce", PIPELINE, {4 * M: 0.95, 16 * M: 1.69}),
+    (16, "", "reduce", PIPELINE, {4 * M: 0.89, 16 * M: 1.79}),
     (16, "", "allreduce", BINOMIAL_128K, {M: 0.76, 4 * M: 1.31, 16 * M: 1.58}),
     (16, "", "allreduce", BINOMIAL_128K, {M: 0.79, 4 * M: 1.37, 16 * M: 1.57}),
     (16, "", "allreduce", SIXTEEN, {16 * M: 1.59}),
@@ -130,6 +131,31 @@ MEASURED_COMPILED = [
     (16, OPEN_MPI, "allreduce", BINOMIAL_128K, {M: 0.73, 4 * M: 1.23, 16 * M: 1.41}),
     (16, OPEN_MPI, "allreduce", SIXTEEN, {16 * M: 1.27}),
     (16, OPEN_MPI, "bcast", SIXTEEN, {16 * M: 1.20}),
+    # 16 ranks, launch 3 (run4.sh): Reduce 4M with 128K tied (native's Reduce fast that launch)
+    (16, "", "bcast", FINE, {2 * M: 1.15, 4 * M: 1.50}),
+    (16, "", "bcast", SIXTEEN, {8 * M: 1.49}),
+    (16, "", "reduce", BINOMIAL_128K, {2 * M: 0.69, 4 * M: 0.98, 8 * M: 1.64}),
+    (16, "", "reduce", BINOMIAL_128K, {4 * M: 0.94}),  # as the rule served it then
+    (16, "", "reduce", PIPELINE, {8 * M: 1.36}),
+    (16, "", "allreduce", BINOMIAL_128K, {2 * M: 1.02, 4 * M: 1.42, 8 * M: 1.39}),
+    (16, "", "allreduce", BINOMIAL_128K, {4 * M: 1.51}),
+    (16, "", "allreduce", SIXTEEN, {8 * M: 1.53}),
+    # 8 ranks, two launches (run4.sh)
+    (8, "", "bcast", FINE, {M: 0.85, 2 * M: 1.23, 4 * M: 1.32, 8 * M: 1.62, 16 * M: 1.99}),
+    (8, "", "bcast", FINE, {M: 1.08, 2 * M: 1.31, 4 * M: 1.40, 8 * M: 1.42, 16 * M: 1.74}),
+    (8, "", "reduce", PIPELINE, {M: 0.55, 2 * M: 0.76, 4 * M: 1.25, 8 * M: 1.41, 16 * M: 1.36}),
+    (8, "", "reduce", PIPELINE, {M: 0.54, 2 * M: 0.74, 4 * M: 1.18, 8 * M: 1.58, 16 * M: 1.43}),
+    (8, "", "allreduce", PIPELINE, {M: 0.45, 2 * M: 0.77, 4 * M: 1.33, 8 * M: 1.60, 16 * M: 1.57}),
+    (8, "", "allreduce", PIPELINE, {M: 0.35, 2 * M: 0.62, 4 * M: 1.16, 8 * M: 1.45, 16 * M: 1.47}),
+    (8, "", "reduce", BINOMIAL_128K, {M: 0.90, 2 * M: 1.09, 4 * M: 1.20, 8 * M: 1.37, 16 * M: 1.46}),
+    (8, "", "reduce", BINOMIAL_128K, {M: 0.70, 2 * M: 1.09, 4 * M: 1.57, 8 * M: 1.63, 16 * M: 1.32}),
+    (8, "", "allreduce", BINOMIAL_128K, {M: 0.99, 2 * M: 1.08, 4 * M: 1.25, 8 * M: 1.54, 16 * M: 1.54}),
+    (8, "", "allreduce", BINOMIAL_128K, {M: 0.85, 2 * M: 0.96, 4 * M: 1.05, 8 * M: 1.32, 16 * M: 1.35}),
+    # 4 ranks, one launch (run4.sh): the pipeline's Reduce 4M tied or lost
+    (4, "", "bcast", SHIPPED, {M: 0.66, 2 * M: 0.81, 4 * M: 1.08, 8 * M: 1.17, 16 * M: 1.44}),
+    (4, "", "reduce", PIPELINE, {M: 0.71, 2 * M: 0.83, 4 * M: 0.99, 8 * M: 1.30, 16 * M: 1.21}),
+    (4, "", "reduce", PIPELINE, {4 * M: 0.95, 8 * M: 1.07}),  # as the rule served it
+    (4, "", "allreduce", SHIPPED, {M: 0.68, 2 * M: 1.08, 4 * M: 1.10, 8 * M: 1.50, 16 * M: 1.63}),
 ]
 
 
@@ -175,19 +201,25 @@ def test_the_compiled_rule_serves_only_configurations_measured_faster(ranks, lib
 
 
 def test_the_compiled_rule_serves_what_was_measured_with_the_compiled_engine():
-    """Every size the compiled bands serve at 16 ranks has a compiled-engine measurement of that config."""
-    for library in ("", OPEN_MPI):
-        measured = {(c, cfg, n) for r, lib, c, cfg, ratios in MEASURED_COMPILED if lib == library for n in ratios}
-        for collective in ("reduce", "allreduce"):
-            for nbytes in (M, 4 * M, 16 * M):
-                chosen = _choice(collective, 16, 1.0, nbytes, library, compiled=True)
+    """Every size the compiled bands serve at 4, 8 and 16 ranks has a compiled-engine measurement of that
+    configuration there; and what changed against the Python engine's rule."""
+    for ranks, library in ((4, ""), (8, ""), (16, ""), (16, OPEN_MPI)):
+        rows = [
+            (c, cfg, n) for r, lib, c, cfg, ratios in MEASURED_COMPILED if (r, lib) == (ranks, library) for n in ratios
+        ]
+        for collective in ("bcast", "reduce", "allreduce"):
+            sizes = {n for c, _, n in rows if c == collective}
+            for nbytes in sorted(sizes):
+                chosen = _choice(collective, ranks, 1.0, nbytes, library, compiled=True)
                 if chosen is not None:
-                    assert (collective, chosen, nbytes) in measured, (library, collective, nbytes, chosen)
-    # from 4 MiB now (the Python engine's rule: 8 MiB); 1 MiB stays native
-    assert _choice("reduce", 16, 1.0, 4 * M, compiled=True) == BINOMIAL_128K
-    assert _choice("allreduce", 16, 1.0, 4 * M, compiled=True) == BINOMIAL_128K
-    assert _choice("reduce", 16, 1.0, M, compiled=True) is None
-    assert _choice("reduce", 16, 1.0, 4 * M) is None  # the Python engine keeps its rule
+                    assert (collective, chosen, nbytes) in rows, (ranks, library, collective, nbytes, chosen)
+    assert _choice("allreduce", 16, 1.0, 4 * M, compiled=True) == BINOMIAL_128K  # Python engine: from 8M
+    assert _choice("allreduce", 16, 1.0, 4 * M) is None
+    assert _choice("allreduce", 8, 1.0, 4 * M, compiled=True) == PIPELINE  # Python engine: from 8M
+    assert _choice("reduce", 4, 1.0, 4 * M, compiled=True) is None  # Python engine: served from 4M
+    assert _choice("reduce", 4, 1.0, 4 * M) == PIPELINE
+    assert _choice("reduce", 16, 1.0, 4 * M, compiled=True) is None
+    assert _choice("allreduce", 16, 1.0, M, compiled=True) is None
     assert _choice("bcast", 2, 1.0, 16 * M, compiled=True) == _choice("bcast", 2, 1.0, 16 * M)
     assert "compiled engine" in defaults.describe(16, 1.0, compiled=True)
 

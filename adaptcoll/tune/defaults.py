@@ -180,20 +180,24 @@ BINOMIAL_128K = ServeConfig("binomial", 128 * K, 0, 0)
 """binomial trees, 128K segments, no cap: the compiled engine's pipeline at one node (a segment costs
 about 1 us of CPU there instead of about 9, so small segments pay)."""
 
-_MANY_COMPILED: _Rule = {
-    **_MANY,
-    "reduce": ((4 * M, BINOMIAL_128K), (8 * M, PIPELINE)),
-    "allreduce": ((4 * M, BINOMIAL_128K), (8 * M, SIXTEEN)),
-}
-"""9-63 ranks on one node with the compiled progress path on every rank (16 ranks on the 16-core node,
-2026-11-27, bench/results/device_2026-11-27/compiled, bench/RESULTS.md "The compiled progress path"):
-binomial 128K won Reduce 4M 1.48 / 1.47 against MPICH and 1.39 against Open MPI's `tuned`, Allreduce 4M
-1.31 / 1.37 and 1.23, where the Python engine's choices lost or tied (0.89-0.95, 0.96-1.15) and the rule
-went native; at 1M it still loses (Reduce 0.60-0.68, Allreduce 0.73-0.79): native. From 8M the Python
-engine's choices, measured with the compiled engine at 16M (Reduce 1.69-1.92, Allreduce 1.27-1.59)."""
-_MANY_OPEN_MPI_COMPILED: _Rule = {**_MANY_COMPILED, "bcast": _MANY_OPEN_MPI["bcast"]}
+_FOUR_COMPILED: _Rule = {**_FOUR, "reduce": ((8 * M, PIPELINE),)}
+"""3-4 ranks with the compiled progress path on every rank (4 ranks on the 16-core node, 2026-11-27, one
+launch, bench/results/device_2026-11-27/compiled): the pipeline's Reduce 4M tied or lost (0.99 served at
+every size, 0.95 as the rule served it), where the Python engine had won (1.10): from 8M (1.30, 1.07)."""
+_EIGHT_COMPILED: _Rule = {**_EIGHT, "allreduce": ((4 * M, PIPELINE),)}
+"""5-8 ranks, compiled engine (8 ranks, two launches): the pipeline's Allreduce 4M won 1.33 and 1.16, where
+the Python engine's tied (0.95-1.07): served from 4M."""
+_MANY_COMPILED: _Rule = {**_MANY, "allreduce": ((4 * M, BINOMIAL_128K), (8 * M, SIXTEEN))}
+"""9-63 ranks on one node, compiled engine (16 ranks, 2026-11-27, MPICH three launches, Open MPI `tuned`
+one): binomial 128K won Allreduce 4M 1.31 / 1.37 / 1.42 (1.51 as the rule served it) and 1.23 against
+Open MPI, where the Python engine's choices tied (0.96-1.15); 1M still loses (0.73-0.79): native. Reduce
+4M with 128K won three launches (1.39-1.48) but tied in the fourth (0.98, native's own Reduce 4145 us
+instead of 5522-6343): native as before, from 8M the pipeline (1.36, 1.69-1.92 at 16M)."""
+_MANY_OPEN_MPI_COMPILED: _Rule = {**_MANY_OPEN_MPI, "allreduce": _MANY_COMPILED["allreduce"]}
 
 _COMPILED: dict[str, _Rule] = {
+    "3-4 ranks": _FOUR_COMPILED,
+    "5-8 ranks": _EIGHT_COMPILED,
     "9+ ranks": _MANY_COMPILED,
     "9+ ranks, Open MPI": _MANY_OPEN_MPI_COMPILED,
 }
