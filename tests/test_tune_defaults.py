@@ -140,6 +140,13 @@ MEASURED_COMPILED = [
     (16, "", "allreduce", BINOMIAL_128K, {2 * M: 1.02, 4 * M: 1.42, 8 * M: 1.39}),
     (16, "", "allreduce", BINOMIAL_128K, {4 * M: 1.51}),
     (16, "", "allreduce", SIXTEEN, {8 * M: 1.53}),
+    # 16 ranks, launches 4-6 (run5.sh): 4M only
+    (16, "", "reduce", BINOMIAL_128K, {4 * M: 1.49}),
+    (16, "", "reduce", BINOMIAL_128K, {4 * M: 1.58}),
+    (16, "", "reduce", BINOMIAL_128K, {4 * M: 1.52}),
+    (16, "", "allreduce", BINOMIAL_128K, {4 * M: 1.22}),  # as the rule serves it
+    (16, "", "allreduce", BINOMIAL_128K, {4 * M: 1.25}),
+    (16, "", "allreduce", BINOMIAL_128K, {4 * M: 1.28}),
     # 8 ranks, two launches (run4.sh)
     (8, "", "bcast", FINE, {M: 0.85, 2 * M: 1.23, 4 * M: 1.32, 8 * M: 1.62, 16 * M: 1.99}),
     (8, "", "bcast", FINE, {M: 1.08, 2 * M: 1.31, 4 * M: 1.40, 8 * M: 1.42, 16 * M: 1.74}),
