@@ -191,8 +191,8 @@ _MANY_COMPILED: _Rule = {**_MANY, "allreduce": ((4 * M, BINOMIAL_128K), (8 * M, 
 """9-63 ranks on one node, compiled engine (16 ranks, 2026-11-27, MPICH three launches, Open MPI `tuned`
 one): binomial 128K won Allreduce 4M 1.31 / 1.37 / 1.42 (1.51 as the rule served it) and 1.23 against
 Open MPI, where the Python engine's choices tied (0.96-1.15); 1M still loses (0.73-0.79): native. Reduce
-4M with 128K won three launches (1.39-1.48) but tied in the fourth (0.98, native's own Reduce 4145 us
-instead of 5522-6343): native as before, from 8M the pipeline (1.36, 1.69-1.92 at 16M)."""
+4M with 128K won six of seven launches (1.39-1.58) but tied one (0.98, native's own Reduce 4145 us
+instead of 4570-6343): native as before, from 8M the pipeline (1.36, 1.69-1.92 at 16M)."""
 _MANY_OPEN_MPI_COMPILED: _Rule = {**_MANY_OPEN_MPI, "allreduce": _MANY_COMPILED["allreduce"]}
 
 _COMPILED: dict[str, _Rule] = {
