@@ -389,7 +389,11 @@ class Engine:
         """The watchdog's text for the operations not yet reported: each with its pending segments
         (peer, tag, bytes); marks them reported. Empty if there is nothing new to report."""
         by_owner: dict[int, tuple[Any, list[str]]] = {}
-        for _callback, want, owner, peer, tag in self._entries:
+        pending = [(owner, peer, tag, want) for _callback, want, owner, peer, tag in self._entries]
+        comp = self.compiled
+        if comp is not None and comp.ops:  # the compiled operations' requests (want -1: a send)
+            pending += [(comp.ops.get(h, (None,))[0], peer, tag, want) for h, _, peer, tag, want in comp.pending()]
+        for owner, peer, tag, want in pending:
             if owner is None or owner.error is not None:
                 continue
             info = getattr(owner, "info", None)
@@ -400,19 +404,6 @@ class Engine:
             seg = f"segment {info.segment(tag)} " if isinstance(info, OpInfo) and tag >= 0 else ""
             size = f", {want} B" if want >= 0 else ""
             lines.append(f"    {what} rank {peer}: {seg}(tag {tag}{size})")
-        comp = self.compiled
-        if comp is not None and comp.ops:
-            for handle, is_recv, peer, tag, want in comp.pending():
-                owner = comp.ops.get(handle, (None,))[0]
-                if owner is None or owner.error is not None:
-                    continue
-                info = getattr(owner, "info", None)
-                if isinstance(info, OpInfo) and info.reported:
-                    continue
-                what = "receive from" if is_recv else "send to"
-                seg = f"segment {info.segment(tag)} " if isinstance(info, OpInfo) else ""
-                size = f", {want} B" if is_recv else ""
-                by_owner.setdefault(id(owner), (owner, []))[1].append(f"    {what} rank {peer}: {seg}(tag {tag}{size})")
         for _poll, _cb, owner in self._watches:
             if owner is not None and owner.error is None:
                 info = getattr(owner, "info", None)
