@@ -160,8 +160,8 @@ def _run_both(collective: str, links: list[Any], rank: int, root: int, nseg: int
         (0, 0) if collective == "bcast" else compiled.fold_codes("SUM", dtype),  # type: ignore[arg-type]
         0,
     )
-    call.set_links(links)
     fake = FakeCompiled()
+    call.set_links(links, fake.engine.lib)
     handle = fake.start(call, plan)
     rng = random.Random(seed)
     step = 0

@@ -31,7 +31,8 @@ from ..state.comm_state import CommState, comm_state
 from ..tune.blocks import choose_block
 from ..tune.choose import comm_tuning
 from ..tune.config import CallConfig
-from .decide import Decision, Prepared, _fold_op, _parse, _started
+from .decide import Decision, Prepared, _fold_op, _parse
+from .starts import started as _started
 
 __all__ = ["allgather", "reduce_scatter", "DEVICE_NOT_SERVED", "NO_RECVCOUNTS", "NON_COMMUTATIVE"]
 
@@ -97,7 +98,8 @@ def _prepare(
     def start_one(ctx: OpContext, link: Link, done: _Callback) -> None:
         run(ctx, done)
 
-    return Prepared(_started(st, make_links, keep, base, start_one, name, None, loads, stores), error, config=call)
+    started, _ = _started(st, make_links, keep, base, start_one, name, None, loads, stores)
+    return Prepared(started, error, config=call)
 
 
 # -- allgather ------------------------------------------------------------------------------------

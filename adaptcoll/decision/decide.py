@@ -43,11 +43,9 @@ from ..protocols.algorithms import ALLREDUCE_ALGORITHMS, AllreduceAlgorithm
 from ..protocols.allreduce import Allreduce
 from ..protocols.bcast import Bcast
 from ..protocols.context import OpContext
-from ..protocols.links import run_all, start_on_links
 from ..protocols.operation import Operation
 from ..protocols.reduce import Reduce
 from ..runtime import compiled, settings
-from ..runtime.engine import engine
 from ..runtime.native import (
     ALGORITHM_NATIVE,
     BELOW_THRESHOLD,
@@ -60,12 +58,12 @@ from ..runtime.native import (
 )
 from ..state import shm
 from ..state.comm_state import HOST_BACKEND, CommState, comm_state
-from ..trace.attach import traced
 from ..tune.choose import comm_tuning, explicitly_native
 from ..tune.config import CallConfig
 from ..tune.policy import CommTuning
 from . import node as shm_decide
 from . import ops
+from .starts import started as _started
 
 __all__ = [
     "Prepared",
@@ -101,6 +99,9 @@ class Prepared:
     config: Optional[CallConfig] = None
     engine: Optional[str] = None
     """Which engine runs the protocols ("compiled" or "python"; None: no protocols of adaptcoll's)."""
+    run_blocking: Optional[Callable[[], None]] = None
+    """A served call's start and wait in one, for the blocking forms (the compiled path: one call into C
+    starts it and sweeps until it is done); None: they use start() and wait."""
 
 
 Decision = Union[Prepared, Native]
@@ -227,94 +228,6 @@ def _fold_op(
     return rop
 
 
-def _started(
-    st: CommState,
-    make_links: Callable[[], list[Link]],
-    keep: Any,
-    base: OpContext,
-    start_one: Callable[[OpContext, Link, _Callback], None],
-    collective: str,
-    root: Optional[int],
-    loads: Sequence[Optional[_Callback]] = (),
-    stores: Sequence[Optional[_Callback]] = (),
-    compiled_call: Optional[compiled.CompiledCall] = None,
-) -> Callable[[], Operation]:
-    """The start function of a prepared call: fresh tags, one protocol per tree link, tags tracked.
-
-    The tree links are made at the first start (a `topo` tree needs the communicator's set-up, which
-    every start waits for, see CommState.submit). `loads` fill scratch arrays from the user's buffers
-    (and wait for device buffers' producers) before the protocols read or write them; `stores` write
-    received scratch arrays back once the operation is done. The communicator's transport numbers the
-    operation and owns what its protocols post (errors are the operation's own; the watchdog names it).
-    """
-    shape = base.plan
-    links: list[list[Link]] = []
-    fill = [f for f in loads if f is not None]
-    finish = run_all([f for f in stores if f is not None])
-
-    def start() -> Operation:
-        if not links:
-            links.append(make_links())
-        for load in fill:
-            load()
-        plan = st.take_tags(shape)
-        trace = settings.current().trace
-        if compiled_call is not None and not trace:
-            return _start_compiled(st, compiled_call, links[0], keep, plan, finish, collective, root)
-        ctx, one = base.with_plan(plan), start_one
-        if trace:  # ADAPTCOLL_TRACE: tracing transport and backend for this operation
-            ctx, one = traced(st, ctx, start_one)
-        operation = Operation(keep)
-        st.transport.start_operation(
-            operation,
-            collective,
-            root,
-            plan,
-            lambda: start_on_links(links[0], keep, lambda link, done: one(ctx, link, done), finish, operation),
-        )
-        return st.track(plan, operation)
-
-    return start
-
-
-def _start_compiled(
-    st: CommState,
-    call: compiled.CompiledCall,
-    links: list[Link],
-    keep: Any,
-    plan: SegmentPlan,
-    finish: Optional[_Callback],
-    collective: str,
-    root: Optional[int],
-) -> Operation:
-    """Start a prepared call on the compiled progress path: one call into C with this start's tags."""
-    if call.links is None:
-        call.set_links(links)
-    eng = engine()
-    comp = eng.compiled
-    if comp is None:
-        lib = compiled.library()
-        assert lib is not None, "a CompiledCall exists only where the library is loaded"
-        comp = eng.compiled = compiled.engine_for(lib)
-    operation = Operation(keep)
-
-    def done() -> None:
-        try:
-            if finish is not None:
-                finish()
-        finally:
-            operation.complete()
-
-    transport = st.transport
-
-    def post() -> None:
-        assert transport.comm is not None
-        comp.start(call, plan.tag_base, plan.tag_space, transport.comm.handle, operation, done)
-
-    transport.start_operation(operation, collective, root, plan, post)
-    return st.track(plan, operation)
-
-
 def _compiled_call(
     kind: int, local: Any, target: Any, base: OpContext, on_device: bool, op_name: str = ""
 ) -> Optional[compiled.CompiledCall]:
@@ -396,8 +309,8 @@ def bcast(comm: MPI.Intracomm, buf: Any, root: Any, blocking: bool = False) -> D
         Bcast(ctx, link.parent, link.children, data, link.segs, done).start()
 
     fast = _compiled_call(compiled.BCAST, data, None, base, on_device)
-    started_trees = _started(st, make_links, buf, base, start_one, "Bcast", root, loads, stores, fast)
-    return Prepared(started_trees, msg.error, note=note, config=call, engine=_engine_name(fast))
+    started_trees, run = _started(st, make_links, buf, base, start_one, "Bcast", root, loads, stores, fast)
+    return Prepared(started_trees, msg.error, note=note, config=call, engine=_engine_name(fast), run_blocking=run)
 
 
 # -- reduce ---------------------------------------------------------------------------------------
@@ -486,8 +399,10 @@ def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, root: Any, 
     fast = (
         None if rop.user_fold is not None else _compiled_call(compiled.REDUCE, local, target, base, on_device, rop.name)
     )
-    started_trees = _started(st, make_links, (sendbuf, recvbuf), base, start_one, "Reduce", root, loads, stores, fast)
-    return Prepared(started_trees, error, note=note, config=call, engine=_engine_name(fast))
+    started_trees, run = _started(
+        st, make_links, (sendbuf, recvbuf), base, start_one, "Reduce", root, loads, stores, fast
+    )
+    return Prepared(started_trees, error, note=note, config=call, engine=_engine_name(fast), run_blocking=run)
 
 
 def _root_target(
@@ -625,10 +540,10 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, blocking
     fast = None
     if by_blocks is None and rop.user_fold is None:
         fast = _compiled_call(compiled.ALLREDUCE, local, result, base, on_device, rop.name)
-    started_trees = _started(
+    started_trees, run = _started(
         st, make_links, (sendbuf, recvbuf), base, start_one, "Allreduce", None, loads, [rmsg.store], fast
     )
-    return Prepared(started_trees, error, note=note, config=call, engine=_engine_name(fast))
+    return Prepared(started_trees, error, note=note, config=call, engine=_engine_name(fast), run_blocking=run)
 
 
 def _block_shape(

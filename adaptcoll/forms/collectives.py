@@ -28,11 +28,14 @@ import numpy as np
 from mpi4py import MPI
 
 from ..decision import decide
+from ..decision.cache import lookup as _lookup
+from ..decision.cache import op_key
+from ..decision.cache import remember as _remember
 from ..device import small as _small
 from ..device.route import staged_reason
 from ..device.staged import StagedCall
 from ..protocols.operation import Operation
-from ..runtime import counters
+from ..runtime import counters, settings
 from ..runtime.engine import engine
 from ..runtime.native import BELOW_THRESHOLD, Native
 from ..state.comm_state import comm_state, settle_setup
@@ -60,6 +63,8 @@ _STAGED_BELOW = staged_reason(BELOW_THRESHOLD)
 _getattr = getattr
 _record = counters.record
 _host_nbytes = host_nbytes
+_settings_now = settings.current
+_PREPARED = decide.Prepared
 _FINISHED = Operation()
 _FINISHED.complete()
 
@@ -85,6 +90,9 @@ def start(name: str, decision: decide.Decision, comm: MPI.Intracomm, blocking: b
         decision.run()
         _record(name, decision.native_reason)
         return _FINISHED
+    if blocking and decision.run_blocking is not None and decision.error is None:
+        _run(name, decision)
+        return _FINISHED
     eng = engine()
     with eng.lock:
         operation = comm_state(comm).submit(decision.start)
@@ -97,6 +105,17 @@ def start(name: str, decision: decide.Decision, comm: MPI.Intracomm, blocking: b
         eng.wait_for(lambda: operation.done)
         raise decision.error
     return operation
+
+
+def _run(name: str, decision: decide.Prepared) -> None:
+    """A blocking served call's start and wait in one (Prepared.run_blocking), counted as `start` counts."""
+    config = decision.config
+    _record(name, None, config.label if config is not None else None, decision.engine)
+    if decision.note is not None:
+        counters.note(name, decision.note)
+    run = decision.run_blocking
+    assert run is not None
+    run()
 
 
 def _staged_request(name: str, comm: MPI.Intracomm, call: StagedCall) -> Request:
@@ -134,7 +153,10 @@ def bcast(comm: MPI.Intracomm, buf: Any, root: Any = 0, name: str = "Bcast") -> 
         return _MPI_BCAST(comm, buf, root)
     key = enter(comm, name)
     try:
-        operation = start(name, decide.bcast(comm, buf, root, blocking=True), comm, blocking=True)
+        decision = _bcast_decision(comm, buf, root, True)
+        if type(decision) is _PREPARED and decision.run_blocking is not None and decision.error is None:
+            return _run(name, decision)
+        operation = start(name, decision, comm, blocking=True)
         if operation is None:
             return _MPI_BCAST(comm, buf, root)
         return wait(operation)
@@ -161,7 +183,7 @@ def ibcast(comm: MPI.Intracomm, buf: Any, root: Any = 0) -> Request:
         return NativeRequest(_MPI_IBCAST(comm, buf, root), keep=buf)
     key = enter(comm, "Ibcast")
     try:
-        operation = start("Ibcast", decide.bcast(comm, buf, root), comm)
+        operation = start("Ibcast", _bcast_decision(comm, buf, root, False), comm)
         if operation is None:
             settle_setup(comm)
             return NativeRequest(_MPI_IBCAST(comm, buf, root), keep=buf)
@@ -192,7 +214,10 @@ def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM, root
         return _MPI_REDUCE(comm, sendbuf, recvbuf, op, root)
     key = enter(comm, "Reduce")
     try:
-        operation = start("Reduce", decide.reduce(comm, sendbuf, recvbuf, op, root, blocking=True), comm, blocking=True)
+        decision = _reduce_decision(comm, sendbuf, recvbuf, op, root, True)
+        if type(decision) is _PREPARED and decision.run_blocking is not None and decision.error is None:
+            return _run("Reduce", decision)
+        operation = start("Reduce", decision, comm, blocking=True)
         if operation is None:
             native_send = decide.in_place_send_at_root(comm, sendbuf, recvbuf, root)
             return _MPI_REDUCE(comm, native_send, recvbuf, op, root)
@@ -222,7 +247,7 @@ def ireduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM, roo
         return NativeRequest(_MPI_IREDUCE(comm, native_send, recvbuf, op, root), keep=(sendbuf, recvbuf))
     key = enter(comm, "Ireduce")
     try:
-        operation = start("Ireduce", decide.reduce(comm, sendbuf, recvbuf, op, root), comm)
+        operation = start("Ireduce", _reduce_decision(comm, sendbuf, recvbuf, op, root, False), comm)
         if operation is None:
             settle_setup(comm)
             native_send = decide.in_place_send_at_root(comm, sendbuf, recvbuf, root)
@@ -252,7 +277,10 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM) -
         return _MPI_ALLREDUCE(comm, _IN_PLACE if sendbuf is recvbuf else sendbuf, recvbuf, op)
     key = enter(comm, "Allreduce")
     try:
-        operation = start("Allreduce", decide.allreduce(comm, sendbuf, recvbuf, op, blocking=True), comm, blocking=True)
+        decision = _allreduce_decision(comm, sendbuf, recvbuf, op, True)
+        if type(decision) is _PREPARED and decision.run_blocking is not None and decision.error is None:
+            return _run("Allreduce", decision)
+        operation = start("Allreduce", decision, comm, blocking=True)
         if operation is None:
             return _MPI_ALLREDUCE(comm, decide.in_place_send(sendbuf, recvbuf), recvbuf, op)
         return wait(operation)
@@ -281,7 +309,7 @@ def iallreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM) 
         return NativeRequest(_MPI_IALLREDUCE(comm, native_send, recvbuf, op), keep=(sendbuf, recvbuf))
     key = enter(comm, "Iallreduce")
     try:
-        operation = start("Iallreduce", decide.allreduce(comm, sendbuf, recvbuf, op), comm)
+        operation = start("Iallreduce", _allreduce_decision(comm, sendbuf, recvbuf, op, False), comm)
         if operation is None:
             settle_setup(comm)
             native_send = decide.in_place_send(sendbuf, recvbuf)
@@ -289,6 +317,50 @@ def iallreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM) 
         return Request(operation)
     finally:
         leave(key)
+
+
+# -- decisions, remembered per call signature (adaptcoll.decision.cache) -----------------------------
+def _bcast_decision(comm: MPI.Intracomm, buf: Any, root: Any, blocking: bool) -> decide.Decision:
+    if type(buf) is not _NDARRAY or type(root) is not int:
+        return decide.bcast(comm, buf, root, blocking=blocking)
+    key = ("bcast", blocking, root, id(buf))
+    arrays = (buf,)
+    found = _lookup(comm, key, arrays)
+    if found is None:
+        cfg = _settings_now()
+        found = decide.bcast(comm, buf, root, blocking=blocking)
+        _remember(comm, key, arrays, found, cfg)
+    return found
+
+
+def _reduce_decision(
+    comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, root: Any, blocking: bool
+) -> decide.Decision:
+    ok = op_key(op)
+    if ok is None or type(root) is not int or type(recvbuf if sendbuf is _IN_PLACE else sendbuf) is not _NDARRAY:
+        return decide.reduce(comm, sendbuf, recvbuf, op, root, blocking=blocking)
+    key = ("reduce", blocking, root, ok, id(sendbuf), id(recvbuf))
+    arrays = (sendbuf, recvbuf)
+    found = _lookup(comm, key, arrays)
+    if found is None:
+        cfg = _settings_now()
+        found = decide.reduce(comm, sendbuf, recvbuf, op, root, blocking=blocking)
+        _remember(comm, key, arrays, found, cfg)
+    return found
+
+
+def _allreduce_decision(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, blocking: bool) -> decide.Decision:
+    ok = op_key(op)
+    if ok is None or type(recvbuf) is not _NDARRAY:
+        return decide.allreduce(comm, sendbuf, recvbuf, op, blocking=blocking)
+    key = ("allreduce", blocking, ok, id(sendbuf), id(recvbuf))
+    arrays = (sendbuf, recvbuf)
+    found = _lookup(comm, key, arrays)
+    if found is None:
+        cfg = _settings_now()
+        found = decide.allreduce(comm, sendbuf, recvbuf, op, blocking=blocking)
+        _remember(comm, key, arrays, found, cfg)
+    return found
 
 
 def _label(decision: Any) -> Optional[str]:

@@ -9,6 +9,7 @@ adaptcoll does not serve become native MPI persistent requests behind the same i
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
@@ -62,16 +63,14 @@ class Prequest(Request):
             raise ValueError("Start() on a freed persistent request")
         if not self._finished():
             raise RuntimeError("Start() on an active persistent request (Wait for it first)")
-        eng = engine()
         key = enter(self._comm, "Start") if self._comm is not None else None
         try:
-            with eng.lock:
-                self._op = self._start()
+            self._op = self._start()  # CommState.submit: under the engine lock
         finally:
             leave(key)
         self._reported = False
         if self._error is not None:  # a buffer of this rank was bad: the others' data was drained, now report
-            eng.wait_for(self._finished)
+            engine().wait_for(self._finished)
             raise self._error
 
     def Free(self) -> None:
@@ -141,8 +140,9 @@ def _prequest(
     )
     if decision.note is not None:
         counters.note(name, decision.note)
-    state, start = comm_state(comm), decision.start
-    return Prequest(lambda: state.submit(start), keep=keep, error=decision.error, comm=comm)
+    return Prequest(
+        functools.partial(comm_state(comm).submit, decision.start), keep=keep, error=decision.error, comm=comm
+    )
 
 
 def bcast_init(comm: MPI.Intracomm, buf: Any, root: int = 0, info: MPI.Info = MPI.INFO_NULL) -> Prequest:

@@ -60,7 +60,7 @@ class Request:
     def Wait(self, status: Optional[MPI.Status] = None) -> bool:
         """Progress until the operation has completed; returns True like mpi4py's Request.Wait.
         Raises the operation's error if it failed."""
-        engine().wait_for(self._finished)
+        engine().wait_operation(self._op, self._finished)
         self._reported = True
         _fill(status)
         _raise_failed([self])

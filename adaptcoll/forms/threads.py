@@ -20,7 +20,8 @@ class ConcurrentCollectiveError(RuntimeError):
     """Two threads called collectives on one communicator at the same time (MPI forbids it)."""
 
 
-_busy: dict[int, tuple[int, str, str]] = {}  # handle -> (thread ident, thread name, collective)
+_busy: dict[int, tuple[int, str]] = {}  # handle -> (thread ident, collective)
+_get_ident = threading.get_ident
 
 
 def enter(comm: Any, collective: str) -> Optional[int]:
@@ -28,17 +29,18 @@ def enter(comm: Any, collective: str) -> Optional[int]:
     call nested in another collective of the same thread). Raises ConcurrentCollectiveError if another
     thread is inside a collective on the same communicator."""
     key = comm.handle
-    thread = threading.current_thread()
-    mine = (thread.ident or 0, thread.name, collective)
+    mine = (_get_ident(), collective)
     held = _busy.setdefault(key, mine)
     if held is mine:
         return key
     if held[0] == mine[0]:
         return None
     name = comm.Get_name() or "unnamed"
+    here = threading.current_thread().name
+    there = getattr(threading._active.get(held[0]), "name", f"ident {held[0]}")  # type: ignore[attr-defined]
     raise ConcurrentCollectiveError(
         f"adaptcoll: {collective} on communicator {name} (handle {key:#x}) was called in thread "
-        f"{thread.name!r} while thread {held[1]!r} is inside {held[2]} on the same communicator: MPI forbids "
+        f"{here!r} while thread {there!r} is inside {held[1]} on the same communicator: MPI forbids "
         "concurrent collectives on one communicator; give each thread its own communicator (comm.Dup())"
     )
 

@@ -48,12 +48,17 @@ __all__ = [
     "BCAST",
     "REDUCE",
     "ALLREDUCE",
+    "RUN_BUDGET",
+    "ST_RUNNING",
+    "ST_DONE",
+    "ST_FAILED",
+    "NOTICE",
 ]
 
 BCAST, REDUCE, ALLREDUCE = 0, 1, 2
 """Operation kinds of `ac_start`."""
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 """`ac_abi_version()` of the source this module speaks to."""
 
 _DCODES = {
@@ -73,9 +78,14 @@ _OPCODES = {"SUM": 0, "PROD": 1, "MAX": 2, "MIN": 3, "LAND": 4, "LOR": 5, "LXOR"
 _FLOAT_OPS = frozenset(("SUM", "PROD", "MAX", "MIN"))
 _BOOL_OPS = frozenset(("LAND", "LOR", "LXOR", "BAND", "BOR", "BXOR"))
 _SYNC = {"first": 0, "all": 1, "none": 2}
-ST_DONE, ST_FAILED, ST_ABORTED = 1, 2, 3
+ST_RUNNING, ST_DONE, ST_FAILED, ST_ABORTED = 0, 1, 2, 3
+NOTICE = 16
+"""Added to ac_call_run's state when an error notice is waiting for the Python engine."""
 ERR_SIZE, ERR_MPI, ERR_NOMEM = 1, 2, 3
 INT_MAX = (1 << 31) - 1
+RUN_BUDGET = 0.002
+"""Seconds of idle sweeping a blocking call spends in C (ac_call_run) before it returns to the Python
+engine's loop (which also receives error notices, runs the watchdog and lets other threads progress)."""
 DEAD_KEPT = 4096
 """Failed compiled operations whose arrays are kept alive for sends that may still be in flight."""
 
@@ -195,6 +205,17 @@ def _declare(lib: ctypes.CDLL) -> None:
             [c_ptr, c_int, ctypes.c_ssize_t, ctypes.c_ssize_t, c_int, c_int, c_int, c_i64, c_i64, c_int, c_int]
             + [c_int, c_int, c_int, c_int, c_ptr, c_ptr, c_ptr],
         ),
+        "ac_call_new": (
+            ctypes.c_ssize_t,
+            [c_int, ctypes.c_ssize_t, c_int, c_int, c_int, c_i64, c_i64, c_int, c_int, c_int, c_int]
+            + [c_ptr, c_ptr, c_ptr, c_int],
+        ),
+        "ac_call_free": (None, [ctypes.c_ssize_t]),
+        "ac_call_bind": (None, [ctypes.c_ssize_t, c_ptr, ctypes.c_ssize_t, c_int, c_double, c_ptr]),
+        "ac_call_start": (ctypes.c_ssize_t, [ctypes.c_ssize_t, c_int]),
+        "ac_call_run": (c_int, [ctypes.c_ssize_t, c_int]),
+        "ac_call_last": (ctypes.c_ssize_t, [ctypes.c_ssize_t]),
+        "ac_op_wait": (c_int, [ctypes.c_ssize_t]),
         "ac_progress": (c_int, [c_ptr, c_int, c_int, c_ptr]),
         "ac_take_finished": (c_int, [c_ptr, c_ptr, c_ptr, c_int]),
         "ac_op_error": (None, [ctypes.c_ssize_t, c_ptr, c_ptr, c_ptr, c_ptr, c_ptr]),
@@ -312,13 +333,19 @@ class CompiledCall:
         "itemsize",
         "count",
         "seg_count",
+        "tag_space",
         "windows",
         "sync",
         "ordered",
         "local",
         "target",
         "links",
+        "handle",
+        "bound",
+        "notice_slot",
+        "_lib",
         "_keep",
+        "__weakref__",
     )
 
     def __init__(
@@ -340,17 +367,49 @@ class CompiledCall:
         self.itemsize = local.itemsize
         self.count = plan.count
         self.seg_count = plan.seg_count
+        self.tag_space = plan.tag_space
         self.windows = (send_window, recv_window)
         self.sync = _SYNC[sync_mode]
         self.ordered = int(ordered)
         self.local = local.__array_interface__["data"][0]
         self.target = 0 if target is None else target.__array_interface__["data"][0]
         self.links: Optional[np.ndarray] = None
+        self.handle = 0
+        """The C side's copy of all this (`ac_call_new`), made with the links; freed with this object."""
+        self.bound = False
+        """Whether the C side knows its engine and communicator (CompiledEngine.bind)."""
+        self.notice_slot: Optional[np.ndarray] = None
+        self._lib: Optional[ctypes.CDLL] = None
         self._keep = (local, target)
 
-    def set_links(self, links: Any) -> None:
-        """This rank's links (parent, children, segment positions), packed for ac_start once."""
-        self.links = pack_links(tuple((link.parent, tuple(link.children), _segs_key(link.segs)) for link in links))
+    def set_links(self, links: Any, lib: ctypes.CDLL) -> None:
+        """This rank's links (parent, children, segment positions), packed, and the C side's prepared call."""
+        packed = pack_links(tuple((link.parent, tuple(link.children), _segs_key(link.segs)) for link in links))
+        handle = lib.ac_call_new(
+            self.kind,
+            self.dtype,
+            self.dcode,
+            self.opcode,
+            self.itemsize,
+            self.count,
+            self.seg_count,
+            self.windows[0],
+            self.windows[1],
+            self.sync,
+            self.ordered,
+            self.local,
+            self.target,
+            packed.ctypes.data,
+            packed.size,
+        )
+        if not handle:
+            raise MemoryError("adaptcoll: out of memory preparing a compiled operation")
+        self.links, self.handle, self._lib = packed, handle, lib
+
+    def __del__(self) -> None:
+        if self.handle and self._lib is not None:
+            self._lib.ac_call_free(self.handle)
+            self.handle = 0
 
 
 def _segs_key(segs: Any) -> Any:
@@ -421,6 +480,18 @@ class CompiledEngine:
         self._events = ctypes.c_int64()
         self._events_at = ctypes.addressof(self._events)
 
+    def bind(
+        self, call: CompiledCall, comm_handle: int, tag_space: int, notice_slot: Optional[np.ndarray] = None
+    ) -> None:
+        """Bind `call` (its links set) to this engine and the communicator its starts post on (once).
+        `notice_slot`: where the communicator's transport keeps its notice receive's MPI handle
+        (MPITransport.notice_slot; the call keeps it alive)."""
+        assert call.handle, "set_links comes first"
+        slot = 0 if notice_slot is None else notice_slot.ctypes.data
+        self.lib.ac_call_bind(call.handle, self.handle, comm_handle, tag_space, RUN_BUDGET, slot)
+        call.bound = True
+        call.notice_slot = notice_slot
+
     def start(
         self,
         call: CompiledCall,
@@ -432,34 +503,41 @@ class CompiledEngine:
     ) -> int:
         """Start `call` with this operation's tags on the communicator `comm_handle`; `on_done()` runs (from
         the engine's sweep) once it has finished here; returns its handle."""
-        links = call.links
-        assert links is not None
-        h = self.lib.ac_start(
-            self.handle,
-            call.kind,
-            comm_handle,
-            call.dtype,
-            call.dcode,
-            call.opcode,
-            call.itemsize,
-            call.count,
-            call.seg_count,
-            tag_base,
-            tag_space,
-            call.windows[0],
-            call.windows[1],
-            call.sync,
-            call.ordered,
-            call.local,
-            call.target,
-            links.ctypes.data,
-        )
+        if not call.bound:
+            self.bind(call, comm_handle, tag_space)
+        h = self.lib.ac_call_start(call.handle, tag_base)
         if not h:
             raise MemoryError("adaptcoll: out of memory starting a compiled operation")
+        self.adopt(h, call, operation, on_done)
+        return int(h)
+
+    def adopt(self, h: int, call: CompiledCall, operation: Any, on_done: Callable[[], None]) -> None:
+        """Track the running operation `h` (started by `start`, or left running by ac_call_run)."""
         self.ops[h] = (operation, on_done, call)
         if operation is not None:
-            operation.cancel = lambda: self.lib.ac_op_abort(h)
-        return int(h)
+            operation.cancel = functools.partial(self.lib.ac_op_abort, h)
+            operation.handle = h
+
+    def wait(self, h: int) -> tuple[Optional[Finished], bool]:
+        """Wait in C for the running operation `h` (ac_op_wait; call with the engine lock held, while `h`
+        is in `ops`): (its (operation, handle, on_done, error or None) as `sweep` hands them back, or None
+        if it is still running; whether an error notice waits). A handle of 0 means C freed it already
+        (nothing to release)."""
+        state = self.lib.ac_op_wait(h)
+        notice = state >= NOTICE
+        if notice:
+            state -= NOTICE
+        if state == ST_RUNNING:
+            return None, notice
+        operation, on_done, call = self.ops.pop(h)
+        if state == ST_DONE:
+            return (operation, 0, on_done, None), notice
+        self._dead[h] = call
+        if len(self._dead) > DEAD_KEPT:
+            del self._dead[next(iter(self._dead))]
+        if state == ST_FAILED:
+            return (operation, h, _nothing, self._error(h, operation)), notice
+        return (None, h, _nothing, None), notice
 
     @property
     def live(self) -> bool:
@@ -497,6 +575,10 @@ class CompiledEngine:
 
     def release(self, h: int) -> None:
         self.lib.ac_op_release(h)
+
+    def error(self, h: int, operation: Any) -> BaseException:
+        """The error of the failed operation `h` (as MessageSizeError, MemoryError or MPI.Exception)."""
+        return self._error(h, operation)
 
     def _error(self, h: int, operation: Any) -> BaseException:
         kind, peer, code = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()

@@ -17,8 +17,8 @@ __all__ = [
     "BELOW_THRESHOLD_REASON",
 ]
 
-_counts: dict[tuple[str, str | None], int] = {}
-"""(collective, native reason or None when adaptcoll served it) -> calls."""
+_calls: dict[tuple[str, str | None, str | None, str | None], int] = {}
+"""(collective, native reason or None when adaptcoll served it, configuration label, engine) -> calls."""
 
 BELOW_THRESHOLD_REASON = "below native_below"
 """The reason under which `below` is reported."""
@@ -26,10 +26,6 @@ BELOW_THRESHOLD_REASON = "below native_below"
 below: defaultdict[str, int] = defaultdict(int)
 """Calls the small-message fast path handed to native MPI, by collective: `below[name] += 1` is the whole
 cost of counting there (stats() reports them under BELOW_THRESHOLD_REASON)."""
-_configs: dict[tuple[str, str], int] = {}
-"""(collective, configuration label) -> calls adaptcoll served with that configuration."""
-_engines: dict[tuple[str, str], int] = {}
-"""(collective, engine) -> calls whose protocols ran on that engine ("compiled" or "python")."""
 _tuning_notes: dict[str, None] = {}
 """How the communicators' tuning was resolved (table, nearest measured size, shipped rule), in order."""
 
@@ -37,15 +33,9 @@ _tuning_notes: dict[str, None] = {}
 def record(name: str, native_reason: str | None = None, config: str | None = None, engine: str | None = None) -> None:
     """Count one call of collective `name`, served by adaptcoll unless `native_reason` is given
     (`config`: the label of the configuration it was served with; `engine`: "compiled" or "python",
-    the engine that ran its protocols)."""
-    key = (name, native_reason)
-    _counts[key] = _counts.get(key, 0) + 1
-    if config is not None:
-        ckey = (name, config)
-        _configs[ckey] = _configs.get(ckey, 0) + 1
-    if engine is not None:
-        ekey = (name, engine)
-        _engines[ekey] = _engines.get(ekey, 0) + 1
+    the engine that ran its protocols). One dict update: stats() adds them up."""
+    key = (name, native_reason, config, engine)
+    _calls[key] = _calls.get(key, 0) + 1
 
 
 def tuning_note(text: str) -> None:
@@ -87,7 +77,15 @@ def stats() -> dict[str, dict[str, Any]]:
     with where it came from: [table], [table~4] = the nearest measured communicator size, 4 ranks,
     [defaults], [settings]); `tuning` says how the communicators' tables were resolved."""
     out: dict[str, dict[str, Any]] = {}
-    counts = dict(_counts)
+    counts: dict[tuple[str, str | None], int] = {}
+    configs: dict[tuple[str, str], int] = {}
+    engines: dict[tuple[str, str], int] = {}
+    for (name, reason, config, engine), n in list(_calls.items()):
+        counts[(name, reason)] = counts.get((name, reason), 0) + n
+        if config is not None:
+            configs[(name, config)] = configs.get((name, config), 0) + n
+        if engine is not None:
+            engines[(name, engine)] = engines.get((name, engine), 0) + n
     for name, n in list(below.items()):
         if n:
             key = (name, BELOW_THRESHOLD_REASON)
@@ -102,10 +100,10 @@ def stats() -> dict[str, dict[str, Any]]:
     for (name, text), n in sorted(_notes.items()):
         row = out.setdefault(name, _row())
         row.setdefault("notes", {})[text] = n
-    for (name, label), n in sorted(_configs.items()):
+    for (name, label), n in sorted(configs.items()):
         if name in out:
             out[name]["configs"][label] = n
-    for (name, engine), n in sorted(_engines.items()):
+    for (name, engine), n in sorted(engines.items()):
         if name in out:
             out[name]["engines"][engine] = n
     return out
@@ -113,11 +111,9 @@ def stats() -> dict[str, dict[str, Any]]:
 
 def reset_stats() -> None:
     """Zero all counters (the tuning notes stay: they describe communicators still in use)."""
-    _counts.clear()
+    _calls.clear()
     below.clear()
     _notes.clear()
-    _configs.clear()
-    _engines.clear()
 
 
 def format_table(data: dict[str, dict[str, Any]] | None = None) -> str:

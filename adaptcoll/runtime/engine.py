@@ -54,6 +54,7 @@ _BYTE = MPI.BYTE
 _REQUEST_NULL = MPI.REQUEST_NULL
 _Testsome = MPI.Request.Testsome
 _SEP = "\x1f"
+_HANDLE_BITS = (1 << 64) - 1
 
 
 class MessageSizeError(ValueError):
@@ -75,19 +76,29 @@ class OpInfo:
     operations of one communicator alike on every rank.
     """
 
-    __slots__ = ("collective", "root", "seq", "plan", "transport", "reported")
+    __slots__ = ("collective", "root", "seq", "plan", "transport", "reported", "tag_base")
 
-    def __init__(self, collective: str, root: Optional[int], seq: int, plan: Any, transport: MPITransport) -> None:
+    def __init__(
+        self,
+        collective: str,
+        root: Optional[int],
+        seq: int,
+        plan: Any,
+        transport: MPITransport,
+        tag_base: Optional[int] = None,
+    ) -> None:
+        """`tag_base`: the operation's tag base when `plan` is its shape (the plan without tags), else None."""
         self.collective = collective
         self.root = root
         self.seq = seq
         self.plan = plan
         self.transport = transport
         self.reported = False
+        self.tag_base = plan.tag_base if tag_base is None else tag_base
 
     def segment(self, tag: int) -> int:
         """The segment index a tag of this operation carries."""
-        return (tag - self.plan.tag_base) % self.plan.tag_space
+        return (tag - self.tag_base) % self.plan.tag_space
 
     def title(self) -> str:
         root = "" if self.root is None else f", root {self.root}"
@@ -256,6 +267,11 @@ class Engine:
         otherwise), then complete or fail those that finished; returns whether anything moved."""
         events, finished = comp.sweep(256, 1 << 16) if alone else comp.sweep(1, 64)
         self.compiled_events += events
+        self._finish_compiled(comp, finished)
+        return bool(events or finished)
+
+    def _finish_compiled(self, comp: Any, finished: list[Any]) -> None:
+        """Complete or fail compiled operations handed back (CompiledEngine.sweep / wait), then release them."""
         previous = self.owner
         for operation, handle, on_done, error in finished:
             self.owner = operation
@@ -269,9 +285,28 @@ class Engine:
                     except Exception as exc:
                         self._fail(operation, exc)
             finally:
-                comp.release(handle)
+                if handle:
+                    comp.release(handle)
         self.owner = previous
-        return bool(events or finished)
+
+    def wait_operation(self, operation: Any, finished: Callable[[], bool]) -> None:
+        """wait_for(finished), where `finished` waits for `operation`: a compiled operation is first waited
+        for in C (one call, CompiledEngine.wait) when nothing else needs this engine's sweeps; if it is
+        still running after that call's budget, the ordinary loop goes on."""
+        comp = self.compiled
+        h = operation.handle
+        if h and comp is not None and not finished():
+            with self._lock:
+                if h in comp.ops and not self._reqs and not self._watches:
+                    found, notice = comp.wait(h)
+                    if found is not None:
+                        self._finish_compiled(comp, [found])
+                    if notice:
+                        info = getattr(operation, "info", None)
+                        if isinstance(info, OpInfo):
+                            info.transport.poll_notices()
+        if not finished():
+            self.wait_for(finished)
 
     def _poll_watches(self, fired: list[Entry]) -> Optional[BaseException]:
         watches = self._watches
@@ -501,6 +536,9 @@ class MPITransport:
         self._notice_buf = np.empty(NOTICE_BYTES, np.uint8)
         self._notice_status = MPI.Status()
         self._notice_req: Optional[MPI.Request] = None
+        self.notice_slot = np.zeros(1, np.uint64)  # the handle's bits (mpi4py gives it as an unsigned int)
+        """The standing notice receive's MPI handle (0: none), kept current for the compiled path, which
+        looks at it (MPI_Request_get_status) after every blocking run (adaptcoll.runtime.compiled)."""
         if comm is not None:
             self.bind(comm)
 
@@ -513,6 +551,7 @@ class MPITransport:
         self._irecv = comm.Irecv
         if self.size > 1:
             self._notice_req = comm.Irecv(self._notice_buf, MPI.ANY_SOURCE, self.notice_tag)
+            self.notice_slot[0] = self._notice_req.handle & _HANDLE_BITS
             self._engine.listen(self)
 
     def isend(self, buf: Any, dest: int, tag: int, on_done: Callback, synchronous: bool = False) -> None:
@@ -534,28 +573,8 @@ class MPITransport:
         engine's owner, so that every request it posts belongs to it. If this communicator is out of
         step, or another rank already reported this operation failed, `operation` fails instead (its
         waiter raises: a nonblocking call still returns its request). Call with the engine lock held."""
-        seq = self._seq + 1
-        if self._votes:
-            self._await_votes(seq)
-        self._seq = seq
-        info = OpInfo(collective, root, seq, plan, self)
-        operation.info = info
-        early = self._early.pop(seq, None)
-        if early is not None:  # failed on another rank already: fails here too, raised by its waiter
-            self._ops[seq] = (operation, plan.nseg)
-            self._learned(seq)
-            operation.fail(early)
+        if not self.begin(operation, collective, root, plan):
             return
-        broken = self._broken
-        if broken is not None and seq >= broken[0]:
-            operation.fail(MessageSizeError(self._broken_text(collective, broken[1])))
-            return
-        ops = self._ops
-        ops[seq] = (operation, plan.nseg)
-        if len(ops) > self.RECENT:
-            oldest = next(iter(ops))
-            if ops[oldest][0].done:
-                del ops[oldest]
         eng = self._engine
         previous = eng.owner
         eng.owner = operation
@@ -563,6 +582,64 @@ class MPITransport:
             post()
         finally:
             eng.owner = previous
+
+    @property
+    def settled(self) -> bool:
+        """No failure is being voted on or waits to be raised, and the communicator is in step: `number`
+        may be used (else the ordinary `begin` must decide)."""
+        return not (self._votes or self._early or self._broken is not None)
+
+    def number(self, finished: tuple[Any, int]) -> int:
+        """The blocking compiled path's numbering (adaptcoll.decision.starts), only while `settled`: the
+        next number, with `finished` (an already-finished placeholder operation, its segment count)
+        remembered under it. Engine lock held."""
+        seq = self._seq = self._seq + 1
+        ops = self._ops
+        ops[seq] = finished
+        if len(ops) > self.RECENT + 64:
+            self._trim()
+        return seq
+
+    def remember(self, seq: int, operation: Any, nseg: int) -> None:
+        """Remember `operation` as #seq (replacing a placeholder `number` put there)."""
+        self._ops[seq] = (operation, nseg)
+
+    def begin(
+        self, operation: Any, collective: str, root: Optional[int], plan: Any, tag_base: Optional[int] = None
+    ) -> bool:
+        """Number `operation` (start_operation without the post): False if it failed at once (this
+        communicator is out of step, or another rank already reported it failed). Engine lock held.
+        `tag_base`: given when `plan` is the operation's shape (its plan without the tags, see OpInfo)."""
+        seq = self._seq + 1
+        if self._votes:
+            self._await_votes(seq)
+        self._seq = seq
+        info = OpInfo(collective, root, seq, plan, self, tag_base)
+        operation.info = info
+        early = self._early.pop(seq, None)
+        if early is not None:  # failed on another rank already: fails here too, raised by its waiter
+            self._ops[seq] = (operation, plan.nseg)
+            self._learned(seq)
+            operation.fail(early)
+            return False
+        broken = self._broken
+        if broken is not None and seq >= broken[0]:
+            operation.fail(MessageSizeError(self._broken_text(collective, broken[1])))
+            return False
+        ops = self._ops
+        ops[seq] = (operation, plan.nseg)
+        if len(ops) > self.RECENT + 64:
+            self._trim()
+        return True
+
+    def _trim(self) -> None:
+        """Forget up to 64 of the oldest finished operations (kept: RECENT, trimmed in batches)."""
+        ops = self._ops
+        for _ in range(64):
+            oldest = next(iter(ops))
+            if not ops[oldest][0].done:
+                break
+            del ops[oldest]
 
     def _await_votes(self, seq: int) -> None:
         """Wait until every rank's segment count of each failed operation before #seq is in (see the
@@ -628,6 +705,7 @@ class MPITransport:
             text = bytes(self._notice_buf[: status.Get_count(_BYTE)]).decode(errors="replace")
             source = status.Get_source()
             self._notice_req = self._irecv(self._notice_buf, MPI.ANY_SOURCE, self.notice_tag)
+            self.notice_slot[0] = self._notice_req.handle & _HANDLE_BITS
             self._on_notice(source, text)
 
     def _on_notice(self, source: int, text: str) -> None:
@@ -677,6 +755,7 @@ class MPITransport:
     def close(self) -> None:
         """Cancel the standing notice receive (before the communicator is freed or MPI finalizes)."""
         req, self._notice_req = self._notice_req, None
+        self.notice_slot[0] = 0
         self._engine.unlisten(self)
         if req is not None and not MPI.Is_finalized():
             try:

@@ -177,6 +177,11 @@ class CommState:
         """Whether every set-up step added so far has completed."""
         return not self._step_running and not self._steps
 
+    @property
+    def queued(self) -> bool:
+        """Whether operations wait in the set-up queue (a new one must queue behind them)."""
+        return bool(self._queued)
+
     def add_step(self, step: SetupStep) -> None:
         """Queue a set-up step (every rank adds the same steps in the same order); begins it now if the
         steps before it have completed. Operations submitted from now on start after it."""
@@ -282,15 +287,20 @@ class CommState:
         (progressing everything) for the oldest to finish. Every rank issues the same sequence, so
         every rank waits for the same operations. With MPICH's TAG_UB that takes ~5e8 segments in flight.
         """
-        need = shape.ntags
-        self._reclaim()
-        while self._live and self._live_tags + need > shape.tag_space:
-            oldest = self._live[0][1]
-            engine().wait_for(_done_check(oldest))
-            self._reclaim()
-        base = self.next_tag % shape.tag_space
-        self.next_tag = (base + need) % shape.tag_space
+        base = self.take_tag_base(shape.ntags, shape.tag_space)
         return SegmentPlan(shape.count, shape.seg_count, base, shape.tag_space, shape.tags_per_segment)
+
+    def take_tag_base(self, need: int, tag_space: int) -> int:
+        """take_tags for `need` tags of `tag_space`, returning only the tag base (no plan is made)."""
+        if self._live:
+            self._reclaim()
+            while self._live and self._live_tags + need > tag_space:
+                oldest = self._live[0][1]
+                engine().wait_for(_done_check(oldest))
+                self._reclaim()
+        base = self.next_tag % tag_space
+        self.next_tag = (base + need) % tag_space
+        return base
 
     def track(self, plan: SegmentPlan, operation: Operation) -> Operation:
         """Remember that `operation` holds `plan`'s tags until it is done (see take_tags)."""
@@ -298,6 +308,13 @@ class CommState:
             tags = plan.ntags
             self._live.append((tags, operation))
             self._live_tags += tags
+        return operation
+
+    def track_tags(self, ntags: int, operation: Operation) -> Operation:
+        """`track` for an operation holding `ntags` tags (no plan needed)."""
+        if not operation.done:
+            self._live.append((ntags, operation))
+            self._live_tags += ntags
         return operation
 
     def _reclaim(self) -> None:

@@ -19,14 +19,24 @@ from .config import CallConfig
 from .exchange import mpi_library
 from .policy import CommFacts, CommTuning, resolve
 
-__all__ = ["UNKNOWN", "BELOW_ATTR", "DEVICE_BELOW_ATTR", "comm_tuning", "choose", "explicitly_native", "provisional"]
+__all__ = [
+    "UNKNOWN",
+    "BELOW_ATTR",
+    "DEVICE_BELOW_ATTR",
+    "TUNING_ATTR",
+    "comm_tuning",
+    "choose",
+    "explicitly_native",
+    "provisional",
+]
 
 BELOW_ATTR = "_adaptcoll_below"
 """Attribute of an adaptcoll communicator object: its per-collective fast-path thresholds."""
 DEVICE_BELOW_ATTR = "_adaptcoll_device_below"
 """Attribute of an adaptcoll communicator object: its per-collective thresholds for small device arrays
 (CommTuning.device_below; the fast path of adaptcoll.device.small)."""
-_TUNING_ATTR = "_adaptcoll_tuning"
+TUNING_ATTR = "_adaptcoll_tuning"
+"""Attribute of an adaptcoll communicator object: its tuning, once set up (adaptcoll.decision.cache checks it)."""
 
 UNKNOWN: dict[str, int] = {c: 0 for c in settings.COLLECTIVES}
 """The thresholds of a communicator whose tuning is not known yet (the fast path never fires)."""
@@ -35,13 +45,13 @@ UNKNOWN: dict[str, int] = {c: 0 for c in settings.COLLECTIVES}
 def comm_tuning(comm: MPI.Intracomm, blocking: bool = True) -> CommTuning:
     """The communicator's tuning: set up (collectively) by the first blocking call on `comm`, local
     afterwards; before that, the provisional tuning (see `provisional`)."""
-    found = getattr(comm, _TUNING_ATTR, None)
+    found = getattr(comm, TUNING_ATTR, None)
     if found is None:
         found = comm_state(comm).tuning(blocking)
         if found is None:
             return provisional(comm.Get_size())
         try:
-            setattr(comm, _TUNING_ATTR, found)
+            setattr(comm, TUNING_ATTR, found)
             setattr(comm, BELOW_ATTR, found.below)
             setattr(comm, DEVICE_BELOW_ATTR, found.device_below)
         except AttributeError:  # a plain mpi4py communicator object: no cache, the state has it
