@@ -21,7 +21,7 @@ from adaptcoll.backends.base import ReduceOp
 from adaptcoll.backends.deferred import DeferredBackend
 from adaptcoll.backends.numpy_backend import NumpyBackend
 from adaptcoll.backends.pool import SegmentPool
-from adaptcoll.decision import decide
+from adaptcoll.decision import starts
 from adaptcoll.plans import trees
 from adaptcoll.plans.dealing import tree_links
 from adaptcoll.plans.segments import plan_segments
@@ -347,12 +347,12 @@ def test_engine_counts_idle_sweeps():
 
 
 def test_tracing_off_leaves_no_files_and_no_wrappers(tmp_path, monkeypatch):
-    """COMM_SELF, served by adaptcoll: off, the decision layer never wraps; on, it does and files appear."""
+    """COMM_SELF, served by adaptcoll: off, the decision layer (decision.starts) never wraps; on, it does and files appear."""
     comm = adaptcoll.Intracomm(MPI.COMM_SELF)
     buf = np.arange(64.0)
     out = np.zeros(64)
     calls: list = []
-    real = decide.traced
+    real = starts.traced
 
     def spy(st, ctx, start_one):
         calls.append(ctx)
@@ -360,7 +360,7 @@ def test_tracing_off_leaves_no_files_and_no_wrappers(tmp_path, monkeypatch):
         calls.append(found[0])
         return found
 
-    monkeypatch.setattr(decide, "traced", spy)
+    monkeypatch.setattr(starts, "traced", spy)
     with adaptcoll.configured(native_below=0, bcast_segment_size=64, allreduce_segment_size=64):
         comm.Bcast(buf, 0)
         comm.Allreduce(buf, out)
