@@ -347,7 +347,7 @@ def test_engine_counts_idle_sweeps():
 
 
 def test_tracing_off_leaves_no_files_and_no_wrappers(tmp_path, monkeypatch):
-    """COMM_SELF, served by adaptcoll: off, the decision layer (decision.starts) never wraps; on, it does and files appear."""
+    """COMM_SELF, served by adaptcoll: off, decision.starts never wraps; on, it does and files appear."""
     comm = adaptcoll.Intracomm(MPI.COMM_SELF)
     buf = np.arange(64.0)
     out = np.zeros(64)
