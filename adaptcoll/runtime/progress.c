@@ -87,7 +87,7 @@ struct ac_op {
     char *local, *target;
     int nlinks, links_left;
     link_t *links;
-    int state, live, released_by_python, in_finished;
+    int state, live, released_by_python, in_finished, fin_idx; /* fin_idx: its place on the finished list */
     int err_kind, err_peer, err_code;
     int64_t err_got, err_want;
     char **pool;
@@ -309,6 +309,7 @@ static void op_link_done(ac_op *op) {
         op->state = ST_DONE;
         ac_engine *e = op->eng;
         if (grow((void **)&e->finished, &e->capfin, e->nfin + 1, sizeof(ac_op *)) == 0) {
+            op->fin_idx = e->nfin;
             e->finished[e->nfin++] = op;
             op->in_finished = 1;
         }
@@ -677,6 +678,7 @@ static void fail_op(ac_op *op, int kind, int peer, int64_t got, int64_t want, in
     cancel_receives(op);
     ac_engine *e = op->eng;
     if (grow((void **)&e->finished, &e->capfin, e->nfin + 1, sizeof(ac_op *)) == 0) {
+        op->fin_idx = e->nfin;
         e->finished[e->nfin++] = op;
         op->in_finished = 1;
     }
@@ -1052,12 +1054,9 @@ int ac_op_wait(intptr_t handle) {
     }
     int state = op->state;
     if (state != ST_RUNNING && op->in_finished) { /* ours: off the finished list */
-        for (int k = e->nfin - 1; k >= 0; k--) {
-            if (e->finished[k] == op) {
-                e->finished[k] = e->finished[--e->nfin];
-                break;
-            }
-        }
+        ac_op *last = e->finished[--e->nfin]; /* O(1): many may wait there while each is waited for in turn */
+        e->finished[op->fin_idx] = last;
+        last->fin_idx = op->fin_idx;
         op->in_finished = 0;
     }
     int notice = op_notice(op);
@@ -1148,6 +1147,7 @@ void ac_op_abort(intptr_t handle) {
         op->state = ST_ABORTED;
         cancel_receives(op);
         if (grow((void **)&e->finished, &e->capfin, e->nfin + 1, sizeof(ac_op *)) == 0) {
+            op->fin_idx = e->nfin;
             e->finished[e->nfin++] = op; /* handed back once more, so Python can let it go */
             op->in_finished = 1;
         }
