@@ -20,6 +20,8 @@ import numpy as np
 from mpi4py import MPI
 
 from ...decision import decide
+from ...protocols.operation import Operation
+from ...runtime.engine import engine
 from ...runtime import counters, settings
 from ...state.comm_state import settle_setup
 from .. import collectives
@@ -40,6 +42,9 @@ __all__ = ["NAME", "iallreduce_multi", "allreduce_multi", "allreduce_multi_init"
 _IN_PLACE = MPI.IN_PLACE
 _SUM = MPI.SUM
 _MPI_IALLREDUCE = MPI.Intracomm.Iallreduce
+_MPI_ALLREDUCE = MPI.Intracomm.Allreduce
+_FINISHED = Operation()
+_FINISHED.complete()
 PACKED_NOTE = "packed unit"
 DEVICE_PACKED_NOTE = "packed device unit"
 
@@ -57,13 +62,38 @@ def _layout(group: Group, key: Optional[tuple[int, int, int, int]] = None) -> li
     )
 
 
-def _start_one(comm: MPI.Intracomm, send: Any, recv: Any, op: MPI.Op, blocking: bool) -> Request:
-    """One Allreduce of a grouped call, decided like `Iallreduce` and counted under Allreduce_multi."""
+def _start_one(
+    comm: MPI.Intracomm,
+    send: Any,
+    recv: Any,
+    op: MPI.Op,
+    blocking: bool,
+    later: Optional[list[Callable[[], None]]] = None,
+) -> Request:
+    """One Allreduce of a grouped call, decided like `Iallreduce` and counted under Allreduce_multi.
+    `later` (the blocking form): a call that goes native is appended there, to run as a blocking
+    native Allreduce once every unit has started (see `iallreduce_multi`), and a finished request
+    stands for it."""
     operation = collectives.start(NAME, decide.allreduce(comm, send, recv, op, blocking=blocking), comm)
     if operation is None:
+        native_send = decide.in_place_send(send, recv)
+        if later is not None:
+            later.append(lambda: _MPI_ALLREDUCE(comm, native_send, recv, op))
+            return Request(_FINISHED)
         settle_setup(comm)
-        return NativeRequest(_MPI_IALLREDUCE(comm, decide.in_place_send(send, recv), recv, op), keep=(send, recv))
+        return NativeRequest(_MPI_IALLREDUCE(comm, native_send, recv, op), keep=(send, recv))
     return Request(operation)
+
+
+def _run_later(calls: list[Callable[[], None]]) -> None:
+    """The blocking form's native Allreduces, one after another in call order (the same on every rank),
+    the engine swept once after each so the served units keep moving meanwhile. (Started all at once
+    as Iallreduce, 37 arrays of 0.1-4 MiB took 0.68-0.75x the time of the same blocking calls in a loop
+    on MPICH, issue 36; one after another they cost what the loop costs.)"""
+    progress = engine().progress
+    for call in calls:
+        call()
+        progress()
 
 
 def _packers(group: Group, unit: LayoutUnit) -> Optional[tuple[Packer, Packer]]:
@@ -109,6 +139,7 @@ def _start_packed(
     op: MPI.Op,
     blocking: bool,
     on_release: Optional[Callable[[], None]],
+    later: Optional[list[Callable[[], None]]] = None,
 ) -> Unit:
     src, dst = pair
     if isinstance(src, DevicePacker) and isinstance(dst, DevicePacker):
@@ -118,7 +149,7 @@ def _start_packed(
     buf = scratch.take(group_dtype, count)
     src.pack(buf)
     counters.note(NAME, PACKED_NOTE)
-    req = _start_one(comm, _IN_PLACE, buf, op, blocking)
+    req = _start_one(comm, _IN_PLACE, buf, op, blocking, later)
 
     def finish(ok: bool) -> None:
         if ok:
@@ -172,6 +203,7 @@ def iallreduce_multi(
 ) -> MultiRequest:
     """comm.Iallreduce_multi(sendbufs, recvbufs=None, op=SUM): a MultiRequest (`.requests`: one per array)."""
     key = enter(comm, NAME)
+    later: Optional[list[Callable[[], None]]] = [] if blocking else None
     try:
         entry, group = _prepare(sendbufs, recvbufs, op)
         units = []
@@ -180,10 +212,12 @@ def iallreduce_multi(
                 if pair is None:
                     i = unit.arrays[0]
                     send = _IN_PLACE if group.in_place[i] else group.sends[i]
-                    units.append(Unit(_start_one(comm, send, group.recvs[i], op, blocking)))
+                    units.append(Unit(_start_one(comm, send, group.recvs[i], op, blocking, later)))
                 else:
                     entry.acquire()
-                    units.append(_start_packed(comm, unit, pair, op, blocking, entry.release))
+                    units.append(_start_packed(comm, unit, pair, op, blocking, entry.release, later))
+            if later:
+                _run_later(later)
         finally:
             entry.release()
     finally:
