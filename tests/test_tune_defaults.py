@@ -113,6 +113,19 @@ MEASURED_OPEN_MPI = [
 # rule's configurations served at every size (`native_below=0`), the rule as shipped, and binomial 128K
 # uncapped. (ranks, library, collective, config, {size: ratio}).
 MEASURED_COMPILED = [
+    # 2 ranks, the 2-core machine, three launches of bench/sweep.py with every size served (2026-11-27)
+    (2, "", "reduce", SHIPPED, {64 * K: 1.39, 128 * K: 1.76, 256 * K: 1.31, 512 * K: 1.45, M: 1.23, 2 * M: 1.23}),
+    (2, "", "reduce", SHIPPED, {64 * K: 1.85, 128 * K: 2.33, 256 * K: 1.96, 512 * K: 2.45, M: 2.53, 2 * M: 1.68}),
+    (2, "", "reduce", SHIPPED, {64 * K: 1.89, 128 * K: 2.35, 256 * K: 2.01, 512 * K: 2.23, M: 2.37, 2 * M: 1.83}),
+    (2, "", "reduce", SHIPPED, {4 * M: 1.66, 8 * M: 2.14, 16 * M: 2.08, 32 * M: 3.99, 64 * M: 6.31}),
+    (2, "", "reduce", SHIPPED, {4 * M: 1.75, 8 * M: 2.18, 16 * M: 2.13, 32 * M: 4.28, 64 * M: 5.12}),
+    (2, "", "reduce", SHIPPED, {4 * M: 1.69, 8 * M: 2.18, 16 * M: 2.16, 32 * M: 4.22, 64 * M: 5.74}),
+    (2, "", "allreduce", SHIPPED, {64 * K: 0.85, 128 * K: 0.78, 256 * K: 1.01, 512 * K: 1.04, M: 1.63, 2 * M: 1.53}),
+    (2, "", "allreduce", SHIPPED, {64 * K: 0.78, 128 * K: 0.85, 256 * K: 0.92, 512 * K: 0.9, M: 1.51, 2 * M: 1.5}),
+    (2, "", "allreduce", SHIPPED, {64 * K: 0.86, 128 * K: 0.82, 256 * K: 0.95, 512 * K: 0.91, M: 1.65, 2 * M: 1.59}),
+    (2, "", "allreduce", SHIPPED, {4 * M: 1.73, 8 * M: 2.09, 16 * M: 1.98, 32 * M: 1.86, 64 * M: 3.11}),
+    (2, "", "allreduce", SHIPPED, {4 * M: 1.64, 8 * M: 1.83, 16 * M: 2.02, 32 * M: 1.84, 64 * M: 3.19}),
+    (2, "", "allreduce", SHIPPED, {4 * M: 1.53, 8 * M: 1.84, 16 * M: 1.95, 32 * M: 1.72, 64 * M: 3.0}),
     # 16 ranks, launches 1 and 2 (MPICH), 1 (Open MPI): the rule of the Python engine then
     (16, "", "bcast", FINE, {4 * M: 1.45}),
     (16, "", "bcast", FINE, {4 * M: 1.49}),
@@ -210,7 +223,7 @@ def test_the_compiled_rule_serves_only_configurations_measured_faster(ranks, lib
 def test_the_compiled_rule_serves_what_was_measured_with_the_compiled_engine():
     """Every size the compiled bands serve at 4, 8 and 16 ranks has a compiled-engine measurement of that
     configuration there; and what changed against the Python engine's rule."""
-    for ranks, library in ((4, ""), (8, ""), (16, ""), (16, OPEN_MPI)):
+    for ranks, library in ((2, ""), (4, ""), (8, ""), (16, ""), (16, OPEN_MPI)):
         rows = [
             (c, cfg, n) for r, lib, c, cfg, ratios in MEASURED_COMPILED if (r, lib) == (ranks, library) for n in ratios
         ]
@@ -228,6 +241,10 @@ def test_the_compiled_rule_serves_what_was_measured_with_the_compiled_engine():
     assert _choice("reduce", 16, 1.0, 4 * M, compiled=True) is None
     assert _choice("allreduce", 16, 1.0, M, compiled=True) is None
     assert _choice("bcast", 2, 1.0, 16 * M, compiled=True) == _choice("bcast", 2, 1.0, 16 * M)
+    assert _choice("reduce", 2, 1.0, 64 * K, compiled=True) == SHIPPED  # Python engine: from 4M
+    assert _choice("reduce", 2, 1.0, 64 * K) is None
+    assert _choice("allreduce", 2, 1.0, M, compiled=True) == SHIPPED
+    assert _choice("allreduce", 2, 1.0, 512 * K, compiled=True) is None
     assert "compiled engine" in defaults.describe(16, 1.0, compiled=True)
 
 
