@@ -500,3 +500,49 @@ def test_engine_cost_lines_per_engine(tmp_path):
     assert read_engine_cost(old) == EngineCost((6.71 + 7.73) / 2, 7.57)
     with pytest.raises(ValueError, match="no 'compiled engine:' line"):
         read_engine_cost(old, "compiled")
+
+
+def test_node_bandwidth_is_shared_by_concurrent_copies():
+    """node_bw: the shared-memory copies running at once on a node share its memory bandwidth (a copy that
+    starts while k-1 others run gets node_bw / k, at most its own 1/copy); 0 leaves the model unchanged."""
+    cpu = dataclasses.replace(P, transfer="cpu", links="fair", eager=0)
+    job = Job("bcast", 8, 1 << 20, 1, settings=UNCAPPED)
+    plain = _time(job, "scatter_ring_allgather", cpu)
+    assert _close(_time(job, "scatter_ring_allgather", dataclasses.replace(cpu, node_bw=0.0)), plain)
+    # far above what the copies can use: the same times
+    assert _close(_time(job, "scatter_ring_allgather", dataclasses.replace(cpu, node_bw=1e3 / cpu.G)), plain)
+    # the ring's 8 concurrent copies on two copies' worth of bandwidth: slower, and slower still on one
+    two = _time(job, "scatter_ring_allgather", dataclasses.replace(cpu, node_bw=2 / cpu.G))
+    one = _time(job, "scatter_ring_allgather", dataclasses.replace(cpu, node_bw=1 / cpu.G))
+    assert plain < two < one
+    # a single copy at a time (a chain of two ranks) is never slowed by it
+    pair = Job("bcast", 2, 1 << 20, 1 << 20, "chain", UNCAPPED)
+    assert _close(_time(pair, params=dataclasses.replace(cpu, node_bw=1 / cpu.G)), _time(pair, params=cpu))
+    # nodes of several ranks over NICs: only copies inside one node share it
+    nodes = dataclasses.replace(P, ranks_per_node=4, links="fair")
+    flat = Job("bcast", 8, 1 << 20, 1 << 20, "linear", UNCAPPED)
+    assert _time(flat, params=dataclasses.replace(nodes, node_bw=0.5 / P.G)) > _time(flat, params=nodes)
+
+
+def test_native_rows_are_modelled_by_mpichs_choice():
+    from adaptcoll.simulate.calibrate import native_algorithm
+
+    assert native_algorithm("bcast", 4, 16 << 20) == "binomial"
+    assert native_algorithm("bcast", 16, 8 << 10) == "binomial"
+    assert native_algorithm("bcast", 16, 256 << 10) == "scatter_allgather"
+    assert native_algorithm("bcast", 12, 256 << 10) == "scatter_ring_allgather"
+    assert native_algorithm("bcast", 16, 1 << 20) == "scatter_ring_allgather"
+    assert native_algorithm("reduce", 16, 1 << 10) == "binomial"
+    assert native_algorithm("reduce", 16, 1 << 20) == "reduce_scatter_gather"
+    assert native_algorithm("allreduce", 16, 1 << 20) == "rabenseifner"
+    for name in ("binomial", "scatter_allgather", "scatter_ring_allgather", "reduce_scatter_gather", "rabenseifner"):
+        assert name in BASELINES
+
+
+def test_node_bw_in_parameter_files(tmp_path):
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"format": "adaptcoll.simulate.params/1", "transfer": "cpu", "node_bw": 22e9}))
+    assert load_params(str(path)).node_bw == 22e9
+    path.write_text(json.dumps({"format": "adaptcoll.simulate.params/1", "node_bw": -1}))
+    with pytest.raises(ValueError, match="node_bw"):
+        load_params(str(path))

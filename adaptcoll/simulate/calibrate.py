@@ -29,6 +29,7 @@ from .run import ADAPTCOLL, run_once
 __all__ = [
     "DEFAULT_FIT",
     "NATIVE_AS",
+    "native_algorithm",
     "simulated_time",
     "fit_params",
     "calibrate",
@@ -40,9 +41,27 @@ __all__ = [
 DEFAULT_FIT = ("L", "G", "fold")
 """Fitted when engine_cost.py output gives engine and o; without it, engine and o are fitted as well."""
 
-NATIVE_AS = {"bcast": "scatter_ring_allgather", "reduce": "binomial", "allreduce": "rabenseifner"}
-"""Lock-step baseline used for 'native' rows in validation (MPICH's long-message algorithms, except Reduce,
-whose reduce-scatter + gather is not modelled: binomial is a stand-in)."""
+NATIVE_AS = {"bcast": "scatter_ring_allgather", "reduce": "reduce_scatter_gather", "allreduce": "rabenseifner"}
+"""MPICH's long-message algorithms (see `native_algorithm` for the choice by size and ranks)."""
+
+
+def native_algorithm(collective: str, ranks: int, nbytes: int) -> str:
+    """The lock-step baseline that models a 'native' row: what MPICH 5 runs for it on one node with
+    mpi4py's THREAD_MULTIPLE (its shared-memory release/gather collectives need a single-threaded
+    library, so its generic MPIR algorithms run; `maint/tuning/coll/mpir/generic.json`): Bcast binomial
+    below 8 ranks or at 12 KiB and less, scatter + recursive-doubling allgather up to 512 KiB on a
+    power-of-two number of ranks, scatter + ring allgather above; Reduce reduce-scatter + gather above
+    2 KiB (binomial below); Allreduce reduce-scatter + allgather (Rabenseifner). (Until 2026-11-27 every
+    native row was modelled by its long-message algorithm, and Reduce by binomial as a stand-in.)"""
+    if collective == "bcast":
+        if ranks < 8 or nbytes <= 12 << 10:
+            return "binomial"
+        if nbytes <= 512 << 10 and ranks & (ranks - 1) == 0:
+            return "scatter_allgather"
+        return "scatter_ring_allgather"
+    if collective == "reduce":
+        return "binomial" if nbytes <= 2 << 10 else "reduce_scatter_gather"
+    return NATIVE_AS[collective]
 
 
 def _job(m: Measurement) -> Job:
@@ -55,7 +74,7 @@ def _job(m: Measurement) -> Job:
 def simulated_time(m: Measurement, params: CostParams, samples: int = 1, seed: int = 0, noisy: bool = True) -> float:
     """Simulated seconds for a measured row (the median over `samples` noise draws when it ran under noise)."""
     job = _job(m)
-    impl = ADAPTCOLL if m.kind == "adaptcoll" else NATIVE_AS[m.collective]
+    impl = ADAPTCOLL if m.kind == "adaptcoll" else native_algorithm(m.collective, m.ranks, m.size)
     noise = parse_noise([m.noise]) if (noisy and m.noise) else None
     if noise is None or noise.quiet:
         return run_once(job, params, impl)[0].time_s
@@ -216,7 +235,9 @@ def validate(rows: Sequence[Measurement], params: CostParams, samples: int = 5, 
                 "ranks": m.ranks,
                 "size": m.size,
                 "impl": m.impl,
-                "model": "adaptcoll" if m.kind == "adaptcoll" else f"lockstep:{NATIVE_AS[m.collective]}",
+                "model": "adaptcoll"
+                if m.kind == "adaptcoll"
+                else f"lockstep:{native_algorithm(m.collective, m.ranks, m.size)}",
                 "noise": m.noise or "",
                 "measured_us": m.median_us,
                 "simulated_us": sim * 1e6,

@@ -55,6 +55,7 @@ class CostParams:
     links: str = "fair"
     shm_copy: float = 1.1e-10
     shm_flag: float = 1.0e-6
+    node_bw: float = 0.0
 
     def __post_init__(self) -> None:
         if self.transfer not in TRANSFERS:
@@ -71,6 +72,8 @@ class CostParams:
         if not node_level:
             for name in NODE_LEVEL_FIELDS:
                 del out[name]
+        if not self.node_bw:  # unlimited, as before the field existed: reports and digests stay as they were
+            del out["node_bw"]
         return out
 
 
@@ -95,6 +98,8 @@ PARAM_DOCS: dict[str, str] = {
     "slot (s/byte); its folds cost `fold`",
     "shm_flag": "shared-memory node level: time until a slot flag stored by one rank is acted on by the others of "
     "its node (cache-line transfer and the wait for their next engine sweep) (s)",
+    "node_bw": "memory bandwidth one node's concurrent shared-memory copies share (bytes/s): a copy that starts "
+    "while k-1 others run on its node moves at most node_bw/k; 0: unlimited (each copy at 1/copy)",
 }
 
 NODE_LEVEL_FIELDS = ("shm_copy", "shm_flag")

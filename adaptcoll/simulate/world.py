@@ -212,6 +212,8 @@ class World:
         self._foldcost = params.fold * itemsize
         self._eager_elems = params.eager // itemsize
         self._cpu_copy = params.transfer == "cpu"
+        self._node_bw = params.node_bw
+        self._node_copies: dict[int, list[float]] = {}  # node -> end times of its shared-memory copies
         self._rpn = params.ranks_per_node
         self._plain = not (data or record or trace is not None)
         self.ranks = [SimRank(self, r) for r in range(size)]
@@ -493,7 +495,11 @@ class World:
             rpn = self._rpn
             if self._cpu_copy or (rpn > 1 and msg.src // rpn == dst // rpn):  # the receiver copies (shared memory)
                 dur = msg.n * self._copycost
+                if self._node_bw:
+                    dur = self._shared(dst, start, msg.n, dur)
                 end = start + dur if cpu is None else cpu.advance(dst, start, dur)
+                if self._node_bw:
+                    self._node_copies[self._node_of(dst)].append(end)
                 self._busy[dst] = end
                 msg.start = msg.end = start
                 self._count(msg, start, end, start, end)
@@ -508,12 +514,28 @@ class World:
                 return
         self._depart(msg)
 
+    def _node_of(self, rank: int) -> int:
+        """The node of `rank` for `node_bw` (one rank per node under transfer 'cpu': all of them share one)."""
+        rpn = self._rpn
+        return rank // rpn if rpn > 1 else 0
+
+    def _shared(self, dst: int, start: float, n: int, dur: float) -> float:
+        """A shared-memory copy of `n` elements into `dst` starting at `start`, under `node_bw`: the copies
+        of one node share its memory bandwidth, each getting an equal share fixed when it starts (k
+        copies running: node_bw / k), at most its own rate (`dur`). The caller records its end."""
+        ends = self._node_copies.setdefault(self._node_of(dst), [])
+        ends[:] = [e for e in ends if e > start]
+        return max(dur, n * self.itemsize * (len(ends) + 1) / self._node_bw)
+
     def _depart(self, msg: _Msg) -> None:
         """Onto the network; eager messages between ranks of one node go through shared memory instead."""
         rpn = self._rpn
         if rpn > 1 and msg.src // rpn == msg.dst // rpn:
             now = self.now
             copy = msg.n * self._copycost
+            if self._node_bw:
+                copy = self._shared(msg.dst, now, msg.n, copy)
+                self._node_copies[self._node_of(msg.dst)].append(now + copy)
             msg.start, msg.end = now, now + copy
             self._land(msg, now + self._L + copy)
             return
