@@ -21,8 +21,8 @@ from mpi4py import MPI
 
 from ...decision import decide
 from ...protocols.operation import Operation
-from ...runtime.engine import engine
 from ...runtime import counters, settings
+from ...runtime.engine import engine
 from ...state.comm_state import settle_setup
 from .. import collectives
 from ..persistent import Prequest, _prequest
