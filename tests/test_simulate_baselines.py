@@ -127,3 +127,25 @@ def test_best_skips_what_is_impractical(tmp_path, capsys):
     others = [r for r in rows if r["impl"] != "lockstep:best"]
     assert top[0]["quiet_us"] == min(r["quiet_us"] for r in others)
     assert top[0]["median_us"] == min(r["median_us"] for r in others)
+
+
+def test_mpich_smp_computes_the_collective_on_nodes_of_several_ranks():
+    """MPICH's node-aware algorithms at 1-17 ranks x 1-4 ranks per node, roots 0, size // 2 and size - 1:
+    the right result on every rank, every message matched; with one rank per node they are MPICH's flat
+    choice itself (the same simulated time)."""
+    import dataclasses
+
+    from adaptcoll.simulate.lockstep import mpich_choice
+
+    for collective in ("bcast", "reduce", "allreduce"):
+        for size in range(1, 18):
+            roots = sorted({0, size // 2, size - 1}) if collective != "allreduce" else [0]
+            for rpn in (1, 2, 3, 4):
+                params = dataclasses.replace(CostParams(eager=2048), ranks_per_node=rpn)
+                for root in roots:
+                    for nbytes in (4 * (1000 + size), 1_000_000):
+                        assert _check(Job(collective, size, nbytes, 4096, root=root), "mpich_smp", params)
+            for nbytes in (4 * (1000 + size), 1_000_000):
+                job = Job(collective, size, nbytes, 4096)
+                flat = run_once(job, P, mpich_choice(collective, size, nbytes))[0].time_s
+                assert abs(run_once(job, P, "mpich_smp")[0].time_s - flat) <= 1e-12 * flat

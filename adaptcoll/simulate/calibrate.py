@@ -20,6 +20,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from .lockstep import mpich_choice
 from .measured import EngineCost, Measurement
 from .noise_setup import parse_noise
 from .params import CostParams
@@ -46,22 +47,10 @@ NATIVE_AS = {"bcast": "scatter_ring_allgather", "reduce": "reduce_scatter_gather
 
 
 def native_algorithm(collective: str, ranks: int, nbytes: int) -> str:
-    """The lock-step baseline that models a 'native' row: what MPICH 5 runs for it on one node with
-    mpi4py's THREAD_MULTIPLE (its shared-memory release/gather collectives need a single-threaded
-    library, so its generic MPIR algorithms run; `maint/tuning/coll/mpir/generic.json`): Bcast binomial
-    below 8 ranks or at 12 KiB and less, scatter + recursive-doubling allgather up to 512 KiB on a
-    power-of-two number of ranks, scatter + ring allgather above; Reduce reduce-scatter + gather above
-    2 KiB (binomial below); Allreduce reduce-scatter + allgather (Rabenseifner). (Until 2026-11-27 every
-    native row was modelled by its long-message algorithm, and Reduce by binomial as a stand-in.)"""
-    if collective == "bcast":
-        if ranks < 8 or nbytes <= 12 << 10:
-            return "binomial"
-        if nbytes <= 512 << 10 and ranks & (ranks - 1) == 0:
-            return "scatter_allgather"
-        return "scatter_ring_allgather"
-    if collective == "reduce":
-        return "binomial" if nbytes <= 2 << 10 else "reduce_scatter_gather"
-    return NATIVE_AS[collective]
+    """The lock-step baseline that models a 'native' row: what MPICH 5 runs for it on one node
+    (`lockstep.mpich_choice`). (Until 2026-11-27 every native row was modelled by its long-message
+    algorithm, and Reduce by binomial as a stand-in.)"""
+    return mpich_choice(collective, ranks, nbytes)
 
 
 def _job(m: Measurement) -> Job:

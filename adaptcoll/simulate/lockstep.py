@@ -15,6 +15,7 @@ message and no engine cost.
 | scatter_ring_allgather | bcast | MPIR_Bcast_intra_scatter_ring_allgather (MPICH's choice for long messages) |
 | rabenseifner | allreduce | MPIR_Allreduce_intra_reduce_scatter_allgather |
 | ring | allreduce | ring reduce-scatter + ring allgather (MPIR_Allreduce_intra_ring) |
+| mpich_smp | bcast, reduce, allreduce | MPIR_Bcast/Reduce/Allreduce_intra_smp: a phase inside each node and one between node leaders, each MPICH's choice for its ranks (`mpich_choice`) |
 
 Open MPI's coll/base algorithms (`ompi_pipeline`, `ompi_split_bintree`, `ompi_binomial`, `ompi_ring`,
 `ompi_ring_segmented`) and the fixed decision rules of tuned (`ompi_tuned`, `ompi40_tuned`) follow
@@ -36,6 +37,7 @@ __all__ = [
     "NotModelled",
     "baseline_names",
     "baseline_starter",
+    "mpich_choice",
     "check_applicable",
     "estimated_messages",
     "ompi_segcount",
@@ -810,6 +812,88 @@ def _tuned_schedule(collective: str, version: str) -> Schedule:
     return schedule
 
 
+# -- MPICH's choices, flat and node-aware (SMP) ------------------------------------------------------
+def mpich_choice(collective: str, size: int, nbytes: int) -> str:
+    """The baseline name of what MPICH 5 runs for `collective` on `size` ranks of one node under mpi4py's
+    THREAD_MULTIPLE (its shared-memory release/gather collectives need a single-threaded library, so
+    the generic MPIR algorithms run; `maint/tuning/coll/mpir/generic.json`): Bcast binomial below 8
+    ranks or at 12 KiB and less, scatter + recursive-doubling allgather up to 512 KiB on 2^k ranks,
+    scatter + ring allgather above; Reduce reduce-scatter + gather above 2 KiB (binomial below);
+    Allreduce reduce-scatter + allgather (Rabenseifner)."""
+    if collective == "bcast":
+        if size < 8 or nbytes <= 12 << 10:
+            return "binomial"
+        if nbytes <= 512 << 10 and size & (size - 1) == 0:
+            return "scatter_allgather"
+        return "scatter_ring_allgather"
+    if collective == "reduce":
+        return "binomial" if nbytes <= 2 << 10 else "reduce_scatter_gather"
+    return "rabenseifner"
+
+
+def _on(members: list[int], collective: str, rank: int, root: int, count: int, tags: int) -> Iterator[Step]:
+    """MPICH's choice for `collective` run by the ranks `members` (absolute ranks, in order) as a
+    communicator of their own rooted at `root`; its tags moved up by `tags` (one range per phase)."""
+    if len(members) < 2 or rank not in members:
+        return
+    schedule = BASELINES[mpich_choice(collective, len(members), count * ITEMSIZE[collective])][collective]
+    mine, top = members.index(rank), members.index(root)
+    for step in schedule(mine, len(members), top, count):
+        yield [(kind, members[peer], lo, hi, tag + tags) for kind, peer, lo, hi, tag in step]
+
+
+def _smp_layout(rank: int, size: int, root: int, rpn: int) -> tuple[list[int], list[int], int, int]:
+    """(the ranks of this rank's node, the node leaders (each node's lowest rank), this node's leader,
+    the root's node's leader) for nodes of `rpn` consecutive ranks."""
+    nodes = -(-size // rpn)
+    node = rank // rpn
+    members = list(range(node * rpn, min((node + 1) * rpn, size)))
+    return members, [n * rpn for n in range(nodes)], node * rpn, root // rpn * rpn
+
+
+def mpich_smp_bcast(rank: int, size: int, root: int, count: int, rpn: int = 1) -> Iterator[Step]:
+    """MPIR_Bcast_intra_smp: a root that is not its node's leader first sends to it; the leaders
+    broadcast among themselves (MPICH's choice for that many ranks); each leader then broadcasts inside
+    its node (the root's node too, as MPICH does)."""
+    members, leaders, leader, top = _smp_layout(rank, size, root, rpn)
+    if root != top:
+        if rank == root:
+            yield [(SEND, top, 0, count, 100)]
+        elif rank == top:
+            yield [(RECV, root, 0, count, 100)]
+    if rank == leader:
+        yield from _on(leaders, "bcast", rank, top, count, 200)
+    yield from _on(members, "bcast", rank, leader, count, 300)
+
+
+def mpich_smp_reduce(rank: int, size: int, root: int, count: int, rpn: int = 1) -> Iterator[Step]:
+    """MPIR_Reduce_intra_smp: each node reduces to its leader; the leaders reduce to the root's node's
+    leader; that leader sends the result to the root if the root is not it."""
+    members, leaders, leader, top = _smp_layout(rank, size, root, rpn)
+    yield from _on(members, "reduce", rank, leader, count, 100)
+    if rank == leader:
+        yield from _on(leaders, "reduce", rank, top, count, 200)
+    if root != top:
+        if rank == top:
+            yield [(SEND, root, 0, count, 300)]
+        elif rank == root:
+            yield [(RECV, top, 0, count, 300)]
+
+
+def mpich_smp_allreduce(rank: int, size: int, root: int, count: int, rpn: int = 1) -> Iterator[Step]:
+    """MPIR_Allreduce_intra_smp: each node reduces to its leader, the leaders allreduce among themselves,
+    each leader broadcasts the result inside its node."""
+    members, leaders, leader, _ = _smp_layout(rank, size, 0, rpn)
+    yield from _on(members, "reduce", rank, leader, count, 100)
+    if rank == leader:
+        yield from _on(leaders, "allreduce", rank, leader, count, 200)
+    yield from _on(members, "bcast", rank, leader, count, 300)
+
+
+for _smp in (mpich_smp_bcast, mpich_smp_reduce, mpich_smp_allreduce):
+    _smp.node_aware = True  # type: ignore[attr-defined]  # baseline_starter passes ranks_per_node
+
+
 def baseline_names(collective: str) -> list[str]:
     """The baselines defined for a collective."""
     return [name for name, by in BASELINES.items() if collective in by]
@@ -829,6 +913,7 @@ BASELINES: dict[str, dict[str, Schedule]] = {
     "ompi_ring_segmented": {"allreduce": ompi_ring_segmented_allreduce},
     "ompi_tuned": {c: _tuned_schedule(c, "5") for c in ("bcast", "reduce", "allreduce")},
     "ompi40_tuned": {c: _tuned_schedule(c, "4.0") for c in ("bcast", "reduce", "allreduce")},
+    "mpich_smp": {"bcast": mpich_smp_bcast, "reduce": mpich_smp_reduce, "allreduce": mpich_smp_allreduce},
 }
 """Baseline name -> collective -> schedule. Add an entry to plug in another lock-step algorithm."""
 
@@ -895,7 +980,11 @@ def baseline_starter(name: str, job: Job, world: World, bufs: Buffers) -> Callab
             else:  # MPI folds into a copy of the contribution: the root's recvbuf, a scratch buffer elsewhere
                 acc = bufs.result[r] if bufs.result[r] is not None else t.empty(count, dtype)
                 t.copy(acc, bufs.local[r])
-            LockStep(t, schedule(r, size, root, count), acc, dtype, lambda: world.done(r)).start()
+            if getattr(schedule, "node_aware", False):  # the node-aware ones see the nodes
+                steps = schedule(r, size, root, count, world._rpn)  # type: ignore[call-arg]
+            else:
+                steps = schedule(r, size, root, count)
+            LockStep(t, steps, acc, dtype, lambda: world.done(r)).start()
 
         return start
 
