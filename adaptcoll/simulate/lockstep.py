@@ -15,7 +15,7 @@ message and no engine cost.
 | scatter_ring_allgather | bcast | MPIR_Bcast_intra_scatter_ring_allgather (MPICH's choice for long messages) |
 | rabenseifner | allreduce | MPIR_Allreduce_intra_reduce_scatter_allgather |
 | ring | allreduce | ring reduce-scatter + ring allgather (MPIR_Allreduce_intra_ring) |
-| mpich_smp | bcast, reduce, allreduce | MPIR_Bcast/Reduce/Allreduce_intra_smp: a phase inside each node and one between node leaders, each MPICH's choice for its ranks (`mpich_choice`) |
+| mpich_smp | all three | MPIR_*_intra_smp: inside each node, then between node leaders (`mpich_choice` each) |
 
 Open MPI's coll/base algorithms (`ompi_pipeline`, `ompi_split_bintree`, `ompi_binomial`, `ompi_ring`,
 `ompi_ring_segmented`) and the fixed decision rules of tuned (`ompi_tuned`, `ompi40_tuned`) follow
