@@ -173,3 +173,16 @@ def test_blocking_run_fails_on_every_rank_when_counts_differ_again_and_again(mpi
         comm.Allreduce(MPI.IN_PLACE, good, MPI.SUM)
         assert (good == 2).all()
     comm.Free()
+
+
+@pytest.mark.mpi(ranks=[2], timeout=120)
+def test_remember_off_decides_every_call(mpi_ranks):
+    comm = _world()
+    with adaptcoll.configured(**SERVE, remember=False):
+        buf = np.zeros(32)
+        for it in range(3):
+            buf[:] = it if comm.Get_rank() == 0 else -1
+            comm.Bcast(buf, 0)
+            assert (buf == it).all()
+        assert not any(k[0] == "bcast" and k[3] == id(buf) for k in _calls(comm))
+    comm.Free()

@@ -7,6 +7,7 @@ while all of these are unchanged: the same NumPy array objects with the same dty
 writeable flag, the same root and predefined op, the same `settings.current()` object and the same
 tuning object (set up by the communicator's first blocking call: before it nothing is remembered).
 Calls on the shared-memory node level are not remembered (whether it is set up changes over time).
+`ADAPTCOLL_REMEMBER=0` (or `configure(remember=False)`) turns it off: every call decides afresh.
 Entries hold the arrays (the prepared call points into them), so only arrays that own their memory
 (or views of one that does) are remembered, at most `MAX_ENTRIES` calls and `MAX_BYTES` of arrays
 per communicator; the oldest entry goes first. Decisions that raise are never remembered.
@@ -95,7 +96,7 @@ def remember(comm: Any, key: tuple[Any, ...], arrays: tuple[Any, ...], decision:
     """Remember `decision` for `key` if it may be (see the module docstring); `cfg`: the settings object
     in force when it was made."""
     tuning = getattr(comm, TUNING_ATTR, None)
-    if tuning is None or cfg is not _current() or not _may_remember(decision):
+    if tuning is None or cfg is not _current() or not cfg.remember or not _may_remember(decision):
         return
     size = 0
     sigs: list[Any] = []

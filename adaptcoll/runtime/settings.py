@@ -101,6 +101,7 @@ class Settings:
     allgather_native_below: int = -1
     reduce_scatter_native_below: int = -1
     engine: str = "auto"  # auto: the compiled progress path where it builds and matches MPI; python; compiled
+    remember: bool = True  # remember decisions per communicator and call signature (adaptcoll.decision.cache)
     explicit: tuple[str, ...] = ()
     """The fields set explicitly (ADAPTCOLL_* variable, configure(), python -m adaptcoll option): they win
     over the tuning table; the others are chosen per call by the table or the shipped rule (adaptcoll.tune)."""
@@ -349,7 +350,7 @@ def _parse_field(field: str, value: Any, name: str) -> Any:
         if mode not in SYNC_MODES:
             raise ValueError(f"{name}: expected one of {', '.join(SYNC_MODES)}, got {value!r}")
         return mode
-    if field in ("reproducible", "watchdog_abort"):
+    if field in ("reproducible", "watchdog_abort", "remember"):
         return _parse_bool(value, name)
     if field == "watchdog":
         return _parse_seconds(value, name)
