@@ -126,13 +126,20 @@ def remember(comm: Any, key: tuple[Any, ...], arrays: tuple[Any, ...], decision:
     calls.held += size
 
 
-def remembered(comm: Any, key: tuple[Any, ...], arrays: tuple[Any, ...], decide: Callable[[], Decision]) -> Decision:
-    """`lookup`, else `decide()` and `remember` it."""
+def remembered(
+    comm: Any,
+    key: tuple[Any, ...],
+    arrays: tuple[Any, ...],
+    decide: Callable[..., Decision],
+    args: tuple[Any, ...],
+    blocking: bool,
+) -> Decision:
+    """`lookup`, else `decide(*args, blocking=blocking)` and `remember` it."""
     found = lookup(comm, key, arrays)
     if found is not None:
         return found
     cfg = _current()
-    decision = decide()
+    decision = decide(*args, blocking=blocking)
     remember(comm, key, arrays, decision, cfg)
     return decision
 

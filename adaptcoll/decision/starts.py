@@ -131,13 +131,13 @@ def _compiled_starts(
     finished.info = OpInfo(collective, root, 0, shape, transport)
     finished.complete()
     placeholder = (finished, nseg)
-    ran: list[Any] = []  # [the compiled engine, ac_call_run, ac_call_start, the call's C handle] once bound
+    ran: list[Any] = []  # [the compiled engine, ac_call_run, the call's C handle] once bound
 
     def bind() -> None:
         if not links:
             links.append(make_links())
         comp = _ready(st, call, links[0])
-        ran.extend((comp, comp.lib.ac_call_run, comp.lib.ac_call_start, call.handle))
+        ran.extend((comp, comp.lib.ac_call_run, call.handle))
 
     def start() -> Operation:
         if _current().trace:
@@ -149,21 +149,7 @@ def _compiled_starts(
         tag_base = st.take_tag_base(ntags, space)
         operation = Operation(keep)
         if transport.begin(operation, collective, root, shape, tag_base):  # numbered (else failed at once)
-            comp = ran[0]
-            h = ran[2](ran[3], tag_base)
-            if not h:
-                raise MemoryError("adaptcoll: out of memory starting a compiled operation")
-            if finish is None:
-                comp.adopt(h, call, operation, operation.complete)
-            else:
-
-                def done() -> None:
-                    try:
-                        finish()
-                    finally:
-                        operation.complete()
-
-                comp.adopt(h, call, operation, done)
+            ran[0].start(call, tag_base, space, 0, operation, _completion(operation, finish))
         return st.track_tags(ntags, operation)
 
     def run_blocking() -> None:
@@ -177,7 +163,7 @@ def _compiled_starts(
                     load()
                 tag_base = st.take_tag_base(ntags, space)
                 seq = transport.number(placeholder)
-                state = ran[1](ran[3], tag_base)
+                state = ran[1](ran[2], tag_base)
                 notice = state >= _NOTICE  # an error notice waits: received once this call is registered
                 if notice:
                     state -= _NOTICE
@@ -218,24 +204,30 @@ def _unfinished(
     if state < 0:
         raise MemoryError("adaptcoll: out of memory starting a compiled operation")
     handle = comp.lib.ac_call_last(call.handle)
-    plan = SegmentPlan(shape.count, shape.seg_count, tag_base, shape.tag_space, shape.tags_per_segment)
     operation = Operation(keep)
     transport = st.transport
-    operation.info = OpInfo(collective, root, seq, plan, transport)
-    transport.remember(seq, operation, plan.nseg)
-
-    def done() -> None:
-        try:
-            if finish is not None:
-                finish()
-        finally:
-            operation.complete()
-
+    operation.info = OpInfo(collective, root, seq, shape, transport, tag_base)
+    transport.remember(seq, operation, shape.nseg)
     if state == _ST_FAILED:
         error = comp.error(handle, operation)
         comp.release(handle)
         eng._fail(operation, error)
     else:
-        comp.adopt(handle, call, operation, done)
-        st.track(plan, operation)
+        comp.adopt(handle, call, operation, _completion(operation, finish))
+        st.track_tags(shape.ntags, operation)
     return operation
+
+
+def _completion(operation: Operation, finish: Optional[_Callback]) -> _Callback:
+    """What the compiled engine calls once `operation` has finished here: its stores (`finish`), then it
+    completes (the bound method itself when there is nothing to store)."""
+    if finish is None:
+        return operation.complete
+
+    def done() -> None:
+        try:
+            finish()
+        finally:
+            operation.complete()
+
+    return done

@@ -28,14 +28,13 @@ import numpy as np
 from mpi4py import MPI
 
 from ..decision import decide
-from ..decision.cache import lookup as _lookup
 from ..decision.cache import op_key
-from ..decision.cache import remember as _remember
+from ..decision.cache import remembered as _remembered
 from ..device import small as _small
 from ..device.route import staged_reason
 from ..device.staged import StagedCall
 from ..protocols.operation import Operation
-from ..runtime import counters, settings
+from ..runtime import counters
 from ..runtime.engine import engine
 from ..runtime.native import BELOW_THRESHOLD, Native
 from ..state.comm_state import comm_state, settle_setup
@@ -63,7 +62,6 @@ _STAGED_BELOW = staged_reason(BELOW_THRESHOLD)
 _getattr = getattr
 _record = counters.record
 _host_nbytes = host_nbytes
-_settings_now = settings.current
 _PREPARED = decide.Prepared
 _FINISHED = Operation()
 _FINISHED.complete()
@@ -89,9 +87,6 @@ def start(name: str, decision: decide.Decision, comm: MPI.Intracomm, blocking: b
     if blocking and decision.run is not None:
         decision.run()
         _record(name, decision.native_reason)
-        return _FINISHED
-    if blocking and decision.run_blocking is not None and decision.error is None:
-        _run(name, decision)
         return _FINISHED
     eng = engine()
     with eng.lock:
@@ -324,13 +319,7 @@ def _bcast_decision(comm: MPI.Intracomm, buf: Any, root: Any, blocking: bool) ->
     if type(buf) is not _NDARRAY or type(root) is not int:
         return decide.bcast(comm, buf, root, blocking=blocking)
     key = ("bcast", blocking, root, id(buf))
-    arrays = (buf,)
-    found = _lookup(comm, key, arrays)
-    if found is None:
-        cfg = _settings_now()
-        found = decide.bcast(comm, buf, root, blocking=blocking)
-        _remember(comm, key, arrays, found, cfg)
-    return found
+    return _remembered(comm, key, (buf,), decide.bcast, (comm, buf, root), blocking)
 
 
 def _reduce_decision(
@@ -340,13 +329,7 @@ def _reduce_decision(
     if ok is None or type(root) is not int or type(recvbuf if sendbuf is _IN_PLACE else sendbuf) is not _NDARRAY:
         return decide.reduce(comm, sendbuf, recvbuf, op, root, blocking=blocking)
     key = ("reduce", blocking, root, ok, id(sendbuf), id(recvbuf))
-    arrays = (sendbuf, recvbuf)
-    found = _lookup(comm, key, arrays)
-    if found is None:
-        cfg = _settings_now()
-        found = decide.reduce(comm, sendbuf, recvbuf, op, root, blocking=blocking)
-        _remember(comm, key, arrays, found, cfg)
-    return found
+    return _remembered(comm, key, (sendbuf, recvbuf), decide.reduce, (comm, sendbuf, recvbuf, op, root), blocking)
 
 
 def _allreduce_decision(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, blocking: bool) -> decide.Decision:
@@ -354,13 +337,7 @@ def _allreduce_decision(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any
     if ok is None or type(recvbuf) is not _NDARRAY:
         return decide.allreduce(comm, sendbuf, recvbuf, op, blocking=blocking)
     key = ("allreduce", blocking, ok, id(sendbuf), id(recvbuf))
-    arrays = (sendbuf, recvbuf)
-    found = _lookup(comm, key, arrays)
-    if found is None:
-        cfg = _settings_now()
-        found = decide.allreduce(comm, sendbuf, recvbuf, op, blocking=blocking)
-        _remember(comm, key, arrays, found, cfg)
-    return found
+    return _remembered(comm, key, (sendbuf, recvbuf), decide.allreduce, (comm, sendbuf, recvbuf, op), blocking)
 
 
 def _label(decision: Any) -> Optional[str]:

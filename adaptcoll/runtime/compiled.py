@@ -536,7 +536,7 @@ class CompiledEngine:
         if len(self._dead) > DEAD_KEPT:
             del self._dead[next(iter(self._dead))]
         if state == ST_FAILED:
-            return (operation, h, _nothing, self._error(h, operation)), notice
+            return (operation, h, _nothing, self.error(h, operation)), notice
         return (None, h, _nothing, None), notice
 
     @property
@@ -568,7 +568,7 @@ class CompiledEngine:
                     if len(self._dead) > DEAD_KEPT:
                         del self._dead[next(iter(self._dead))]
                 if state == ST_FAILED:
-                    out.append((operation, h, _nothing, self._error(h, operation)))
+                    out.append((operation, h, _nothing, self.error(h, operation)))
                 else:  # aborted: Python failed it already; only let it go
                     out.append((None, h, _nothing, None))
         return events, out
@@ -578,9 +578,6 @@ class CompiledEngine:
 
     def error(self, h: int, operation: Any) -> BaseException:
         """The error of the failed operation `h` (as MessageSizeError, MemoryError or MPI.Exception)."""
-        return self._error(h, operation)
-
-    def _error(self, h: int, operation: Any) -> BaseException:
         kind, peer, code = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
         got, want = ctypes.c_int64(), ctypes.c_int64()
         self.lib.ac_op_error(
