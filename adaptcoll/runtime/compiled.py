@@ -56,7 +56,7 @@ __all__ = [
 ]
 
 BCAST, REDUCE, ALLREDUCE = 0, 1, 2
-"""Operation kinds of `ac_start`."""
+"""Operation kinds of `ac_call_new`."""
 
 ABI_VERSION = 2
 """`ac_abi_version()` of the source this module speaks to."""
@@ -200,11 +200,6 @@ def _declare(lib: ctypes.CDLL) -> None:
         "ac_mpi_header": (ctypes.c_char_p, []),
         "ac_comm_rank": (c_int, [ctypes.c_ssize_t]),
         "ac_engine_new": (c_ptr, [c_int]),
-        "ac_start": (
-            ctypes.c_ssize_t,
-            [c_ptr, c_int, ctypes.c_ssize_t, ctypes.c_ssize_t, c_int, c_int, c_int, c_i64, c_i64, c_int, c_int]
-            + [c_int, c_int, c_int, c_int, c_ptr, c_ptr, c_ptr],
-        ),
         "ac_call_new": (
             ctypes.c_ssize_t,
             [c_int, ctypes.c_ssize_t, c_int, c_int, c_int, c_i64, c_i64, c_int, c_int, c_int, c_int]
@@ -322,7 +317,7 @@ def library() -> Optional[ctypes.CDLL]:
 
 # -- one call, prepared once ---------------------------------------------------------------------------
 class CompiledCall:
-    """What `ac_start` needs of a prepared call, fixed across its starts (a persistent request's too):
+    """What `ac_call_new` needs of a prepared call, fixed across its starts (a persistent request's too):
     kind, datatype, fold, buffers, windows and this rank's tree links; the tags come per start."""
 
     __slots__ = (
@@ -339,7 +334,6 @@ class CompiledCall:
         "ordered",
         "local",
         "target",
-        "links",
         "handle",
         "bound",
         "notice_slot",
@@ -373,7 +367,6 @@ class CompiledCall:
         self.ordered = int(ordered)
         self.local = local.__array_interface__["data"][0]
         self.target = 0 if target is None else target.__array_interface__["data"][0]
-        self.links: Optional[np.ndarray] = None
         self.handle = 0
         """The C side's copy of all this (`ac_call_new`), made with the links; freed with this object."""
         self.bound = False
@@ -404,7 +397,7 @@ class CompiledCall:
         )
         if not handle:
             raise MemoryError("adaptcoll: out of memory preparing a compiled operation")
-        self.links, self.handle, self._lib = packed, handle, lib
+        self.handle, self._lib = handle, lib  # (C copied the links: `packed` may go)
 
     def __del__(self) -> None:
         if self.handle and self._lib is not None:

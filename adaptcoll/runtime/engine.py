@@ -550,8 +550,7 @@ class MPITransport:
         self._issend = comm.Issend
         self._irecv = comm.Irecv
         if self.size > 1:
-            self._notice_req = comm.Irecv(self._notice_buf, MPI.ANY_SOURCE, self.notice_tag)
-            self.notice_slot[0] = self._notice_req.handle & _HANDLE_BITS
+            self._post_notice_receive()
             self._engine.listen(self)
 
     def isend(self, buf: Any, dest: int, tag: int, on_done: Callback, synchronous: bool = False) -> None:
@@ -698,14 +697,18 @@ class MPITransport:
                 self._reqs.append(self._isend(data, peer, self.notice_tag))
                 self._entries.append((_noop, -1, None, peer, self.notice_tag))
 
+    def _post_notice_receive(self) -> None:
+        """(Re)post the standing receive for error notices and keep its handle in `notice_slot`."""
+        req = self._notice_req = self._irecv(self._notice_buf, MPI.ANY_SOURCE, self.notice_tag)
+        self.notice_slot[0] = req.handle & _HANDLE_BITS
+
     def poll_notices(self) -> None:
         """Receive the error notices that have arrived (called on idle sweeps, engine lock held)."""
         status = self._notice_status
         while self._notice_req is not None and self._notice_req.Test(status):
             text = bytes(self._notice_buf[: status.Get_count(_BYTE)]).decode(errors="replace")
             source = status.Get_source()
-            self._notice_req = self._irecv(self._notice_buf, MPI.ANY_SOURCE, self.notice_tag)
-            self.notice_slot[0] = self._notice_req.handle & _HANDLE_BITS
+            self._post_notice_receive()
             self._on_notice(source, text)
 
     def _on_notice(self, source: int, text: str) -> None:
