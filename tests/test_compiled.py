@@ -380,7 +380,11 @@ def test_no_compiler_falls_back_with_one_warning(tmp_path) -> None:
         "except compiled.EngineUnavailable as exc:\n"
         "    print('raised', exc)\n"
     )
-    env = {"ADAPTCOLL_MPICC": str(tmp_path / "no-such-mpicc"), "XDG_CACHE_HOME": str(tmp_path)}
+    env = {
+        "ADAPTCOLL_MPICC": str(tmp_path / "no-such-mpicc"),
+        "XDG_CACHE_HOME": str(tmp_path),
+        "ADAPTCOLL_ENGINE": "auto",
+    }
     done = _fresh(env, code)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
