@@ -185,7 +185,7 @@ def _run_both(collective: str, links: list[Any], rank: int, root: int, nseg: int
         fake.engine.release(handle)
 
 
-KINDS = [k for k in trees.KINDS if k != "topo"] + ["topo"]
+KINDS = [k for k in trees.KINDS if k != "topo"] + ["topo", "topo:inner=two_tree"]
 MODES = [
     {"send_window": 2, "recv_window": 3, "sync": "first", "ordered": False, "in_place": False, "tag_base": 0},
     {"send_window": 1, "recv_window": 1, "sync": "all", "ordered": True, "in_place": False, "tag_base": 32760},
@@ -195,8 +195,8 @@ MODES = [
 
 
 def _params(kind: str, size: int) -> dict[str, Any]:
-    if kind == "topo":  # two levels: nodes of up to 4 ranks
-        return {"levels": ((tuple(r // 4 for r in range(size))),)}
+    if kind.startswith("topo"):  # two levels: nodes of up to 4 ranks
+        return {"levels": ((tuple(r // 4 for r in range(size))),), **trees.parse_algorithm(kind)[1]}
     return {}
 
 
@@ -228,8 +228,8 @@ def _tree_set_with(kind: str, size: int, root: int, collective: str, roots: int)
         return _tree_set(kind, size, root, collective, roots)
     if collective == "allreduce":
         count = min(size, roots)
-        return tuple(t for k in range(count) for t in trees.build_all(kind, size, (k * size) // count, **params))
-    return trees.build_all(kind, size, root, **params)
+        return tuple(t for k in range(count) for t in trees.build_all("topo", size, (k * size) // count, **params))
+    return trees.build_all("topo", size, root, **params)
 
 
 @needs_lib

@@ -19,7 +19,7 @@ def _topologies(size: int) -> list[str]:
 def test_topo_and_two_tree_equal_native(mpi_ranks):
     world = MPI.COMM_WORLD
     rank, size = world.Get_rank(), world.Get_size()
-    algorithms = ["two_tree"] + [f"topo:inner={inner}" for inner in ("binomial", "pipeline", "knomial")]
+    algorithms = ["two_tree"] + [f"topo:inner={inner}" for inner in ("binomial", "pipeline", "knomial", "two_tree")]
     cases = 0
     for topology in _topologies(size):
         # a fresh communicator per topology: the topology is read once per communicator

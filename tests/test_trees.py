@@ -172,8 +172,8 @@ def check_topo(t: trees.Tree, levels: tuple[tuple[int, ...], ...]) -> None:
             entries = [r for r in members if r != t.root and t.parent(r) not in inside]
             if t.root in inside:
                 assert entries == []
-            else:  # entered exactly once, at its lowest rank (the leader)
-                assert entries == [min(members)]
+            else:  # entered exactly once (at its leader)
+                assert len(entries) == 1
     for r in range(t.size):  # outer-level edges first in every child order
         crossing = [
             next((i for i in range(len(levels)) if levels[i][r] != levels[i][c]), len(levels)) for c in t.children(r)
@@ -193,6 +193,51 @@ def test_topo_crosses_each_group_boundary_once(size: int, data) -> None:
     check_topo(t, levels)
 
 
+@FAST
+@given(st.integers(2, 60), st.data())
+def test_topo_groups_are_led_at_the_roots_position(size: int, data) -> None:
+    """One level: a group without the root is entered at its member at the root's position in its own
+    group (modulo the group's size), so trees rooted at different ranks of a node have different leaders."""
+    ids = tuple(data.draw(st.lists(st.integers(0, 4), min_size=size, max_size=size)))
+    root = data.draw(st.integers(0, size - 1))
+    inner = data.draw(st.sampled_from(trees.SHAPES + ("two_tree:which=0", "two_tree:which=1")))
+    t = trees.build("topo", size, root, levels=(ids,), inner=inner)
+    members = {g: [r for r in range(size) if ids[r] == g] for g in set(ids)}
+    pos = members[ids[root]].index(root)
+    for g, group in members.items():
+        if g != ids[root]:
+            entry = [r for r in group if ids[t.parent(r)] != g]
+            assert entry == [group[pos % len(group)]]
+
+
+@FAST
+@given(st.integers(1, 90), st.data())
+def test_topo_with_two_tree_between_groups_is_a_pair(size: int, data) -> None:
+    """inner=two_tree: build_all gives two topo trees, each hierarchical; between the groups' leaders no
+    leader sends in both (the two trees' complementarity), inside the groups they are alike."""
+    nlevels = data.draw(st.integers(1, 2))
+    levels = tuple(tuple(data.draw(st.lists(st.integers(0, 5), min_size=size, max_size=size))) for _ in range(nlevels))
+    root = data.draw(st.integers(0, size - 1))
+    intra = data.draw(st.sampled_from(trees.SHAPES))
+    pair = trees.build_all("topo", size, root, levels=levels, inner="two_tree", intra=intra)
+    assert len(pair) == 2
+    assert pair[0] is trees.build("topo", size, root, levels=levels, inner="two_tree:which=0", intra=intra)
+    for t in pair:
+        check_topo(t, levels)
+    outer = levels[0]
+    for r in range(size):
+        if r == root:
+            continue
+        crossing = [[c for c in t.children(r) if outer[c] != outer[r]] for t in pair]
+        assert not (crossing[0] and crossing[1]), r
+        inside = [[c for c in t.children(r) if all(lv[c] == lv[r] for lv in levels)] for t in pair]
+        assert inside[0] == inside[1]
+    with pytest.raises(ValueError, match="do not pass which"):
+        trees.build_all("topo", size, root, levels=levels, inner="two_tree:which=1")
+    with pytest.raises(ValueError, match="intra="):
+        trees.build("topo", size, root, levels=levels, intra="two_tree")
+
+
 def test_topo_uneven_nodes_root_in_every_group() -> None:
     topo = parse("nodes=3,sockets=2", 11)
     assert [len(g) for g in topo.groups(0)] == [4, 4, 3]
@@ -202,7 +247,8 @@ def test_topo_uneven_nodes_root_in_every_group() -> None:
             check_topo(t, topo.levels)
             assert t.params == tuple(sorted({"levels": topo, "inner": inner, "intra": "binomial"}.items()))
     t = trees.build("topo", 16, 3, levels=parse("nodes=4", 16), inner="pipeline")
-    assert t.children(3)[:1] == (4,) and t.children(4)[:1] == (8,) and t.children(8)[:1] == (12,)
+    # the other nodes are led by their rank at the root's position (3 of 0..3): 7, 11, 15
+    assert t.children(3)[:1] == (7,) and t.children(7)[:1] == (11,) and t.children(11)[:1] == (15,)
 
 
 def test_topo_without_levels_is_the_intra_shape_rotated() -> None:
@@ -280,7 +326,8 @@ def test_text_and_dot_rendering() -> None:
         (lambda: trees.build("binomial", 8, True), "root must be an int"),
         (lambda: trees.build("two_tree", 8, which=2), "which must be 0 or 1"),
         (lambda: trees.build_all("two_tree", 8, which=1), "do not pass which"),
-        (lambda: trees.build("topo", 8, inner="two_tree"), "valid kinds: binomial.*knomial$"),
+        (lambda: trees.build("topo", 8, intra="two_tree"), "valid kinds: binomial.*knomial$"),
+        (lambda: trees.build("topo", 8, inner="two_tree:which=2"), "which must be 0 or 1"),
         (lambda: trees.build("topo", 8, intra="knomial:radix=1"), "topo parameter intra"),
         (lambda: trees.build("topo", 8, levels=((0, 1),)), "has 2 group ids but the tree has 8"),
         (lambda: trees.build("topo", 8, levels="nodes=2"), "not a string"),

@@ -30,7 +30,8 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
 KINDS: tuple[str, ...] = tuple(_DEFAULTS)
 """Every tree kind `build` accepts."""
 SHAPES: tuple[str, ...] = tuple(k for k in KINDS if k not in ("topo", "two_tree"))
-"""Kinds usable as the `inner`/`intra` shapes of a "topo" tree."""
+"""Kinds usable as the `inner`/`intra` shapes of a "topo" tree (`inner` may also be "two_tree": a pair of
+topo trees, see build_all)."""
 _INT_MIN = {("binary", "fanout"): 1, ("chain", "chains"): 1, ("linear", "fanout"): 1, ("knomial", "radix"): 2}
 
 Params = tuple[tuple[str, Any], ...]
@@ -304,7 +305,10 @@ def _topo(size: int, root: int, levels: tuple[tuple[int, ...], ...], inner: str,
     """Hierarchical tree: at each level link group leaders with `inner`, then recurse; `intra` innermost.
 
     Groups in a parent group are ordered by lowest rank, rotated so the leader's own group comes first;
-    a group's leader is the root if it holds it, else its lowest rank. Outer-level edges come first.
+    a group's leader is the root if it holds it, else its member at the position the leader has in its
+    own group (modulo the group's size): its lowest rank for a root that is its group's lowest, and
+    trees rooted at different ranks of a node (Allreduce's roots) are led by different ranks of every
+    node, which shares out the leaders' folding and sending. Outer-level edges come first.
     """
     inner_kind, inner_params = parse_algorithm(inner)
     intra_kind, intra_params = parse_algorithm(intra)
@@ -329,7 +333,8 @@ def _topo(size: int, root: int, levels: tuple[tuple[int, ...], ...], inner: str,
         groups = list(split.values())
         at = next(i for i, g in enumerate(groups) if leader in g)
         groups = groups[at:] + groups[:at]
-        leaders = [leader] + [g[0] for g in groups[1:]]
+        pos = groups[0].index(leader)  # the other groups are led by their member at the leader's position
+        leaders = [leader] + [g[pos % len(g)] for g in groups[1:]]
         link(leaders, inner_kind, inner_params)
         work.extend((g, lead, level + 1) for g, lead in zip(groups, leaders))
     return kids
@@ -374,7 +379,7 @@ def _normalize_params(kind: str, params: dict[str, Any]) -> dict[str, Any]:
                 raise ValueError(f"topo parameter {name} must be a shape string such as 'knomial:radix=4'")
             try:
                 shape, shape_params = parse_algorithm(out[name])
-                _check_kind(shape, SHAPES)
+                _check_kind(shape, SHAPES + ("two_tree",) if name == "inner" else SHAPES)
                 _normalize_params(shape, shape_params)
             except ValueError as exc:
                 raise ValueError(f"topo parameter {name}={out[name]!r}: {exc}") from None
@@ -450,12 +455,23 @@ def _build_cached(kind: str, size: int, root: int, params: Params) -> Tree:
 
 
 def build_all(kind: str = "binomial", size: int = 1, root: int = 0, **params: Any) -> tuple[Tree, ...]:
-    """(tree,) for single-tree kinds; (tree 0, tree 1) for "two_tree" (which may not be given then)."""
+    """(tree,) for single-tree kinds; (tree 0, tree 1) for "two_tree" and for "topo" with inner="two_tree"
+    (which may not be given then)."""
     if kind == "two_tree":
         if "which" in params:
             raise ValueError("build_all('two_tree') returns both trees; do not pass which")
         return tuple(build(kind, size, root, which=w, **params) for w in (0, 1))
+    if kind == "topo" and _two_tree_inner(params.get("inner", "")):
+        if "which" in parse_algorithm(params["inner"])[1]:
+            raise ValueError("build_all('topo', inner='two_tree') returns both trees; do not pass which")
+        return tuple(build(kind, size, root, **{**params, "inner": f"two_tree:which={w}"}) for w in (0, 1))
     return (build(kind, size, root, **params),)
+
+
+def _two_tree_inner(inner: Any) -> bool:
+    """A topo tree's `inner` is two_tree: build_all gives the pair (each level between group leaders
+    linked by tree 0, resp. tree 1, of the two trees; the groups' insides alike in both)."""
+    return isinstance(inner, str) and inner.partition(":")[0].strip() == "two_tree"
 
 
 def parse_value(text: str) -> Any:
