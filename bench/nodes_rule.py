@@ -11,6 +11,12 @@ time (> 1: faster than native's best).
     python bench/nodes_rule.py --json bench/results/simulate/nodes_rule.json      # ~10 min CPU
     python bench/nodes_rule.py --ranks 32 --per-node 8 --only bcast:16M            # one row
     python bench/nodes_rule.py --params bench/results/simulate/params_pair.json    # another link model
+
+`--candidate ALGORITHM@SEGMENT[@ROOTS]` (repeatable) adds one whose algorithm may hold commas, e.g.
+`--candidate "topo:inner=two_tree,intra=binomial@64K@32"`. With `ADAPTCOLL_ENGINE=compiled` in the
+environment the rule column is the compiled engine's rule (pair it with a compiled engine's parameters,
+`--params bench/results/simulate/params_scale_compiled.json`). `--noise "100Hz x 250us" --samples 3`
+adds, per configuration, the median of the draws under that noise (`noisy_s`).
 """
 
 from __future__ import annotations
@@ -18,12 +24,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import statistics
 import sys
 from typing import Any
 
 from adaptcoll.runtime import settings
 from adaptcoll.runtime.settings import parse_size
 from adaptcoll.simulate.lockstep import baseline_names, check_applicable, estimated_messages
+from adaptcoll.simulate.noise_setup import parse_noise
 from adaptcoll.simulate.params import DEFAULT_PARAMS, CostParams, load_params
 from adaptcoll.simulate.programs import Job, prepare
 from adaptcoll.simulate.run import BEST_MAX_MESSAGES, run_once
@@ -33,9 +41,25 @@ POINTS += ("allreduce:4M", "allreduce:16M", "allreduce:64M")
 CANDIDATES = ("two_tree:256K", "two_tree:128K", "in_order_binomial:256K", "pipeline:512K")
 
 
-def _time(job: Job, params: Any, impl: str, seed: int) -> float:
+def _time(job: Job, params: Any, impl: str, seed: int, noise: Any = None, samples: int = 0) -> float:
+    """Quiet time (s), or with `noise` the median over `samples` draws."""
     prepared = prepare(job, params.ranks_per_node) if impl == "adaptcoll" else None
-    return run_once(job, params, impl, None, seed, 0, prepared=prepared)[0].time_s
+    if noise is None:
+        return run_once(job, params, impl, None, seed, 0, prepared=prepared)[0].time_s
+    draws = [run_once(job, params, impl, noise, seed, k, prepared=prepared)[0].time_s for k in range(samples)]
+    return statistics.median(draws)
+
+
+def _candidates(args: argparse.Namespace) -> list[tuple[str, str, int, int]]:
+    """(label, algorithm, segment, roots) of --candidates and each --candidate."""
+    out = []
+    for text in args.candidates.split(",") if args.candidates else []:
+        algorithm, _, seg = text.partition(":")
+        out.append((text, algorithm, parse_size(seg), 0))
+    for text in args.candidate or []:
+        algorithm, seg, *rest = text.split("@")
+        out.append((text, algorithm, parse_size(seg), int(rest[0]) if rest else 0))
+    return out
 
 
 def row(
@@ -50,7 +74,8 @@ def row(
     simulator's parameters, `ranks_per_node` replaced)."""
     params = dataclasses.replace(base, ranks_per_node=per_node)
     base_job = Job(collective, ranks, nbytes, 0, "", settings.current())
-    best_name, best_s = "", float("inf")
+    noise = parse_noise([args.noise]) if args.noise else None
+    best_name, best_s, noisy_best = "", float("inf"), float("inf")
     for name in baseline_names(collective):
         try:
             check_applicable(name, collective, ranks, base_job.count)
@@ -61,16 +86,20 @@ def row(
         t = _time(base_job, params, name, args.seed)
         if t < best_s:
             best_name, best_s = name, t
+        if noise is not None:
+            noisy_best = min(noisy_best, _time(base_job, params, name, args.seed, noise, args.samples))
     choice = prepare(base_job, per_node).choice
     rule_s = _time(base_job, params, "adaptcoll", args.seed) if choice.serve else best_s
     rule_label = choice.label() if choice.serve else "native"
     cands: dict[str, float] = {}
-    for text in args.candidates.split(","):
-        algorithm, _, seg = text.partition(":")
-        cfg = settings.Settings(max_segments=0)
-        job = Job(collective, ranks, nbytes, parse_size(seg), algorithm, cfg)
-        cands[text] = _time(job, params, "adaptcoll", args.seed)
-    return {
+    noisy: dict[str, float] = {}
+    for label, algorithm, seg, roots in _candidates(args):
+        cfg = settings.Settings(max_segments=0, allreduce_roots=roots)
+        job = Job(collective, ranks, nbytes, seg, algorithm, cfg)
+        cands[label] = _time(job, params, "adaptcoll", args.seed)
+        if noise is not None:
+            noisy[label] = _time(job, params, "adaptcoll", args.seed, noise, args.samples)
+    out = {
         "collective": collective,
         "size": nbytes,
         "ranks": ranks,
@@ -81,6 +110,9 @@ def row(
         "best_s": best_s,
         "candidates_s": cands,
     }
+    if noise is not None:
+        out.update(noise=args.noise, samples=args.samples, best_noisy_s=noisy_best, noisy_s=noisy)
+    return out
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
@@ -93,6 +125,8 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         size = f"{r['size'] >> 20}M"
         cells = [f"{r['best_s'] / t:.2f}" for t in r["candidates_s"].values()]
+        if "noisy_s" in r:
+            cells = [f"{c} ({r['best_noisy_s'] / t:.2f})" for c, t in zip(cells, r["noisy_s"].values())]
         rule = f"{r['best_s'] / r['rule_s']:.2f} ({r['rule'].split(' (')[0]})"
         lines.append(
             f"| {r['collective']} {size} | {r['ranks']} x {r['per_node']} | {r['best_s'] * 1e3:.2f} {r['best']} "
@@ -107,6 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--per-node", default="1,4,8,16", help="ranks per node (only where there are >= 2 nodes)")
     p.add_argument("--only", action="append", help=f"collective:size points (default: {', '.join(POINTS)})")
     p.add_argument("--candidates", default=",".join(CANDIDATES), help="algorithm:segment configurations, no cap")
+    p.add_argument("--candidate", action="append", help="ALGORITHM@SEGMENT[@ROOTS] (repeatable; commas allowed)")
+    p.add_argument("--noise", help="a noise condition, e.g. '100Hz x 250us' (adds the median of --samples draws)")
+    p.add_argument("--samples", type=int, default=3)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--max-messages", type=int, default=BEST_MAX_MESSAGES)
     p.add_argument("--params", help="parameters file (default: built-in; its ranks_per_node is replaced)")

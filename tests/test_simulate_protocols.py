@@ -94,6 +94,16 @@ def test_without_a_segment_the_shipped_rule_chooses(collective, ranks, nbytes):
         assert prep.plan.seg_count == seg_count
 
 
+def test_engine_compiled_simulates_the_compiled_engines_rule():
+    """ADAPTCOLL_ENGINE=compiled: the rule's compiled bands (2 ranks: Reduce served from 64K, native
+    below 4M on the Python engine), and the choice says so."""
+    python_rule = choose("reduce", 2, 64 * K, 0, settings.Settings())
+    compiled_rule = choose("reduce", 2, 64 * K, 0, settings.Settings(engine="compiled"))
+    assert not python_rule.serve and compiled_rule.serve
+    assert compiled_rule.source == "rule, case '2 ranks, compiled engine'"
+    assert python_rule.source == "rule, case '2 ranks'"
+
+
 def test_explicit_settings_win_over_the_rule():
     cfg = settings.Settings(bcast_algorithm="pipeline", explicit=("bcast_algorithm",))
     choice = choose("bcast", 1024, 16 * M, 0, cfg)

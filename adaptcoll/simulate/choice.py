@@ -16,7 +16,7 @@ from ..tune.blocks import choose_block
 from ..tune.defaults import case_of
 from ..tune.policy import CommFacts, resolve
 
-__all__ = ["Choice", "choose", "rule_facts"]
+__all__ = ["Choice", "choose", "rule_facts", "simulates_compiled"]
 
 
 @dataclass(frozen=True)
@@ -43,10 +43,18 @@ class Choice:
         return f"{text} ({self.source})"
 
 
-def rule_facts(size: int, ranks_per_node: int) -> CommFacts:
-    """The facts of a simulated communicator: `size` ranks, `ranks_per_node` per node, a core each."""
+def rule_facts(size: int, ranks_per_node: int, compiled: bool = False) -> CommFacts:
+    """The facts of a simulated communicator: `size` ranks, `ranks_per_node` per node, a core each;
+    `compiled`: every rank runs the compiled progress path (the rule's compiled bands)."""
     rpn = max(1, min(ranks_per_node, size))
-    return CommFacts(size, -(-size // rpn), rpn, 1.0, "MPICH")
+    return CommFacts(size, -(-size // rpn), rpn, 1.0, "MPICH", compiled)
+
+
+def simulates_compiled(cfg: settings_mod.Settings) -> bool:
+    """Whether the simulated call asks the rule for the compiled engine's bands: ADAPTCOLL_ENGINE=compiled
+    (the simulator charges whatever CPU costs its parameters give; pair it with a compiled engine's
+    parameters file, e.g. bench/results/simulate/params_scale_compiled.json)."""
+    return cfg.engine == "compiled"
 
 
 def choose(
@@ -65,13 +73,13 @@ def choose(
             nbytes >= cfg.threshold(collective),
             "segment",
         )
-    facts = rule_facts(size, ranks_per_node)
+    facts = rule_facts(size, ranks_per_node, simulates_compiled(cfg))
     previous = settings_mod.use(cfg)
     try:
         call = resolve(b"", "", facts, warn=False).choose(collective, nbytes)
     finally:
         settings_mod.use(previous)
-    name = case_of(facts)
+    name = case_of(facts) + (", compiled engine" if facts.compiled else "")
     return Choice(call.algorithm, call.segment_size, call.max_segments, call.roots, call.serve, f"rule, case '{name}'")
 
 
@@ -79,7 +87,7 @@ def _choose_block(
     collective: str, size: int, nbytes: int, segment: int, cfg: settings_mod.Settings, ranks_per_node: int
 ) -> Choice:
     name = "allgather" if collective == "allgather" else "reduce_scatter"
-    facts = rule_facts(size, ranks_per_node)
+    facts = rule_facts(size, ranks_per_node, simulates_compiled(cfg))
     previous = settings_mod.use(cfg)
     try:
         call = choose_block(resolve(b"", "", facts, warn=False), name, nbytes)
