@@ -168,12 +168,13 @@ def row(key: str, point: str, args: argparse.Namespace, workdir: Path) -> dict[s
     best = [min((n for n in times if n != "forest"), key=lambda n, i=i: times[n][i]) for i in range(len(conditions))]
     lockstep: dict[str, list[float]] = {}
     plain = Job(collective, d.ranks, nbytes, segment, "binomial", settings.Settings())
+    rpn = params.ranks_per_node
     for name in baseline_names(collective) if args.lockstep else ():
         try:
-            check_applicable(name, collective, d.ranks, plain.count)
+            check_applicable(name, collective, d.ranks, plain.count, rpn)
         except ValueError:
             continue
-        if args.max_messages and estimated_messages(name, collective, d.ranks, plain.count) > args.max_messages:
+        if args.max_messages and estimated_messages(name, collective, d.ranks, plain.count, rpn) > args.max_messages:
             continue
         t1 = time.process_time()
         lockstep[name] = _times(plain, routes, noises, args.seed, args.samples, name, params)

@@ -78,10 +78,10 @@ def row(
     best_name, best_s, noisy_best = "", float("inf"), float("inf")
     for name in baseline_names(collective):
         try:
-            check_applicable(name, collective, ranks, base_job.count)
+            check_applicable(name, collective, ranks, base_job.count, per_node)
         except ValueError:
             continue
-        if estimated_messages(name, collective, ranks, base_job.count) > args.max_messages:
+        if estimated_messages(name, collective, ranks, base_job.count, per_node) > args.max_messages:
             continue
         t = _time(base_job, params, name, args.seed)
         if t < best_s:

@@ -65,11 +65,11 @@ def row(collective: str, nbytes: int, ranks: int, args: argparse.Namespace, para
         if args.baselines and name not in args.baselines:
             continue
         try:
-            check_applicable(name, collective, ranks, job.count)
+            check_applicable(name, collective, ranks, job.count, params.ranks_per_node)
         except ValueError as exc:
             skipped[name] = str(exc)
             continue
-        est = estimated_messages(name, collective, ranks, job.count)
+        est = estimated_messages(name, collective, ranks, job.count, params.ranks_per_node)
         if args.max_messages and est > args.max_messages:
             skipped[name] = f"about {est:,} messages > {args.max_messages:,}"
             continue

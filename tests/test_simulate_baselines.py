@@ -149,3 +149,94 @@ def test_mpich_smp_computes_the_collective_on_nodes_of_several_ranks():
                 job = Job(collective, size, nbytes, 4096)
                 flat = run_once(job, P, mpich_choice(collective, size, nbytes))[0].time_s
                 assert abs(run_once(job, P, "mpich_smp")[0].time_s - flat) <= 1e-12 * flat
+
+
+def test_ompi_han_computes_the_collective_on_nodes_of_several_ranks():
+    """Open MPI 5's HAN at 1-17 ranks x 1-4 ranks per node, roots 0, size // 2 and size - 1, a 1-segment and
+    a 16-segment message: the right result on every rank, every message matched. Wherever HAN runs its own
+    algorithm (several nodes, several ranks on one, equal nodes for Bcast and Reduce) every sub-collective it
+    calls is modelled; where it falls back to tuned, its time is ompi_tuned's where that models the pick."""
+    import dataclasses
+
+    from adaptcoll.simulate.lockstep import _han_runs
+
+    hierarchical = 0
+    for collective in ("bcast", "reduce", "allreduce"):
+        for size in range(1, 18):
+            roots = sorted({0, size // 2, size - 1}) if collective != "allreduce" else [0]
+            for rpn in (1, 2, 3, 4):
+                params = dataclasses.replace(CostParams(eager=2048), ranks_per_node=rpn)
+                runs = _han_runs(collective, size, rpn)
+                for root in roots:
+                    for nbytes in (4 * (1000 + size), 1_000_000):
+                        ran = _check(Job(collective, size, nbytes, 4096, root=root), "ompi_han", params)
+                        assert ran or not runs, (collective, size, rpn, root, nbytes)
+                        hierarchical += runs
+        for size in (2, 5, 9, 16):
+            job = Job(collective, size, 1_000_000, 4096)
+            try:
+                flat = run_once(job, P, "ompi_tuned")[0].time_s
+            except NotModelled:
+                continue
+            assert run_once(job, P, "ompi_han")[0].time_s == flat
+    assert hierarchical == 252  # (collective, size, ranks per node, root, bytes) points where HAN runs its own
+
+
+@pytest.mark.parametrize("collective,messages", [("bcast", 112), ("reduce", 217), ("allreduce", 329)])
+def test_ompi_han_decomposition_at_two_nodes_of_four(collective, messages):
+    """8 ranks, 4 per node, 1,000,000 bytes: 16 HAN segments (15 of 64 KiB). Inside each node tuned's pick
+    for 4 ranks, 3 messages a segment (Bcast basic linear; Reduce binomial, the last segment chain), 96 in
+    all per stage; between the two nodes Bcast: tuned's binary tree for segment 0, then libnbc's linear
+    Ibcast, 16; Reduce: libnbc's Ireduce chain of 8 KiB fragments, 8 per full segment, and binomial for the
+    last, 121; Allreduce: both stages of each, 96 + 121 + 16 + 96."""
+    import dataclasses
+
+    params = dataclasses.replace(CostParams(eager=2048), ranks_per_node=4)
+    stats, world, bufs = run_once(Job(collective, 8, 1_000_000, 4096, root=5), params, "ompi_han", data=True)
+    bufs.check(5 if collective == "reduce" else 0)
+    assert world.unmatched == 0 and stats.messages == messages
+
+
+def test_best_includes_ompi_han_on_nodes(capsys):
+    """`--baseline best` runs ompi_han (on the nodes given, and where it falls back to tuned), and
+    `--baseline ompi_han` with --ranks-per-node runs it on those nodes."""
+    import dataclasses
+
+    job = Job("allreduce", 16, 1 << 20, 4096)
+    for rpn in (1, 4):
+        params = dataclasses.replace(CostParams(), ranks_per_node=rpn)
+        best = best_lockstep(job, params, parse_noise([]))
+        rows = {r["impl"].split(":", 1)[1]: r for r in best["results"]}
+        assert "ompi_han" in rows and "ompi_han" not in best["skipped"]
+        assert rows["ompi_han"]["quiet_us"] == pytest.approx(run_once(job, params, "ompi_han")[0].time_s * 1e6)
+    args = ["--collective", "reduce", "--ranks", "16", "--ranks-per-node", "4", "--size", "1M"]
+    assert cli.main([*args, "--baseline", "ompi_han"]) == 0
+    assert "lockstep:ompi_han" in capsys.readouterr().out
+
+
+def test_ompi_han_parts_on_their_own(monkeypatch):
+    """The algorithms HAN's parts run, each as a flat baseline on 2-20 ranks (more than HAN's tests give
+    them), roots 0, 1, size // 2 and size - 1: libnbc's Ireduce (reduce-scatter + gather, binomial, chain)
+    and binomial Ibcast, tuned's linear / binomial / k-nomial / binary-tree picks."""
+    from functools import partial
+
+    from adaptcoll.simulate import lockstep as ls
+
+    parts = {
+        "han_redscat": {"reduce": ls._nbc_redscat_gather_reduce},
+        "han_nbc_binomial": {"reduce": ls._nbc_binomial_reduce, "bcast": ls._nbc_binomial_bcast},
+        "han_nbc_chain": {"reduce": ls._nbc_chain_reduce},
+        "han_linear": {"reduce": ls._linear_reduce, "bcast": ls._linear_bcast},
+        "han_bmtree": {"bcast": partial(ls._tree_bcast, tree=ls._bmtree)},
+        "han_kmtree": {"bcast": partial(ls._tree_bcast, tree=ls._kmtree)},
+        "han_bintree": {"bcast": partial(ls._tree_bcast, tree=ls._bintree)},
+    }
+    for name, by in parts.items():
+        monkeypatch.setitem(ls.BASELINES, name, by)
+        for collective in by:
+            for size in range(2, 21):
+                for root in sorted({0, 1, size // 2, size - 1}):
+                    assert _check(Job(collective, size, 4 * (17000 + size), 4096, root=root), name)
+    # the k-nomial tree of coll_base_bcast.c's example (10 ranks, radix 4), and the binomial one
+    assert ls._kmtree(0, 10, 0) == (None, [4, 8, 1, 2, 3]) and ls._kmtree(4, 10, 0) == (0, [5, 6, 7])
+    assert ls._bmtree(1, 10, 0) == (0, [3, 5, 9]) and ls._bmtree(6, 10, 0) == (2, [])

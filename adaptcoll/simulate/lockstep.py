@@ -18,14 +18,17 @@ message and no engine cost.
 | mpich_smp | all three | MPIR_*_intra_smp: inside each node, then between node leaders (`mpich_choice` each) |
 
 Open MPI's coll/base algorithms (`ompi_pipeline`, `ompi_split_bintree`, `ompi_binomial`, `ompi_ring`,
-`ompi_ring_segmented`) and the fixed decision rules of tuned (`ompi_tuned`, `ompi40_tuned`) follow
-below; docs/simulate.md lists what each follows.
+`ompi_ring_segmented`), the fixed decision rules of tuned (`ompi_tuned`, `ompi40_tuned`) and Open MPI 5's
+default node-aware coll/han (`ompi_han`: a step may be `Together`, several schedules a rank runs at once)
+follow below; docs/simulate.md lists what each follows.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any, Optional
+from functools import partial
+from itertools import chain
+from typing import Any, Optional, Union, cast
 
 from ..runtime.transport import Callback
 from .programs import DTYPE, ITEMSIZE, SUM, Buffers, Job
@@ -42,6 +45,7 @@ __all__ = [
     "estimated_messages",
     "ompi_segcount",
     "ompi_tuned_choice",
+    "Together",
     "SEND",
     "RECV",
     "FOLD",
@@ -61,12 +65,28 @@ Step = list[Op]
 Schedule = Callable[[int, int, int, int], Iterator[Step]]  # (rank, size, root, count) -> steps
 
 
+class Together:
+    """A step made of several schedules one rank runs at once, each walking its own steps (as any
+    schedule) independently of the others; the step ends when all of them have. A library's
+    non-blocking collectives progressing while the rank runs a blocking one, then its wait for them all
+    (Open MPI's HAN tasks: `ompi_han`)."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, *parts: Iterator[Step]) -> None:
+        self.parts = parts
+
+
+Steps = Iterator[Union[Step, Together]]
+Baseline = Callable[[int, int, int, int], Steps]  # a schedule whose steps may be Together
+
+
 class LockStep:
     """One rank of a lock-step collective over `acc` (see the module docstring)."""
 
-    __slots__ = ("_t", "_steps", "_acc", "_dtype", "_on_complete", "_left", "_folds", "_posted")
+    __slots__ = ("_t", "_steps", "_acc", "_dtype", "_on_complete", "_left", "_folds", "_posted", "_joins")
 
-    def __init__(self, t: SimRank, steps: Iterator[Step], acc: Any, dtype: Any, on_complete: Callback) -> None:
+    def __init__(self, t: SimRank, steps: Steps, acc: Any, dtype: Any, on_complete: Callback) -> None:
         self._t = t
         self._steps = steps
         self._acc = acc
@@ -75,6 +95,7 @@ class LockStep:
         self._left = 0
         self._folds: list[tuple[Any, int, int]] = []
         self._posted: dict[tuple[int, int, int, int], list[Any]] = {}  # key -> [done, waited, tmp]
+        self._joins = 0  # parts of a Together step still running
 
     def start(self) -> None:
         self._step()
@@ -88,6 +109,10 @@ class LockStep:
                     raise RuntimeError(f"lock-step schedule left receives posted, never waited: {list(self._posted)}")
                 self._on_complete()
                 return
+            if isinstance(ops, Together):
+                if self._fork(ops):
+                    return
+                continue  # every part finished at once
             self._folds = []
             left = 0
             for kind, peer, lo, hi, tag in ops:  # pre-posted receives first: a step may post and wait one
@@ -116,6 +141,21 @@ class LockStep:
             if left:
                 return
             self._fold()
+
+    def _fork(self, together: Together) -> bool:
+        """Start each part as a LockStep of its own on the same buffer; True while any is still running
+        (the last one to finish goes on with this schedule)."""
+        self._joins = 1  # held while starting them: a part that finishes at once does not go on
+        for steps in together.parts:
+            self._joins += 1
+            LockStep(self._t, steps, self._acc, self._dtype, self._joined).start()
+        self._joins -= 1
+        return self._joins > 0
+
+    def _joined(self) -> None:
+        self._joins -= 1
+        if not self._joins:
+            self._step()
 
     def _post(self, kind: int, peer: int, lo: int, hi: int, tag: int) -> None:
         tmp = self._t.empty(hi - lo, self._dtype) if kind == POSTFOLD else None
@@ -836,7 +876,9 @@ def _on(members: list[int], collective: str, rank: int, root: int, count: int, t
     communicator of their own rooted at `root`; its tags moved up by `tags` (one range per phase)."""
     if len(members) < 2 or rank not in members:
         return
-    schedule = BASELINES[mpich_choice(collective, len(members), count * ITEMSIZE[collective])][collective]
+    schedule = cast(
+        Schedule, BASELINES[mpich_choice(collective, len(members), count * ITEMSIZE[collective])][collective]
+    )
     mine, top = members.index(rank), members.index(root)
     for step in schedule(mine, len(members), top, count):
         yield [(kind, members[peer], lo, hi, tag + tags) for kind, peer, lo, hi, tag in step]
@@ -894,12 +936,386 @@ for _smp in (mpich_smp_bcast, mpich_smp_reduce, mpich_smp_allreduce):
     _smp.node_aware = True  # type: ignore[attr-defined]  # baseline_starter passes ranks_per_node
 
 
+# -- Open MPI 5's coll/han: a node level and a nodes level, segments pipelined across them -------------
+HAN_SEGSIZE = 65536
+"""coll_han_{bcast,reduce,allreduce}_segsize: 64 KiB segments (coll/han/coll_han_component.c, v5.0.x)."""
+_KNOMIAL_RADIX = 4  # coll_tuned_bcast_algorithm_knomial_radix (coll/tuned/coll_tuned_bcast_decision.c)
+_NBC_REDUCE_FRAGSIZE = 8192  # libnbc's Ireduce chain fragment: segsize = 16384 / 2 (nbc_ireduce.c)
+
+
+def _bmtree(v: int, size: int, root: int) -> tuple[Optional[int], list[int]]:
+    """ompi_coll_base_topo_build_bmtree: parent v without its highest bit; children v + 2^k for every
+    2^k > v (smallest subtree first). Open MPI's binomial Bcast tree (not the in-order one of its Reduce)."""
+    mask = 1 << v.bit_length()  # opal_next_poweroftwo(v): the power of two above v
+    parent = None if v == 0 else _abs(v ^ (mask >> 1), root, size)
+    children: list[int] = []
+    while mask < size and v + mask < size:
+        children.append(_abs(v + mask, root, size))
+        mask <<= 1
+    return parent, children
+
+
+def _kmtree(v: int, size: int, root: int) -> tuple[Optional[int], list[int]]:
+    """ompi_coll_base_topo_build_kmtree with tuned's radix 4: parent v rounded down to its lowest non-zero
+    radix digit's place; children v + r * 4^j below that place, the farthest first."""
+    radix, mask = _KNOMIAL_RADIX, 1
+    parent = None
+    while mask < size:
+        if v % (radix * mask):
+            parent = _abs(v // (radix * mask) * (radix * mask), root, size)
+            break
+        mask *= radix
+    mask //= radix
+    children: list[int] = []
+    while mask > 0:
+        children += [_abs(v + mask * r, root, size) for r in range(1, radix) if v + mask * r < size]
+        mask //= radix
+    return parent, children
+
+
+def _tree_bcast(rank: int, size: int, root: int, count: int, tree: Callable[..., Any]) -> Iterator[Step]:
+    """bcast_generic on `tree`, unsegmented (Open MPI 5's fixed rule passes segment size 0)."""
+    parent, children = tree((rank - root) % size, size, root)
+    return _bcast_generic(parent, children, [(0, count)], 19)
+
+
+def _linear_bcast(rank: int, size: int, root: int, count: int) -> Iterator[Step]:
+    """ompi_coll_base_bcast_intra_basic_linear (and libnbc's linear Ibcast): the root posts a send to every
+    other rank at once and waits for them all; the others receive."""
+    if rank != root:
+        yield [(RECV, root, 0, count, 20)]
+    elif size > 1:
+        yield [(SEND, peer, 0, count, 20) for peer in range(size) if peer != root]
+
+
+def _linear_reduce(rank: int, size: int, root: int, count: int) -> Iterator[Step]:
+    """ompi_coll_base_reduce_intra_basic_linear: the others send to the root, which receives and folds
+    their contributions one at a time, from rank size - 1 down to 0."""
+    if rank != root:
+        yield [(SEND, root, 0, count, 21)]
+        return
+    for peer in range(size - 1, -1, -1):
+        if peer != root:
+            yield [(FOLD, peer, 0, count, 21)]
+
+
+def _tuned_pick(collective: str, size: int, nbytes: int) -> Schedule:
+    """The schedule of what coll/tuned's fixed rule of Open MPI 5 picks for `collective` on `size` ranks
+    and `nbytes` (commutative op, unsegmented): what HAN runs inside each node, for the first Bcast
+    segment between nodes, and where it falls back. Besides what `ompi_tuned` models (left as it was) it
+    models Bcast basic linear, chain, binary tree, binomial, k-nomial and Reduce linear, chain, binary.
+    NotModelled for the rest (in-order binary and Rabenseifner Reduce, scatter-allgather Bcast on other
+    than 2^k ranks, and what `ompi_tuned` does not model for Allreduce)."""
+    if collective == "allreduce":
+        return _tuned_schedule("allreduce", "5")
+    alg = _tuned5(collective, size, nbytes)
+    if collective == "bcast":
+        if alg == "basic_linear":
+            return _linear_bcast
+        if alg in ("chain", "pipeline"):  # both bcast_generic down a fanout-1 chain at segment size 0
+            return partial(_pipeline_bcast, segsize=0)
+        if alg == "split_binary_tree":
+            return partial(_split_bintree_bcast, segsize=0)
+        trees = {"binary_tree": _bintree, "binomial": _bmtree, "knomial": _kmtree}
+        if alg in trees:
+            return partial(_tree_bcast, tree=trees[alg])
+        if alg == "scatter_allgather" and not size & (size - 1):
+            return scatter_allgather_bcast
+    elif alg == "linear":
+        return _linear_reduce
+    elif alg in ("chain", "pipeline", "binary", "binomial"):
+        tree = {"binary": _bintree, "binomial": _in_order_bmtree}.get(alg, _chain)
+        return partial(_tree_reduce, segsize=0, tree=tree)
+    raise NotModelled(f"Open MPI 5's tuned rule picks {collective} {alg!r} at {size} ranks, {nbytes} B: not modelled")
+
+
+def _swap(rank: int, root: int) -> int:
+    """libnbc's RANK2VRANK / VRANK2RANK: ranks 0 and root trade places."""
+    return root if rank == 0 else 0 if rank == root else rank
+
+
+def _nbc_binomial_bcast(rank: int, size: int, root: int, count: int) -> Iterator[Step]:
+    """libnbc's binomial Ibcast (bcast_sched_binomial): vrank v receives from v without its highest bit,
+    then sends to v + 2^r for every 2^r > v, all in one round."""
+    v = _swap(rank, root)
+    if v:
+        yield [(RECV, _swap(v - (1 << (v.bit_length() - 1)), root), 0, count, 22)]
+    sends = [1 << r for r in range((size - 1).bit_length()) if v < 1 << r and v + (1 << r) < size]
+    if sends:
+        yield [(SEND, _swap(v + d, root), 0, count, 22) for d in sends]
+
+
+def _nbc_binomial_reduce(rank: int, size: int, root: int, count: int) -> Iterator[Step]:
+    """libnbc's binomial Ireduce (red_sched_binomial, commutative op): vrank v receives and folds
+    v + 2^(r-1) in round r while v is a multiple of 2^r, then sends to v - 2^(r-1)."""
+    v = _swap(rank, root)
+    for r in range(1, (size - 1).bit_length() + 1):
+        half = 1 << (r - 1)
+        if v % (1 << r):
+            yield [(SEND, _swap(v - half, root), 0, count, 23)]
+            return
+        if v + half < size:
+            yield [(FOLD, _swap(v + half, root), 0, count, 23)]
+
+
+def _nbc_chain_reduce(rank: int, size: int, root: int, count: int, itemsize: int = 4) -> Iterator[Step]:
+    """libnbc's chain Ireduce (red_sched_chain): ceil(bytes / 8 KiB) fragments of count // fragments
+    elements (the last takes the rest); vrank v receives and folds each from v + 1, then sends it to v - 1."""
+    v = _swap(rank, root)
+    frags = -(-count * itemsize // _NBC_REDUCE_FRAGSIZE)
+    each = count // frags
+    for f in range(frags):
+        lo, hi = f * each, count if f == frags - 1 else (f + 1) * each
+        if v != size - 1:
+            yield [(FOLD, _swap(v + 1, root), lo, hi, 24)]
+        if v != 0:
+            yield [(SEND, _swap(v - 1, root), lo, hi, 24)]
+
+
+def _nbc_redscat_gather_reduce(rank: int, size: int, root: int, count: int) -> Iterator[Step]:
+    """libnbc's Ireduce by reduce-scatter and gather (red_sched_redscat_gather): the first 2 rem ranks
+    swap halves in pairs and the odd ones drop out; recursive halving (windows split at wsize // 2) among
+    2^k ranks; binomial gather of the pieces to the root (an odd dropped-out root gets vrank 0's piece first)."""
+    nsteps = size.bit_length() - 1
+    pof2, rem = 1 << nsteps, size - (1 << nsteps)
+    rindex, sindex, rcount, scount = [0] * nsteps, [0] * nsteps, [0] * nsteps, [0] * nsteps
+
+    def real(vdest: int) -> int:
+        return vdest * 2 if vdest < rem else vdest + rem
+
+    vrank = rank - rem
+    if rank < 2 * rem:
+        half = count // 2
+        if rank % 2:
+            yield [(SEND, rank - 1, 0, half, 25), (FOLD, rank - 1, half, count, 25)]
+            yield [(SEND, rank - 1, half, count, 25)]
+            vrank = -1
+        else:
+            yield [(SEND, rank + 1, half, count, 25), (FOLD, rank + 1, 0, half, 25)]
+            yield [(RECV, rank + 1, half, count, 25)]
+            vrank = rank // 2
+    if vrank != -1:
+        step, wsize, mask = 0, count, 1
+        while mask < pof2:
+            dest = real(vrank ^ mask)
+            if rank < dest:
+                rcount[step] = wsize // 2
+                scount[step] = wsize - rcount[step]
+                sindex[step] = rindex[step] + rcount[step]
+            else:
+                scount[step] = wsize // 2
+                rcount[step] = wsize - scount[step]
+                rindex[step] = sindex[step] + scount[step]
+            s, r = sindex[step], rindex[step]
+            yield [(SEND, dest, s, s + scount[step], 25), (FOLD, dest, r, r + rcount[step], 25)]
+            if step + 1 < nsteps:
+                rindex[step + 1] = sindex[step + 1] = rindex[step]
+                wsize = rcount[step]
+                step += 1
+            mask <<= 1
+    odd_root = root < 2 * rem and root % 2 == 1
+    vroot = 0 if odd_root else root // 2 if root < 2 * rem else root - rem
+    if odd_root and rank == root:  # take vrank 0's place: its windows, and its piece from it
+        wsize = count
+        for step in range(nsteps):
+            rcount[step], scount[step] = wsize // 2, wsize - wsize // 2
+            rindex[step], sindex[step] = 0, wsize // 2
+            wsize //= 2
+        yield [(RECV, 0, 0, rcount[nsteps - 1], 26)]
+        vrank = 0
+    elif odd_root and vrank == 0:
+        yield [(SEND, root, 0, rcount[nsteps - 1], 26)]
+        vrank = -1
+    if vrank == -1:
+        return
+    step, mask = nsteps - 1, pof2 >> 1
+    while mask > 0:
+        vdest = vrank ^ mask
+        dest = root if vdest == 0 and odd_root else real(vdest)
+        if vdest >> step == vroot >> step:
+            yield [(SEND, dest, rindex[step], rindex[step] + rcount[step], 26)]
+            return
+        yield [(RECV, dest, sindex[step], sindex[step] + scount[step], 26)]
+        step -= 1
+        mask >>= 1
+
+
+def _nbc_pick(collective: str, size: int, count: int) -> Schedule:
+    """What libnbc (Open MPI 5's defaults, commutative op) runs for a non-blocking `collective` of
+    `count` elements on `size` ranks: Ibcast linear up to 4 ranks, binomial above (ibcast_skip_dt_decision
+    is true: size alone decides); Ireduce reduce-scatter + gather above 2 ranks when count >= 2^floor(log2
+    size), else binomial above 4 ranks or below 64 KiB, else the chain of 8 KiB fragments."""
+    if collective == "bcast":
+        return _linear_bcast if size <= 4 else _nbc_binomial_bcast
+    if size > 2 and count >= 1 << (size.bit_length() - 1):
+        return _nbc_redscat_gather_reduce
+    if size > 4 or count * ITEMSIZE["reduce"] < 65536:
+        return _nbc_binomial_reduce
+    return _nbc_chain_reduce
+
+
+def _han_runs(collective: str, size: int, rpn: int) -> bool:
+    """Whether HAN runs its own algorithm: not when one node holds every rank (comm_query disqualifies it)
+    nor with one rank per node (mca_coll_han_comm_create: max local peers 1), nor for Bcast and Reduce on
+    nodes of unequal size (are_ppn_imbalanced; its Allreduce does not check). Otherwise tuned runs."""
+    if rpn < 2 or size <= rpn:
+        return False
+    return collective == "allreduce" or size % rpn == 0
+
+
+class _HanComms:
+    """A rank's two HAN communicators for nodes of `rpn` consecutive ranks (split by shared memory, then
+    by node-local rank): its node's ranks, and the ranks of every node whose local rank is `local`."""
+
+    __slots__ = ("node", "local", "members", "ups")
+
+    def __init__(self, rank: int, size: int, rpn: int, local: int) -> None:
+        self.node, self.local = divmod(rank, rpn)
+        self.members = list(range(self.node * rpn, min(size, (self.node + 1) * rpn)))
+        self.ups = [n * rpn + local for n in range(-(-size // rpn))]
+
+
+def _sub(schedule: Schedule, me: int, members: list[int], root: int, seg: tuple[int, int], tag: int) -> Iterator[Step]:
+    """`schedule` run as a communicator of the ranks `members` (absolute, in order; `me` indexes this rank)
+    rooted at member `root`, over the elements `seg` of the message; its tags moved up by `tag`."""
+    if len(members) < 2:
+        return
+    lo, hi = seg
+    for step in schedule(me, len(members), root, hi - lo):
+        yield [(kind, members[peer], a + lo, b + lo, t + tag) for kind, peer, a, b, t in step]
+
+
+def _task(ups: list[Iterator[Step]], lows: list[Iterator[Step]]) -> Steps:
+    """One HAN task on one rank: the non-blocking inter-node collectives it starts (`ups`; none off the
+    nodes level) run alongside its blocking intra-node ones (`lows`, one after the other), each walking
+    its own steps (libnbc progresses while the rank waits in tuned); the task ends when all have."""
+    if ups:
+        yield Together(*ups, chain(*lows))
+    else:
+        yield from chain(*lows)
+
+
+Picks = dict[tuple[int, int], Schedule]  # (communicator size, segment elements) -> tuned's pick
+_UP0, _UP_BCAST, _UP_REDUCE, _LOW_BCAST, _LOW_REDUCE = 400, 500, 600, 700, 800  # tag ranges of HAN's parts
+
+
+def _han_segments(count: int, itemsize: int) -> list[tuple[int, int]]:
+    return _segments(0, count, ompi_segcount(HAN_SEGSIZE, itemsize, count))
+
+
+def _low_picks(collective: str, sizes: set[int], segs: list[tuple[int, int]]) -> Picks:
+    """tuned's pick for each (node size, segment elements) HAN meets (NotModelled raised here, up front)."""
+    itemsize = ITEMSIZE[collective]
+    lengths = {hi - lo for lo, hi in segs}
+    return {(n, c): _tuned_pick(collective, n, c * itemsize) for n in sizes if n > 1 for c in lengths}
+
+
+def ompi_han_bcast(rank: int, size: int, root: int, count: int, rpn: int = 1) -> Steps:
+    """mca_coll_han_bcast_intra (coll_han_bcast.c), Open MPI 5's default Bcast on several nodes of equal
+    size: 64 KiB segments; the ranks with the root's node-local rank form the nodes level. Segment 0 goes
+    between nodes by tuned's blocking Bcast (task t0), then task t1 for each segment i: libnbc's Ibcast of
+    segment i+1 between nodes, overlapped with tuned's Bcast of segment i inside each node."""
+    if not _han_runs("bcast", size, rpn):
+        return _tuned_pick("bcast", size, count)(rank, size, root, count)
+    segs = _han_segments(count, 1)
+    nodes = size // rpn
+    up0 = _tuned_pick("bcast", nodes, segs[0][1] - segs[0][0])
+    return _han_bcast(rank, size, root, segs, rpn, up0, _low_picks("bcast", {rpn}, segs))
+
+
+def _han_bcast(
+    rank: int, size: int, root: int, segs: list[tuple[int, int]], rpn: int, up0: Schedule, lows: Picks
+) -> Steps:
+    c = _HanComms(rank, size, rpn, root % rpn)
+    leader, up_root, nbc, n = c.local == root % rpn, root // rpn, _nbc_pick("bcast", len(c.ups), 0), len(segs)
+
+    def low(i: int) -> Iterator[Step]:
+        return _sub(lows[rpn, segs[i][1] - segs[i][0]], c.local, c.members, root % rpn, segs[i], _LOW_BCAST)
+
+    if leader:
+        yield from _sub(up0, c.node, c.ups, up_root, segs[0], _UP0)
+    for i in range(n):
+        ahead = leader and i + 1 < n
+        yield from _task([_sub(nbc, c.node, c.ups, up_root, segs[i + 1], _UP_BCAST)] if ahead else [], [low(i)])
+
+
+def ompi_han_reduce(rank: int, size: int, root: int, count: int, rpn: int = 1) -> Steps:
+    """mca_coll_han_reduce_intra (coll_han_reduce.c), Open MPI 5's default Reduce (commutative op) on
+    several nodes of equal size: 64 KiB segments; tuned's Reduce of segment 0 inside each node to the
+    rank with the root's node-local rank (task t0), then task t1 for each segment i: libnbc's Ireduce of
+    segment i between those ranks to the root, overlapped with tuned's Reduce of segment i+1 in each node."""
+    if not _han_runs("reduce", size, rpn):
+        return _tuned_pick("reduce", size, count * ITEMSIZE["reduce"])(rank, size, root, count)
+    segs = _han_segments(count, ITEMSIZE["reduce"])
+    return _han_reduce(rank, size, root, segs, rpn, _low_picks("reduce", {rpn}, segs))
+
+
+def _han_reduce(rank: int, size: int, root: int, segs: list[tuple[int, int]], rpn: int, lows: Picks) -> Steps:
+    c = _HanComms(rank, size, rpn, root % rpn)
+    leader, up_root, n = c.local == root % rpn, root // rpn, len(segs)
+
+    def low(i: int) -> Iterator[Step]:
+        if i >= n:
+            return iter(())
+        return _sub(lows[rpn, segs[i][1] - segs[i][0]], c.local, c.members, root % rpn, segs[i], _LOW_REDUCE)
+
+    def up(i: int) -> list[Iterator[Step]]:
+        nbc = _nbc_pick("reduce", len(c.ups), segs[i][1] - segs[i][0])
+        return [_sub(nbc, c.node, c.ups, up_root, segs[i], _UP_REDUCE)] if leader else []
+
+    yield from low(0)
+    for i in range(n):
+        yield from _task(up(i), [low(i + 1)])
+
+
+def ompi_han_allreduce(rank: int, size: int, root: int, count: int, rpn: int = 1) -> Steps:
+    """mca_coll_han_allreduce_intra (coll_han_allreduce.c), Open MPI 5's default Allreduce (commutative op)
+    on several nodes (of any sizes: it does not check): 64 KiB segments through four stages, tuned's
+    Reduce to node-local rank 0 (lr), libnbc's Ireduce between the nodes' rank 0 to rank 0 (ur), libnbc's
+    Ibcast back (ub), tuned's Bcast inside each node (lb); task t3 of segment s runs ub(s+1) and ur(s+2)
+    non-blocking, overlapped with lr(s+3) then lb(s) (t0: lr(0); t1: ur(0) with lr(1); t2: ub(0), ur(1)
+    with lr(2))."""
+    if not _han_runs("allreduce", size, rpn):
+        return _tuned_pick("allreduce", size, count * ITEMSIZE["allreduce"])(rank, size, root, count)
+    segs = _han_segments(count, ITEMSIZE["allreduce"])
+    sizes = {min(rpn, size - n * rpn) for n in range(-(-size // rpn))}
+    lows = {"reduce": _low_picks("reduce", sizes, segs), "bcast": _low_picks("bcast", sizes, segs)}
+    return _han_allreduce(rank, size, segs, rpn, lows)
+
+
+def _han_allreduce(rank: int, size: int, segs: list[tuple[int, int]], rpn: int, lows: dict[str, Picks]) -> Steps:
+    c = _HanComms(rank, size, rpn, 0)
+    leader, n = c.local == 0, len(segs)
+
+    def low(collective: str, i: int) -> Iterator[Step]:
+        if i >= n or len(c.members) < 2:
+            return iter(())
+        tag = _LOW_REDUCE if collective == "reduce" else _LOW_BCAST
+        return _sub(lows[collective][len(c.members), segs[i][1] - segs[i][0]], c.local, c.members, 0, segs[i], tag)
+
+    def up(collective: str, i: int) -> list[Iterator[Step]]:
+        if i >= n or not leader:
+            return []
+        nbc = _nbc_pick(collective, len(c.ups), segs[i][1] - segs[i][0])
+        return [_sub(nbc, c.node, c.ups, 0, segs[i], _UP_REDUCE if collective == "reduce" else _UP_BCAST)]
+
+    yield from low("reduce", 0)  # t0
+    yield from _task(up("reduce", 0), [low("reduce", 1)])  # t1
+    yield from _task(up("bcast", 0) + up("reduce", 1), [low("reduce", 2)])  # t2
+    for s in range(n):  # t3 of segment s
+        yield from _task(up("bcast", s + 1) + up("reduce", s + 2), [low("reduce", s + 3), low("bcast", s)])
+
+
+for _han in (ompi_han_bcast, ompi_han_reduce, ompi_han_allreduce):
+    _han.node_aware = True  # type: ignore[attr-defined]
+
+
 def baseline_names(collective: str) -> list[str]:
     """The baselines defined for a collective."""
     return [name for name, by in BASELINES.items() if collective in by]
 
 
-BASELINES: dict[str, dict[str, Schedule]] = {
+BASELINES: dict[str, dict[str, Baseline]] = {
     "binomial": {"bcast": binomial_bcast, "reduce": binomial_reduce},
     "scatter_allgather": {"bcast": scatter_allgather_bcast},
     "scatter_ring_allgather": {"bcast": scatter_ring_allgather_bcast},
@@ -914,6 +1330,7 @@ BASELINES: dict[str, dict[str, Schedule]] = {
     "ompi_tuned": {c: _tuned_schedule(c, "5") for c in ("bcast", "reduce", "allreduce")},
     "ompi40_tuned": {c: _tuned_schedule(c, "4.0") for c in ("bcast", "reduce", "allreduce")},
     "mpich_smp": {"bcast": mpich_smp_bcast, "reduce": mpich_smp_reduce, "allreduce": mpich_smp_allreduce},
+    "ompi_han": {"bcast": ompi_han_bcast, "reduce": ompi_han_reduce, "allreduce": ompi_han_allreduce},
 }
 """Baseline name -> collective -> schedule. Add an entry to plug in another lock-step algorithm."""
 
@@ -927,10 +1344,19 @@ def _segs(count: int, segsize: int, itemsize: int) -> int:
     return -(-count // seg)
 
 
-def estimated_messages(name: str, collective: str, size: int, count: int) -> int:
+def estimated_messages(name: str, collective: str, size: int, count: int, ranks_per_node: int = 1) -> int:
     """About how many messages baseline `name` sends (what its simulation costs): ring-type schedules
-    send ~size^2, pipelines size x segments, trees and recursive halving/doubling ~size log size."""
+    send ~size^2, pipelines size x segments, trees and recursive halving/doubling ~size log size
+    (`ompi_han`: per 64 KiB segment each rank's intra-node message or two, plus ~2 nodes log nodes
+    between nodes; with `ranks_per_node` where HAN falls back, tuned's)."""
     log = max(1, (size - 1).bit_length())
+    if name == "ompi_han":
+        if not _han_runs(collective, size, ranks_per_node):
+            return estimated_messages("ompi_tuned", collective, size, count)
+        nodes = -(-size // ranks_per_node)
+        up = 2 * nodes * max(1, (nodes - 1).bit_length())
+        per_segment = {"bcast": size, "reduce": size + up, "allreduce": 2 * size + up}
+        return len(_han_segments(count, ITEMSIZE[collective])) * per_segment[collective]
     if name in ("ompi_tuned", "ompi40_tuned"):
         version = "5" if name == "ompi_tuned" else "4.0"
         alg, segsize = ompi_tuned_choice(collective, size, count * ITEMSIZE[collective], version)
@@ -951,9 +1377,10 @@ def estimated_messages(name: str, collective: str, size: int, count: int) -> int
     return size * log
 
 
-def check_applicable(name: str, collective: str, size: int, count: int) -> None:
+def check_applicable(name: str, collective: str, size: int, count: int, ranks_per_node: int = 1) -> None:
     """Raise ValueError if baseline `name` has no schedule for this point (unknown name, no such
-    collective, or an Open MPI rule that picks an algorithm not modelled here)."""
+    collective, or an Open MPI rule that picks an algorithm not modelled here); the node-aware ones
+    (`mpich_smp`, `ompi_han`) on nodes of `ranks_per_node` consecutive ranks."""
     schedules = BASELINES.get(name)
     if schedules is None:
         raise ValueError(f"unknown baseline {name!r}; valid: {', '.join(BASELINES)}")
@@ -962,12 +1389,15 @@ def check_applicable(name: str, collective: str, size: int, count: int) -> None:
         raise ValueError(
             f"baseline {name!r} has no {collective}; valid for {collective}: " + ", ".join(baseline_names(collective))
         )
-    schedule(0, size, 0, count)  # tuned rules decide (and may refuse) when called
+    if getattr(schedule, "node_aware", False):
+        schedule(0, size, 0, count, ranks_per_node)  # type: ignore[call-arg]
+    else:
+        schedule(0, size, 0, count)  # tuned rules decide (and may refuse) when called
 
 
 def baseline_starter(name: str, job: Job, world: World, bufs: Buffers) -> Callable[[int], Callback]:
     """rank -> the function that starts baseline `name` for `job` on that rank."""
-    check_applicable(name, job.collective, job.size, job.count)
+    check_applicable(name, job.collective, job.size, job.count, world._rpn)
     schedule = BASELINES[name][job.collective]
     dtype = DTYPE[job.collective]
     count, size, root = job.count, job.size, job.root

@@ -220,11 +220,11 @@ def best_lockstep(
     skipped: dict[str, str] = {}
     for name in names if names is not None else tuple(baseline_names(job.collective)):
         try:
-            check_applicable(name, job.collective, job.size, job.count)
+            check_applicable(name, job.collective, job.size, job.count, params.ranks_per_node)
         except ValueError as exc:
             skipped[name] = str(exc)
             continue
-        est = estimated_messages(name, job.collective, job.size, job.count)
+        est = estimated_messages(name, job.collective, job.size, job.count, params.ranks_per_node)
         if max_messages is not None and est > max_messages:
             skipped[name] = f"about {est:,} messages > {max_messages:,} (impractical to simulate)"
             continue
