@@ -56,7 +56,7 @@ def _candidates(args: argparse.Namespace) -> list[tuple[str, str, int, int]]:
     for text in args.candidates.split(",") if args.candidates else []:
         algorithm, _, seg = text.partition(":")
         out.append((text, algorithm, parse_size(seg), 0))
-    for text in args.candidate or []:
+    for text in getattr(args, "candidate", None) or []:
         algorithm, seg, *rest = text.split("@")
         out.append((text, algorithm, parse_size(seg), int(rest[0]) if rest else 0))
     return out
@@ -74,7 +74,7 @@ def row(
     simulator's parameters, `ranks_per_node` replaced)."""
     params = dataclasses.replace(base, ranks_per_node=per_node)
     base_job = Job(collective, ranks, nbytes, 0, "", settings.current())
-    noise = parse_noise([args.noise]) if args.noise else None
+    noise = parse_noise([args.noise]) if getattr(args, "noise", None) else None
     best_name, best_s, noisy_best = "", float("inf"), float("inf")
     for name in baseline_names(collective):
         try:

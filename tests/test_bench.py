@@ -629,6 +629,26 @@ def test_nodes_rule_params_reach_every_run(tmp_path):
     assert written["candidates_s"] == pytest.approx(pair["candidates_s"])
 
 
+def test_nodes_rule_candidates_with_commas_roots_and_noise(tmp_path):
+    """bench/nodes_rule.py --candidate ALGORITHM@SEGMENT[@ROOTS] takes an algorithm with commas (a topo
+    pair) and Allreduce roots; --noise adds the median of the draws; the compiled engine's setting
+    (ADAPTCOLL_ENGINE=compiled) makes the rule column the compiled engine's rule."""
+    from adaptcoll.runtime import settings
+
+    table = _load("nodes_rule")
+    argv = ["--ranks", "8", "--per-node", "4", "--only", "allreduce:1M", "--candidates", ""]
+    argv += ["--candidate", "topo:inner=two_tree,intra=pipeline@128K@1", "--candidate", "two_tree@128K"]
+    argv += ["--noise", "1kHz x 25us", "--samples", "2", "--json", str(tmp_path / "rows.json")]
+    with settings.configured(engine="compiled"):
+        assert table.main(argv) == 0
+    (row,) = json.loads((tmp_path / "rows.json").read_text())["rows"]
+    names = ["topo:inner=two_tree,intra=pipeline@128K@1", "two_tree@128K"]
+    assert list(row["candidates_s"]) == names and list(row["noisy_s"]) == names
+    assert row["candidates_s"][names[0]] != row["candidates_s"][names[1]]
+    assert row["rule"] == "native" or "compiled engine" in row["rule"]
+    assert row["best_noisy_s"] >= row["best_s"] and all(v > 0 for v in row["noisy_s"].values())
+
+
 def test_fill_and_pace_follows_each_tree_to_the_last_rank(tmp_path):
     """bench/studies/fill_and_pace.py on 4 nodes x 4 ranks behind 2 NICs with the pinned pair: the traced run takes
     the simulator's own time; each tree's path runs from the root to the rank that finishes last along
