@@ -11,11 +11,14 @@ ranks x segments), as `--baseline best` does; `--baselines` restricts the set (e
 
     python bench/scale_table.py --ranks 1K,16K --json bench/results/simulate/scale_table.json
     python bench/scale_table.py --only bcast:16M --ranks 1K          # one row
+    ADAPTCOLL_ENGINE=compiled python bench/scale_table.py --params bench/results/simulate/params_scale_compiled.json \
+        --per-node 32 --ranks 1K                                      # the compiled engine's rule, 32 per node
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -86,6 +89,7 @@ def row(collective: str, nbytes: int, ranks: int, args: argparse.Namespace, para
         "collective": collective,
         "size": nbytes,
         "ranks": ranks,
+        "per_node": params.ranks_per_node,
         "rule": label,
         "serve": prepared.choice.serve,
         "conditions": conditions,
@@ -111,7 +115,8 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             for i in range(len(conds))
         ]
         size = f"{r['size'] >> 20}M" if r["size"] >= 1 << 20 else f"{r['size'] >> 10}K"
-        lines.append(f"| {r['collective']} {size} | {r['ranks']:,} | {r['rule']} | " + " | ".join(cells) + " |")
+        ranks = f"{r['ranks']:,}" + (f" x {r['per_node']}" if r.get("per_node", 1) > 1 else "")
+        lines.append(f"| {r['collective']} {size} | {ranks} | {r['rule']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -130,11 +135,14 @@ def main() -> int:
     )
     p.add_argument("--baselines", help="comma-separated baseline names (default: every one)")
     p.add_argument("--params", help="parameters file (default: built-in)")
+    p.add_argument("--per-node", type=int, default=0, help="ranks per node (default: the parameters')")
     p.add_argument("--json", help="write the rows")
     args = p.parse_args()
     args.noise = args.noise or list(NOISES)
     args.baselines = set(args.baselines.split(",")) if args.baselines else set()
     params = load_params(args.params) if args.params else DEFAULT_PARAMS
+    if args.per_node:
+        params = dataclasses.replace(params, ranks_per_node=args.per_node)
     rows = []
     for ranks in parse_rank_list(args.ranks):
         for point in args.only or POINTS:

@@ -590,6 +590,26 @@ def test_scale_table_row_compares_the_rule_with_every_applicable_baseline():
     assert "native" in table.markdown([row, native])
 
 
+def test_scale_table_on_nodes_of_several_ranks_with_the_compiled_rule():
+    """bench/scale_table.py with ranks per node and the compiled engine's rule (ADAPTCOLL_ENGINE=compiled):
+    the row runs the compiled bands' configuration on those nodes and says so."""
+    import argparse
+    import dataclasses
+
+    from adaptcoll.runtime import settings
+    from adaptcoll.simulate.params import DEFAULT_PARAMS
+
+    table = _load("scale_table")
+    args = argparse.Namespace(noise=[], seed=1, samples=1, max_messages=200_000, baselines={"ompi_han", "rabenseifner"})
+    params = dataclasses.replace(DEFAULT_PARAMS, ranks_per_node=4)
+    with settings.configured(engine="compiled"):
+        row = table.row("allreduce", 4 << 20, 16, args, params)
+    assert row["per_node"] == 4 and row["serve"]
+    assert "compiled engine" in row["rule"] and "several nodes" in row["rule"] and "seg=32K" in row["rule"]
+    assert set(row["baselines_s"]) <= {"ompi_han", "rabenseifner"} and row["baselines_s"]
+    assert "| allreduce 4M | 16 x 4 |" in table.markdown([row])
+
+
 def test_nodes_rule_row_times_the_rule_the_candidates_and_the_best_baseline():
     """bench/nodes_rule.py: a point on several nodes runs the rule's call as the simulator's choice makes it
     (here the several-nodes case: Reduce 16M two_tree), each candidate with no cap, and the fastest

@@ -4,17 +4,23 @@ serves with was measured faster than native there."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
+from adaptcoll.runtime.settings import parse_size
 from adaptcoll.tune import defaults
 from adaptcoll.tune.defaults import (
     BINOMIAL_128K,
     FINE,
+    NODE_TREES_64K,
     PIPELINE,
     SHIPPED,
     SIXTEEN,
     TREE_128K,
     TWO_TREE,
+    TWO_TREE_32K,
     default_bands,
 )
 from adaptcoll.tune.table import band_index
@@ -452,3 +458,82 @@ def test_the_library_changes_the_two_rank_and_nine_plus_cases_only():
     for ranks in (4, 8, 64):
         assert defaults.case(ranks, 1.0, "Open MPI v5.0.11") == defaults.case(ranks, 1.0, "MPICH Version: 5.0.2")
     assert not any(b.serve for b in default_bands("reduce", 2, 1.0, "Open MPI v5.0.11"))
+
+
+# The compiled engine's rule on several nodes and at scale: its evidence is the simulator's rows in
+# bench/results/simulate/compiled_rule/*.json (bench/nodes_rule.py with ADAPTCOLL_ENGINE=compiled and
+# bench/results/simulate/params_scale_compiled.json; bench/RESULTS.md, "The rule at scale with the compiled
+# engine"): per point the best lock-step baseline's time and each candidate configuration's.
+COMPILED_RULE = Path(__file__).resolve().parents[1] / "bench/results/simulate/compiled_rule"
+SCALE_CASES = (
+    "3-63 ranks, one per node",
+    "3-63 ranks, several nodes",
+    "64+ ranks",
+    "64+ ranks, several per node",
+    "512+ ranks",
+    "512+ ranks, several per node",
+)
+
+
+def _simulated_compiled() -> list[dict]:
+    rows = []
+    for path in sorted(COMPILED_RULE.glob("*.json")):
+        rows.extend(json.loads(path.read_text())["rows"])
+    return rows
+
+
+def _candidate(label: str) -> tuple[str, int, int]:
+    """(algorithm, segment, roots) of a candidate label: 'ALGORITHM@SEGMENT[@ROOTS]' or 'ALGORITHM:SEGMENT'."""
+    if "@" in label:
+        algorithm, seg, *rest = label.split("@")
+        return algorithm, parse_size(seg), int(rest[0]) if rest else 0
+    algorithm, _, seg = label.partition(":")
+    return algorithm, parse_size(seg), 0
+
+
+def _runs(config, collective: str, label: str) -> bool:
+    """Whether candidate `label` is `config` (uncapped; roots count for Allreduce only)."""
+    algorithm, seg, roots = _candidate(label)
+    same = (config.algorithm, config.segment_size, config.max_segments) == (algorithm, seg, 0)
+    return same and (collective != "allreduce" or config.roots == roots)
+
+
+def _compiled_points():
+    for row in _simulated_compiled():
+        per_node = row["per_node"] if row["per_node"] < row["ranks"] else 0
+        chosen = _choice(row["collective"], row["ranks"], 1.0, row["size"], per_node=per_node or 1, compiled=True)
+        yield row, chosen
+
+
+def test_the_compiled_scale_rule_serves_only_configurations_simulated_faster():
+    checked = 0
+    for row, chosen in _compiled_points():
+        if chosen is None:
+            continue
+        for label, seconds in row["candidates_s"].items():
+            if _runs(chosen, row["collective"], label):
+                ratio = row["best_s"] / seconds
+                assert ratio >= 1.0, (row["collective"], row["size"], row["ranks"], row["per_node"], label, ratio)
+                checked += 1
+    assert checked >= 100
+
+
+def test_every_point_the_compiled_scale_rule_serves_was_simulated_with_its_configuration():
+    """Wherever a simulated point (in any of the files) falls in a compiled band of these cases, that band's
+    configuration is among the point's candidates (below 32M; from 32M the Python engine's configurations,
+    simulated with its higher CPU costs); and the cases do have compiled bands."""
+    labels: dict[tuple, list[str]] = {}
+    chosen_at: dict[tuple, object] = {}
+    for row, chosen in _compiled_points():
+        point = (row["collective"], row["size"], row["ranks"], row["per_node"])
+        labels.setdefault(point, []).extend(row["candidates_s"])
+        chosen_at[point] = chosen
+    for point, chosen in chosen_at.items():
+        if chosen is None or point[1] >= 32 * M:
+            continue
+        assert any(_runs(chosen, point[0], label) for label in labels[point]), (point, chosen)
+    for name in SCALE_CASES:
+        assert name in defaults.COMPILED_CASES
+    assert _choice("bcast", 1024, 1.0, 16 * M, per_node=32, compiled=True) == NODE_TREES_64K
+    assert _choice("allreduce", 1024, 1.0, 4 * M, per_node=32, compiled=True) == TWO_TREE_32K
+    assert _choice("allreduce", 1024, 1.0, 4 * M, per_node=32) is None  # the Python engine's rule: native

@@ -200,10 +200,11 @@ def test_the_tables_configuration_is_what_every_form_uses(mpi_ranks):
 @pytest.mark.mpi(ranks=[4], timeout=120)
 def test_ranks_on_several_hosts_take_the_several_nodes_case(mpi_ranks, monkeypatch):
     """Four ranks made to report two hosts (two ranks each): every rank resolves the rule's case for
-    nodes of several ranks (Bcast and Allreduce native, Reduce two_tree from 8M; docs/tuning.md), and
-    the results match native MPI's."""
+    nodes of several ranks (Python engine: Bcast and Allreduce native, Reduce two_tree from 8M; compiled
+    engine: the topo pair's Bcast, two_tree 32K Reduce and Allreduce from 1M; docs/tuning.md), and the
+    results match native MPI's."""
     from adaptcoll.tune import exchange
-    from adaptcoll.tune.defaults import TWO_TREE
+    from adaptcoll.tune.defaults import NODE_TREES_64K, TWO_TREE, TWO_TREE_32K
 
     world = MPI.COMM_WORLD
     rank = world.Get_rank()
@@ -228,12 +229,20 @@ def test_ranks_on_several_hosts_take_the_several_nodes_case(mpi_ranks, monkeypat
             facts = comm_tuning(comm).facts
             assert (facts.nodes, facts.ranks_per_node) == (2, 2)
             stats = adaptcoll.stats()
-            assert stats["Reduce"]["configs"] == {f"{TWO_TREE.label('reduce')} [defaults]": 1}, stats["Reduce"]
-            for name in ("Allreduce", "Bcast"):  # no band served at any size: native, below the first
-                assert stats[name]["native_reasons"] == {"below native_below": 1}, stats[name]
-                assert not stats[name]["configs"], stats[name]
+            if facts.compiled:  # every collective served, Bcast on the topo pair
+                served = {"Reduce": TWO_TREE_32K, "Allreduce": TWO_TREE_32K, "Bcast": NODE_TREES_64K}
+                for name, config in served.items():
+                    label = f"{config.label(name.lower())} [defaults]"
+                    assert stats[name]["configs"] == {label: 1}, stats[name]
+                reduce_at_8m = TWO_TREE_32K
+            else:
+                assert stats["Reduce"]["configs"] == {f"{TWO_TREE.label('reduce')} [defaults]": 1}, stats["Reduce"]
+                for name in ("Allreduce", "Bcast"):  # no band served at any size: native, below the first
+                    assert stats[name]["native_reasons"] == {"below native_below": 1}, stats[name]
+                    assert not stats[name]["configs"], stats[name]
+                reduce_at_8m = TWO_TREE
             assert set(world.allgather(comm_tuning(comm).choose("reduce", 8 * M).label)) == {
-                f"{TWO_TREE.label('reduce')} [defaults]"
+                f"{reduce_at_8m.label('reduce')} [defaults]"
             }
         finally:
             comm.Free()

@@ -26,6 +26,11 @@ __all__ = [
     "TWO_TREE",
     "TREE_128K",
     "BINOMIAL_128K",
+    "TWO_TREE_16K",
+    "TWO_TREE_32K",
+    "TWO_TREE_64K",
+    "NODE_TREES_32K",
+    "NODE_TREES_64K",
     "SCALE_FROM",
     "WIDE_FROM",
     "HUGE_FROM",
@@ -38,6 +43,7 @@ __all__ = [
     "Placement",
     "default_bands",
     "describe",
+    "COMPILED_CASES",
 ]
 
 K, M = 1 << 10, 1 << 20
@@ -209,13 +215,91 @@ launch (1M 1.14-1.31, 2M 1.03-1.41 too close, 4M 1.11-1.51, 16M 1.44-1.52): serv
 16M; Reduce still lost at every size but 16M (0.69-0.88; 16M 1.00-1.09) and Bcast at most sizes
 (0.49-0.85 below 4M, 8M 0.77-0.79): native."""
 
-_COMPILED: dict[str, _Rule] = {
+# -- the compiled engine on several nodes and at scale (simulated) ------------------------------------
+TWO_TREE_16K = ServeConfig("two_tree", 16 * K, 0, 1)
+"""two trees, 16K segments, no cap, Allreduce rooted at one rank: the compiled engine's pipeline at scale
+(a message costs the CPU about 0.5 us there instead of about 9, so small segments fill the trees fast)."""
+TWO_TREE_32K = ServeConfig("two_tree", 32 * K, 0, 1)
+"""two trees, 32K segments, no cap, Allreduce rooted at one rank."""
+TWO_TREE_64K = ServeConfig("two_tree", 64 * K, 0, 1)
+"""two trees, 64K segments, no cap, Allreduce rooted at one rank."""
+NODE_TREES_32K = ServeConfig("topo:inner=two_tree,intra=binomial", 32 * K, 0, 1)
+"""two trees between the nodes, a binomial tree inside each (the pair of topo trees), 32K segments: the
+broadcast with many ranks per node (the flat two trees cross the nodes' links too often there)."""
+NODE_TREES_64K = ServeConfig("topo:inner=two_tree,intra=binomial", 64 * K, 0, 1)
+"""the pair of topo trees with 64K segments."""
+
+_ONE_PER_NODE_COMPILED: _Rule = {
+    "bcast": ((1 * M, TWO_TREE_16K), (16 * M, TWO_TREE_32K), (32 * M, TWO_TREE)),
+    "reduce": ((256 * K, TWO_TREE_16K), (4 * M, TWO_TREE_32K), (32 * M, TWO_TREE)),
+    "allreduce": ((1 * M, TWO_TREE_16K), (4 * M, TWO_TREE_32K), (32 * M, TWO_TREE)),
+}
+"""3-63 ranks, one per node, compiled engine (simulated at 4, 16 and 48 ranks, bench/results/simulate/
+compiled_rule/small1.json; best lock-step / adaptcoll): Bcast 16K 1.37-1.67 at 1M, 1.34-2.05 at 4M, 32K
+1.34-1.58 at 16M; Reduce 16K 1.47-1.85 at 256K, 1.75-2.73 at 1M, 32K 2.09-2.53 at 4M, 2.18-2.41 at 16M;
+Allreduce (one root) 16K 1.35-1.91 at 1M, 32K 1.74-2.18 at 4M, 1.82-2.16 at 16M. The Python engine's rule:
+two_tree 256K from 4M / 16M / 64M (Reduce / Allreduce / Bcast). From 32M the Python engine's
+configuration (simulated faster with its higher CPU costs)."""
+_SEVERAL_NODES_COMPILED: _Rule = {
+    "bcast": ((1 * M, NODE_TREES_32K), (16 * M, NODE_TREES_64K)),
+    "reduce": ((1 * M, TWO_TREE_32K),),
+    "allreduce": ((1 * M, TWO_TREE_32K),),
+}
+"""3-63 ranks on nodes of several ranks, compiled engine (simulated at 16, 32 and 48 ranks x 4, 8 and 16
+per node, packed_small_*.json): the topo pair's Bcast 1.31-1.96 at 1M, 1.35-2.08 at 4M, 64K segments
+1.23-1.63 at 16M (the flat two trees lose there, 0.65-1.00); the flat two trees' Reduce 2.10-3.06 and
+Allreduce (one root) 1.35-1.75 at 1M, more above. The Python engine's rule: native but for Reduce from 8M."""
+_SCALE_COMPILED: _Rule = {
+    "bcast": ((1 * M, TWO_TREE_16K), (16 * M, TWO_TREE_32K), (32 * M, TWO_TREE)),
+    "reduce": ((256 * K, TWO_TREE_16K), (4 * M, TWO_TREE_32K), (16 * M, TWO_TREE_64K), (32 * M, TWO_TREE)),
+    "allreduce": ((1 * M, TWO_TREE_16K), (4 * M, TWO_TREE_32K), (32 * M, TWO_TREE)),
+}
+"""64 to 511 ranks, one per node, compiled engine (simulated at 64 and 256 ranks, scale1_*.json; best
+lock-step / adaptcoll): Bcast 16K 1.40-1.48 at 1M, 1.70-1.74 at 4M, 32K 1.83-1.84 at 16M (256K: 0.93-1.02,
+native); Reduce 16K 1.13-1.29 at 256K, 1.79-1.87 at 1M, 32K 2.28-2.35 at 4M, 64K 2.57-2.68 at 16M;
+Allreduce (one root) 16K 1.28-1.41 at 1M, 32K 1.74-1.81 at 4M, 2.04-2.07 at 16M (256K: 0.76-0.90, native).
+From 32M the Python engine's configuration (simulated faster with its higher CPU costs)."""
+_SCALE_PACKED_COMPILED: _Rule = {
+    "bcast": ((1 * M, NODE_TREES_32K), (16 * M, NODE_TREES_64K)),
+    "reduce": ((1 * M, TWO_TREE_32K),),
+    "allreduce": ((1 * M, TWO_TREE_32K),),
+}
+"""64 to 511 ranks on nodes of several ranks, compiled engine (simulated at 64 and 256 ranks x 8 and 32
+per node, packed_scale_*.json): the topo pair's Bcast 1.22-2.58 at 1M, 1.32-2.66 at 4M, 1.58-2.09 at 16M
+(64K); Reduce 32K 1.97-2.24 at 1M, 2.63-2.95 at 4M, 2.26-2.83 at 16M; Allreduce (one root) 32K
+1.37-1.64 at 1M, 1.64-2.18 at 4M, 1.67-2.28 at 16M."""
+_WIDE_COMPILED: _Rule = {
+    "bcast": ((1 * M, TWO_TREE_16K), (16 * M, TWO_TREE_64K), (32 * M, TWO_TREE)),
+    "reduce": ((1 * M, TWO_TREE_16K), (4 * M, TWO_TREE_32K), (16 * M, TWO_TREE_64K), (32 * M, TWO_TREE)),
+    "allreduce": ((1 * M, TWO_TREE_16K), (4 * M, TWO_TREE_32K), (32 * M, TWO_TREE)),
+}
+"""512 to 8191 ranks, one per node, compiled engine (simulated at 1K and 4K ranks, wide1*.json,
+explore_1k1_*.json, wide_allreduce4m.json): Bcast 16K 1.30 / 1.22 at 1M (1K / 4K ranks), 1.65 at 4M, 64K
+1.74 at 16M (256K: 0.85, native); Reduce 16K 1.68 / 1.59 at 1M, 32K 2.20 / 2.12 at 4M, 64K 2.62 at 16M;
+Allreduce (one root) 16K 1.21 / 1.13 at 1M, 32K 1.68 at 4M, 1.99 at 16M."""
+_WIDE_PACKED_COMPILED: _Rule = {
+    "bcast": ((1 * M, NODE_TREES_32K), (16 * M, NODE_TREES_64K)),
+    "reduce": ((1 * M, TWO_TREE_16K), (4 * M, TWO_TREE_32K)),
+    "allreduce": ((1 * M, TWO_TREE_16K), (4 * M, TWO_TREE_32K)),
+}
+"""512 to 8191 ranks on nodes of several ranks, compiled engine (simulated at 1K ranks x 8, 32 and 64 per
+node, packed_wide_*.json, explore_1k32_*.json, wide_allreduce4m.json): the topo pair's Bcast 32K
+2.14-3.28 at 1M, 2.56-3.31 at 4M, 64K 2.95 at 16M; Reduce 16K 2.16-2.18 at 1M, 32K 2.93 at 4M; Allreduce
+(one root) 16K 1.50-1.54 at 1M, 32K 1.81 at 4M, 2.01-2.05 at 16M."""
+
+COMPILED_CASES: dict[str, _Rule] = {
     "2 ranks": _TWO_COMPILED,
     "2 ranks, Open MPI": _TWO_OPEN_MPI_COMPILED,
     "3-4 ranks": _FOUR_COMPILED,
     "5-8 ranks": _EIGHT_COMPILED,
     "9+ ranks": _MANY_COMPILED,
     "9+ ranks, Open MPI": _MANY_OPEN_MPI_COMPILED,
+    "3-63 ranks, one per node": _ONE_PER_NODE_COMPILED,
+    "3-63 ranks, several nodes": _SEVERAL_NODES_COMPILED,
+    "64+ ranks": _SCALE_COMPILED,
+    "64+ ranks, several per node": _SCALE_PACKED_COMPILED,
+    "512+ ranks": _WIDE_COMPILED,
+    "512+ ranks, several per node": _WIDE_PACKED_COMPILED,
 }
 """Cases whose bands differ when every rank runs the compiled progress path (CommFacts.compiled: agreed
 in the communicator's tuning exchange, so every rank applies the same rule); the others keep the bands
@@ -276,7 +360,7 @@ class Placement(Protocol):
 
 
 def _rule(name: str, compiled: bool) -> _Rule:
-    return _COMPILED.get(name, _CASES[name]) if compiled else _CASES[name]
+    return COMPILED_CASES.get(name, _CASES[name]) if compiled else _CASES[name]
 
 
 def case_of(facts: Placement) -> str:
@@ -329,7 +413,7 @@ def describe(
 ) -> str:
     """One line per collective: the rule's choice for this communicator (for `show` and docs)."""
     name = case(comm_size, ranks_per_core, mpi_library, nodes, ranks_per_node)
-    engine = ", compiled engine" if compiled and name in _COMPILED else ""
+    engine = ", compiled engine" if compiled and name in COMPILED_CASES else ""
     lines = [f"shipped rule, case '{name}'{engine} ({comm_size} ranks, {ranks_per_core:g} ranks per core):"]
     for coll, served in _rule(name, compiled).items():
         parts = [f"from {b >> 10}K {c.label(coll)}" if b < M else f"from {b >> 20}M {c.label(coll)}" for b, c in served]
