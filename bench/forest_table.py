@@ -16,6 +16,8 @@ the tool prints): a floor no schedule reaches, pipeline fill, per-message CPU an
     python bench/forest_table.py --topology dgx1 --tool    # the forest is the tool's CPU-aware choice
                                                            # (python -m adaptcoll.schedule --cpu) at its segment
     python bench/forest_table.py --topology nic2-32 --tool --links pair   # one pair's messages in order
+    python bench/forest_table.py --topology dgx1 --tool --params bench/results/simulate/params_scale_compiled.json
+                                                           # the compiled engine's CPU costs, in both
 
 With --tool the "forest" is whatever `adaptcoll.schedule.choose` picks from the same trees and segment
 sizes (a synthesized forest, or a fixed shape written as a forest file when no forest beats it by 3 %),
@@ -40,10 +42,11 @@ from adaptcoll.runtime import settings
 from adaptcoll.runtime.settings import parse_size
 from adaptcoll.schedule import shapes
 from adaptcoll.schedule.choose import SEGMENTS, choose
+from adaptcoll.schedule.cost import cpu_costs
 from adaptcoll.schedule.synthesize import synthesize
 from adaptcoll.simulate.lockstep import baseline_names, check_applicable, estimated_messages
 from adaptcoll.simulate.noise_setup import parse_noise
-from adaptcoll.simulate.params import DEFAULT_PARAMS, CostParams
+from adaptcoll.simulate.params import DEFAULT_PARAMS, CostParams, load_params
 from adaptcoll.simulate.programs import Job, prepare
 from adaptcoll.simulate.routes import Routes
 from adaptcoll.simulate.run import BEST_MAX_MESSAGES, run_once
@@ -60,8 +63,10 @@ FIXED = ("two_tree", "binomial", "topo", "rule")
 
 
 def _params(args: argparse.Namespace) -> CostParams:
-    """The simulator's built-in parameters, with `--links` (fair unless given)."""
-    return dataclasses.replace(DEFAULT_PARAMS, links=getattr(args, "links", "fair"))
+    """The simulator's parameters (built-in, or `--params`), with `--links` (fair unless given)."""
+    path = getattr(args, "params", None)
+    base = load_params(path) if path else DEFAULT_PARAMS
+    return dataclasses.replace(base, links=getattr(args, "links", "fair"))
 
 
 def _times(
@@ -107,7 +112,8 @@ def row(key: str, point: str, args: argparse.Namespace, workdir: Path) -> dict[s
     if getattr(args, "tool", False):
         fanouts = [int(t) for t in args.tool_fanouts.split(",")]
         tool_segments = [parse_size(t) for t in args.tool_segments.split(",")]
-        tool = choose(d, collective, 0, nbytes, tool_segments, [int(t) for t in args.trees.split(",")], fanouts)
+        trees = [int(t) for t in args.trees.split(",")]
+        tool = choose(d, collective, 0, nbytes, tool_segments, trees, fanouts, cpu=cpu_costs(params))
         path = workdir / f"{key}-{collective}-tool.json"
         path.write_text(forest_file.dumps(tool.schedule(collective, 0, d)))
         seg = tool.chosen.estimate.segment
@@ -133,7 +139,8 @@ def row(key: str, point: str, args: argparse.Namespace, workdir: Path) -> dict[s
         if name == "topo" and not node_spec:
             continue
         if name == "rule":
-            job = Job(collective, d.ranks, nbytes, 0, "", settings.Settings(topology=node_spec))
+            rule_cfg = settings.Settings(topology=node_spec, engine=settings.current().engine)  # ADAPTCOLL_ENGINE
+            job = Job(collective, d.ranks, nbytes, 0, "", rule_cfg)
             choice = prepare(job).choice
             rule_note = choice.label() if choice.serve else "native (" + choice.source + ")"
             if choice.serve:  # native MPI: the lock-step baselines below stand for it
@@ -241,6 +248,11 @@ def main(argv: list[str] | None = None) -> int:
         default="fair",
         help="the simulator's link sharing: fair (built-in) or pair (one sender-receiver pair's messages in order)",
     )
+    p.add_argument(
+        "--params",
+        help="a parameters file (default: built-in), e.g. bench/results/simulate/params_scale_compiled.json: "
+        "the simulator and the tool's CPU-aware choice both use its CPU costs",
+    )
     p.add_argument("--trees", default="2,4,8", help="forests of at most K trees to try (comma-separated)")
     p.add_argument("--fanout", type=int, default=2, help="the synthesis' fanout bound (0: K)")
     p.add_argument(
@@ -279,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
             "argv": sys.argv[1:],
             "seed": args.seed,
             "samples": args.samples,
-            "params": "built-in",
+            "params": args.params or "built-in",
             "links": args.links,
         }
         Path(args.json).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))

@@ -756,3 +756,26 @@ def test_forest_table_tool_runs_the_tools_choice(tmp_path):
     )
     assert chosen in ("two_tree", "binomial", "topo", "pipeline")
     assert row["ratio"][0] == pytest.approx(1.0)
+
+
+def test_forest_table_params_reach_the_simulator_and_the_tools_choice(tmp_path):
+    """bench/forest_table.py --params: the file's CPU costs are what the runs and the tool's CPU-aware
+    estimates use (the compiled engine's: a DGX-1 Bcast's CPU share of the estimate drops with them)."""
+    table = _load("forest_table")
+    compiled = str(REPO / "bench/results/simulate/params_scale_compiled.json")
+    rows = {}
+    for params in (None, compiled):
+        args = _forest_table_args(
+            segments="1M",
+            lockstep=False,
+            max_messages=0,
+            tool=True,
+            tool_fanouts="2",
+            tool_segments="1M",
+            params=params,
+        )
+        args.noise = []
+        rows[params] = table.row("dgx1", "bcast:16M", args, tmp_path)
+    builtin, fast = rows[None], rows[compiled]
+    assert fast["tool_estimates"]["two_tree"]["cpu_s"] < builtin["tool_estimates"]["two_tree"]["cpu_s"] / 5
+    assert fast["times_s"]["two_tree"][0] < builtin["times_s"]["two_tree"][0]
