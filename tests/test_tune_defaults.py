@@ -14,6 +14,7 @@ from adaptcoll.tune import defaults
 from adaptcoll.tune.defaults import (
     BINOMIAL_128K,
     FINE,
+    NODE_TREES_32K,
     NODE_TREES_64K,
     PIPELINE,
     SHIPPED,
@@ -537,3 +538,34 @@ def test_every_point_the_compiled_scale_rule_serves_was_simulated_with_its_confi
     assert _choice("bcast", 1024, 1.0, 16 * M, per_node=32, compiled=True) == NODE_TREES_64K
     assert _choice("allreduce", 1024, 1.0, 4 * M, per_node=32, compiled=True) == TWO_TREE_32K
     assert _choice("allreduce", 1024, 1.0, 4 * M, per_node=32) is None  # the Python engine's rule: native
+
+
+def test_nodes_whose_ranks_are_not_consecutive_keep_only_the_trees_that_follow_the_nodes():
+    """The several-per-node cases were simulated with each node's ranks consecutive; with another placement
+    (the tuning exchange sees the hosts in rank order) only the topo pair's bands stay, the flat trees' go
+    native; one rank per node and one node do not depend on it."""
+    import numpy as np
+
+    from adaptcoll.tune.exchange import facts_from
+
+    def records(hosts: list[int]) -> np.ndarray:
+        return np.array([[h, 16, 0, 1] for h in hosts], dtype=np.int64)
+
+    assert facts_from(records([7, 7, 9, 9, 3, 3]), "MPICH").in_rank_order
+    assert not facts_from(records([7, 9, 7, 9]), "MPICH").in_rank_order
+    assert facts_from(records([7, 8, 9]), "MPICH").in_rank_order  # one rank per node
+    assert facts_from(records([7, 7, 7, 7]), "MPICH").in_rank_order
+    for ranks, per_node in ((32, 8), (256, 32), (1024, 32)):
+        nodes = ranks // per_node
+        for compiled in (False, True):
+            for coll in ("reduce", "allreduce"):
+                bands = default_bands(coll, ranks, 1.0, "", nodes, per_node, compiled, in_rank_order=False)
+                assert not any(b.serve for b in bands), (ranks, per_node, compiled, coll)
+        bcast = default_bands("bcast", ranks, 1.0, "", nodes, per_node, True, in_rank_order=False)
+        assert [b.config for b in bcast if b.serve] == [NODE_TREES_32K, NODE_TREES_64K]
+        assert default_bands("reduce", ranks, 1.0, "", nodes, per_node, True)[1].serve  # in rank order: served
+    for ranks, nodes, per_node in ((64, 64, 1), (16, 1, 16), (1024, 1024, 1)):
+        assert default_bands("reduce", ranks, 1.0, "", nodes, per_node, True, False) == default_bands(
+            "reduce", ranks, 1.0, "", nodes, per_node, True
+        )
+    assert "not consecutive" in defaults.describe(32, 1.0, "", 4, 8, True, in_rank_order=False)

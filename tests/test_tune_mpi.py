@@ -248,6 +248,44 @@ def test_ranks_on_several_hosts_take_the_several_nodes_case(mpi_ranks, monkeypat
             comm.Free()
 
 
+@pytest.mark.mpi(ranks=[4], timeout=120)
+def test_hosts_not_in_rank_order_keep_only_the_trees_that_follow_the_nodes(mpi_ranks, monkeypatch):
+    """Four ranks made to report two hosts taken in turn (ranks 0, 2 on one, 1, 3 on the other, as
+    `--map-by node` places them): every rank sees the placement, Reduce and Allreduce go native (the flat
+    trees' bands were simulated with consecutive ranks per node), the compiled engine's Bcast stays on the
+    topo pair, and the results match native MPI's."""
+    from adaptcoll.tune import exchange
+    from adaptcoll.tune.defaults import NODE_TREES_64K
+
+    world = MPI.COMM_WORLD
+    rank = world.Get_rank()
+    monkeypatch.setattr(exchange, "host_id", lambda: 1000 + rank % 2)
+    with adaptcoll.configured(tuning="off"):
+        comm = adaptcoll.Intracomm(world.Dup())
+        try:
+            adaptcoll.reset_stats()
+            comm.Barrier()
+            a = np.arange(4 * M, dtype=np.float32) + rank  # 16 MiB
+            out, want = np.empty_like(a), np.empty_like(a)
+            comm.Allreduce(a, out, MPI.SUM)
+            world.Allreduce(a, want, MPI.SUM)
+            assert np.array_equal(out, want)
+            b = a.copy() if rank == 0 else np.zeros_like(a)
+            comm.Bcast(b, 0)
+            assert np.array_equal(b, np.arange(4 * M, dtype=np.float32))
+            facts = comm_tuning(comm).facts
+            assert (facts.nodes, facts.ranks_per_node, facts.in_rank_order) == (2, 2, False)
+            stats = adaptcoll.stats()
+            assert not stats["Allreduce"]["configs"], stats["Allreduce"]
+            assert comm_tuning(comm).choose("reduce", 16 * M).serve is False
+            if facts.compiled:
+                assert stats["Bcast"]["configs"] == {f"{NODE_TREES_64K.label('bcast')} [defaults]": 1}, stats["Bcast"]
+            else:
+                assert not stats["Bcast"]["configs"], stats["Bcast"]
+        finally:
+            comm.Free()
+
+
 @pytest.mark.mpi(ranks=[3], timeout=120)
 def test_unmeasured_communicator_size_uses_the_nearest_and_says_so(mpi_ranks):
     world = MPI.COMM_WORLD

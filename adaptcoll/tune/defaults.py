@@ -44,6 +44,7 @@ __all__ = [
     "default_bands",
     "describe",
     "COMPILED_CASES",
+    "PLACED_IN_ORDER",
 ]
 
 K, M = 1 << 10, 1 << 20
@@ -215,6 +216,12 @@ launch (1M 1.14-1.31, 2M 1.03-1.41 too close, 4M 1.11-1.51, 16M 1.44-1.52): serv
 16M; Reduce still lost at every size but 16M (0.69-0.88; 16M 1.00-1.09) and Bcast at most sizes
 (0.49-0.85 below 4M, 8M 0.77-0.79): native."""
 
+PLACED_IN_ORDER = ("3-63 ranks, several nodes", "64+ ranks, several per node", "512+ ranks, several per node")
+"""Cases simulated with each node's ranks consecutive (mpirun's default block placement): there the flat
+trees' subtrees, which cover consecutive ranks, keep most edges inside a node. Where the ranks of a node
+are not consecutive (`--map-by node`, a split communicator), these cases serve only the bands whose
+trees follow the nodes themselves (`topo`); the flat ones go native."""
+
 # -- the compiled engine on several nodes and at scale (simulated) ------------------------------------
 TWO_TREE_16K = ServeConfig("two_tree", 16 * K, 0, 1)
 """two trees, 16K segments, no cap, Allreduce rooted at one rank: the compiled engine's pipeline at scale
@@ -357,10 +364,17 @@ class Placement(Protocol):
     def mpi_library(self) -> str: ...
     @property
     def compiled(self) -> bool: ...
+    @property
+    def in_rank_order(self) -> bool: ...
 
 
-def _rule(name: str, compiled: bool) -> _Rule:
-    return COMPILED_CASES.get(name, _CASES[name]) if compiled else _CASES[name]
+def _rule(name: str, compiled: bool, in_rank_order: bool = True) -> _Rule:
+    """The case's bands for the engine; where the nodes' ranks are not consecutive, a PLACED_IN_ORDER case
+    keeps only the bands of trees that follow the nodes."""
+    rule = COMPILED_CASES.get(name, _CASES[name]) if compiled else _CASES[name]
+    if in_rank_order or name not in PLACED_IN_ORDER:
+        return rule
+    return {c: tuple((b, cfg) for b, cfg in served if cfg.algorithm.startswith("topo")) for c, served in rule.items()}
 
 
 def case_of(facts: Placement) -> str:
@@ -378,6 +392,7 @@ def bands_of(collective: str, facts: Placement) -> tuple[Band, ...]:
         facts.nodes,
         facts.ranks_per_node,
         facts.compiled,
+        facts.in_rank_order,
     )
 
 
@@ -389,14 +404,16 @@ def default_bands(
     nodes: int = 1,
     ranks_per_node: int = 1,
     compiled: bool = False,
+    in_rank_order: bool = True,
 ) -> tuple[Band, ...]:
     """The shipped rule's size bands for a collective: native below the first start, then each config
-    (`compiled`: every rank runs the compiled progress path, whose bands differ in some cases)."""
+    (`compiled`: every rank runs the compiled progress path, whose bands differ in some cases;
+    `in_rank_order` False: the nodes' ranks are not consecutive, see PLACED_IN_ORDER)."""
     name = case(comm_size, ranks_per_core, mpi_library, nodes, ranks_per_node)
     if collective in settings.BLOCK_COLLECTIVES:
         served = BLOCK_RULE.get(name, {}).get(collective, ())
         return (Band(0, False, RING),) + tuple(Band(start, True, config) for start, config in served)
-    served = _rule(name, compiled)[collective]
+    served = _rule(name, compiled, in_rank_order)[collective]
     first = served[0][1] if served else SHIPPED
     out = [Band(0, False, first)]
     out.extend(Band(start, True, config) for start, config in served)
@@ -410,12 +427,15 @@ def describe(
     nodes: int = 1,
     ranks_per_node: int = 1,
     compiled: bool = False,
+    in_rank_order: bool = True,
 ) -> str:
     """One line per collective: the rule's choice for this communicator (for `show` and docs)."""
     name = case(comm_size, ranks_per_core, mpi_library, nodes, ranks_per_node)
     engine = ", compiled engine" if compiled and name in COMPILED_CASES else ""
+    if not in_rank_order and name in PLACED_IN_ORDER:
+        engine += ", nodes' ranks not consecutive"
     lines = [f"shipped rule, case '{name}'{engine} ({comm_size} ranks, {ranks_per_core:g} ranks per core):"]
-    for coll, served in _rule(name, compiled).items():
+    for coll, served in _rule(name, compiled, in_rank_order).items():
         parts = [f"from {b >> 10}K {c.label(coll)}" if b < M else f"from {b >> 20}M {c.label(coll)}" for b, c in served]
         lines.append(f"  {coll:<10} native below the first band; " + ("; ".join(parts) if parts else "always native"))
     return "\n".join(lines)

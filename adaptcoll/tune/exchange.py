@@ -81,12 +81,17 @@ def share(comm: MPI.Intracomm, loaded: Loaded) -> tuple[np.ndarray, bytes, str]:
 def facts_from(records: np.ndarray, library: str) -> CommFacts:
     """The communicator's facts from the gathered records (identical on every rank)."""
     hosts: dict[int, list[int]] = {}
+    runs = 0  # runs of consecutive ranks on one host: one per host when each host's ranks are consecutive
+    previous = None
     for host, cpus, *_ in records.tolist():
         hosts.setdefault(host, []).append(cpus)
+        runs += host != previous
+        previous = host
     per_node = max(len(c) for c in hosts.values())
     per_core = max(len(c) / max(1, min(c)) for c in hosts.values())
     everywhere = records.shape[1] > 3 and bool(records[:, 3].all())  # the rule must be the same on every rank
-    return CommFacts(len(records), len(hosts), per_node, round(per_core, 3), library, everywhere)
+    in_order = runs == len(hosts)
+    return CommFacts(len(records), len(hosts), per_node, round(per_core, 3), library, everywhere, in_order)
 
 
 def finish(records: np.ndarray, data: bytes, origin: str, rank: int, problem: Optional[str] = None) -> CommTuning:

@@ -53,6 +53,9 @@ class CommFacts:
     mpi_library: str
     compiled: bool = False
     """Every rank runs the compiled progress path (adaptcoll.runtime.compiled): the rule's compiled bands."""
+    in_rank_order: bool = True
+    """Each node's ranks are consecutive (mpirun's default block placement), as the rule's cases for nodes
+    of several ranks were simulated; otherwise those cases serve only what follows the nodes themselves."""
 
 
 _parsed: dict[tuple[str, bytes], Union[Table, TableError]] = {}
