@@ -197,19 +197,16 @@ def test_the_tables_configuration_is_what_every_form_uses(mpi_ranks):
             where.rmdir()
 
 
-@pytest.mark.mpi(ranks=[4], timeout=120)
-def test_ranks_on_several_hosts_take_the_several_nodes_case(mpi_ranks, monkeypatch):
-    """Four ranks made to report two hosts (two ranks each): every rank resolves the rule's case for
-    nodes of several ranks (Python engine: Bcast and Allreduce native, Reduce two_tree from 8M; compiled
-    engine: the topo pair's Bcast, two_tree 32K Reduce and Allreduce from 1M; docs/tuning.md), and the
-    results match native MPI's."""
+def _on_reported_hosts(host_of, body) -> None:
+    """Run `body(comm, world, rank)` on a fresh adaptcoll communicator whose ranks report host
+    `host_of(rank)` to the tuning exchange, after a 16 MiB Reduce, Allreduce and Bcast that must match
+    native MPI's (the statistics count only those three)."""
     from adaptcoll.tune import exchange
-    from adaptcoll.tune.defaults import NODE_TREES_64K, TWO_TREE, TWO_TREE_32K
 
     world = MPI.COMM_WORLD
     rank = world.Get_rank()
-    monkeypatch.setattr(exchange, "host_id", lambda: 1000 + rank // 2)
-    with adaptcoll.configured(tuning="off"):
+    with pytest.MonkeyPatch.context() as patch, adaptcoll.configured(tuning="off"):
+        patch.setattr(exchange, "host_id", lambda: host_of(rank))
         comm = adaptcoll.Intracomm(world.Dup())
         try:
             adaptcoll.reset_stats()
@@ -226,64 +223,63 @@ def test_ranks_on_several_hosts_take_the_several_nodes_case(mpi_ranks, monkeypat
             b = a.copy() if rank == 0 else np.zeros_like(a)
             comm.Bcast(b, 0)
             assert np.array_equal(b, np.arange(4 * M, dtype=np.float32))
-            facts = comm_tuning(comm).facts
-            assert (facts.nodes, facts.ranks_per_node) == (2, 2)
-            stats = adaptcoll.stats()
-            if facts.compiled:  # every collective served, Bcast on the topo pair
-                served = {"Reduce": TWO_TREE_32K, "Allreduce": TWO_TREE_32K, "Bcast": NODE_TREES_64K}
-                for name, config in served.items():
-                    label = f"{config.label(name.lower())} [defaults]"
-                    assert stats[name]["configs"] == {label: 1}, stats[name]
-                reduce_at_8m = TWO_TREE_32K
-            else:
-                assert stats["Reduce"]["configs"] == {f"{TWO_TREE.label('reduce')} [defaults]": 1}, stats["Reduce"]
-                for name in ("Allreduce", "Bcast"):  # no band served at any size: native, below the first
-                    assert stats[name]["native_reasons"] == {"below native_below": 1}, stats[name]
-                    assert not stats[name]["configs"], stats[name]
-                reduce_at_8m = TWO_TREE
-            assert set(world.allgather(comm_tuning(comm).choose("reduce", 8 * M).label)) == {
-                f"{reduce_at_8m.label('reduce')} [defaults]"
-            }
+            body(comm, world, rank)
         finally:
             comm.Free()
 
 
 @pytest.mark.mpi(ranks=[4], timeout=120)
-def test_hosts_not_in_rank_order_keep_only_the_trees_that_follow_the_nodes(mpi_ranks, monkeypatch):
+def test_ranks_on_several_hosts_take_the_several_nodes_case(mpi_ranks):
+    """Four ranks made to report two hosts (two ranks each): every rank resolves the rule's case for
+    nodes of several ranks (Python engine: Bcast and Allreduce native, Reduce two_tree from 8M; compiled
+    engine: the topo pair's Bcast, two_tree 32K Reduce and Allreduce from 1M; docs/tuning.md), and the
+    results match native MPI's."""
+    from adaptcoll.tune.defaults import NODE_TREES_64K, TWO_TREE, TWO_TREE_32K
+
+    def check(comm, world, rank) -> None:
+        facts = comm_tuning(comm).facts
+        assert (facts.nodes, facts.ranks_per_node, facts.in_rank_order) == (2, 2, True)
+        stats = adaptcoll.stats()
+        if facts.compiled:  # every collective served, Bcast on the topo pair
+            served = {"Reduce": TWO_TREE_32K, "Allreduce": TWO_TREE_32K, "Bcast": NODE_TREES_64K}
+            for name, config in served.items():
+                label = f"{config.label(name.lower())} [defaults]"
+                assert stats[name]["configs"] == {label: 1}, stats[name]
+            reduce_at_8m = TWO_TREE_32K
+        else:
+            assert stats["Reduce"]["configs"] == {f"{TWO_TREE.label('reduce')} [defaults]": 1}, stats["Reduce"]
+            for name in ("Allreduce", "Bcast"):  # no band served at any size: native, below the first
+                assert stats[name]["native_reasons"] == {"below native_below": 1}, stats[name]
+                assert not stats[name]["configs"], stats[name]
+            reduce_at_8m = TWO_TREE
+        assert set(world.allgather(comm_tuning(comm).choose("reduce", 8 * M).label)) == {
+            f"{reduce_at_8m.label('reduce')} [defaults]"
+        }
+
+    _on_reported_hosts(lambda rank: 1000 + rank // 2, check)
+
+
+@pytest.mark.mpi(ranks=[4], timeout=120)
+def test_hosts_not_in_rank_order_keep_only_the_trees_that_follow_the_nodes(mpi_ranks):
     """Four ranks made to report two hosts taken in turn (ranks 0, 2 on one, 1, 3 on the other, as
     `--map-by node` places them): every rank sees the placement, Reduce and Allreduce go native (the flat
     trees' bands were simulated with consecutive ranks per node), the compiled engine's Bcast stays on the
     topo pair, and the results match native MPI's."""
-    from adaptcoll.tune import exchange
     from adaptcoll.tune.defaults import NODE_TREES_64K
 
-    world = MPI.COMM_WORLD
-    rank = world.Get_rank()
-    monkeypatch.setattr(exchange, "host_id", lambda: 1000 + rank % 2)
-    with adaptcoll.configured(tuning="off"):
-        comm = adaptcoll.Intracomm(world.Dup())
-        try:
-            adaptcoll.reset_stats()
-            comm.Barrier()
-            a = np.arange(4 * M, dtype=np.float32) + rank  # 16 MiB
-            out, want = np.empty_like(a), np.empty_like(a)
-            comm.Allreduce(a, out, MPI.SUM)
-            world.Allreduce(a, want, MPI.SUM)
-            assert np.array_equal(out, want)
-            b = a.copy() if rank == 0 else np.zeros_like(a)
-            comm.Bcast(b, 0)
-            assert np.array_equal(b, np.arange(4 * M, dtype=np.float32))
-            facts = comm_tuning(comm).facts
-            assert (facts.nodes, facts.ranks_per_node, facts.in_rank_order) == (2, 2, False)
-            stats = adaptcoll.stats()
-            assert not stats["Allreduce"]["configs"], stats["Allreduce"]
-            assert comm_tuning(comm).choose("reduce", 16 * M).serve is False
-            if facts.compiled:
-                assert stats["Bcast"]["configs"] == {f"{NODE_TREES_64K.label('bcast')} [defaults]": 1}, stats["Bcast"]
-            else:
-                assert not stats["Bcast"]["configs"], stats["Bcast"]
-        finally:
-            comm.Free()
+    def check(comm, world, rank) -> None:
+        facts = comm_tuning(comm).facts
+        assert (facts.nodes, facts.ranks_per_node, facts.in_rank_order) == (2, 2, False)
+        stats = adaptcoll.stats()
+        for name in ("Reduce", "Allreduce"):
+            assert not stats[name]["configs"], stats[name]
+        assert comm_tuning(comm).choose("reduce", 16 * M).serve is False
+        if facts.compiled:
+            assert stats["Bcast"]["configs"] == {f"{NODE_TREES_64K.label('bcast')} [defaults]": 1}, stats["Bcast"]
+        else:
+            assert not stats["Bcast"]["configs"], stats["Bcast"]
+
+    _on_reported_hosts(lambda rank: 1000 + rank % 2, check)
 
 
 @pytest.mark.mpi(ranks=[3], timeout=120)
