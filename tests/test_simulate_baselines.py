@@ -240,3 +240,33 @@ def test_ompi_han_parts_on_their_own(monkeypatch):
     # the k-nomial tree of coll_base_bcast.c's example (10 ranks, radix 4), and the binomial one
     assert ls._kmtree(0, 10, 0) == (None, [4, 8, 1, 2, 3]) and ls._kmtree(4, 10, 0) == (0, [5, 6, 7])
     assert ls._bmtree(1, 10, 0) == (0, [3, 5, 9]) and ls._bmtree(6, 10, 0) == (2, [])
+
+
+@pytest.mark.parametrize("collective", ["bcast", "reduce", "allreduce"])
+def test_estimated_messages_cover_what_each_baseline_sends(collective):
+    """`--baseline best` skips baselines by estimated_messages (so a run cannot send p^2 messages at 16K
+    ranks unawares): the estimate is at least half of what the baseline really sends, and at most four
+    times it plus p log p (trees are estimated at p log p); 64 ranks x 1 and x 8, 40 x 4, messages of 64
+    KiB and 1 MiB; mpich_smp's phases are each MPICH's own choice, a ring's ~p^2 included."""
+    from adaptcoll.simulate.lockstep import baseline_names, check_applicable, estimated_messages
+
+    P = CostParams()
+    checked = 0
+    off = []
+    for size, rpn in ((64, 1), (64, 8), (40, 4)):
+        for nbytes in (64 << 10, 1 << 20):
+            job = Job(collective, size, nbytes, 0)
+            for name in baseline_names(collective):
+                try:
+                    check_applicable(name, collective, size, job.count, rpn)
+                except ValueError:
+                    continue
+                import dataclasses
+
+                stats = run_once(job, dataclasses.replace(P, ranks_per_node=rpn), name)[0]
+                estimate = estimated_messages(name, collective, size, job.count, rpn)
+                if not stats.messages <= 2 * estimate or not estimate <= 4 * stats.messages + size * 6:
+                    off.append((name, size, rpn, nbytes, estimate, stats.messages))
+                checked += 1
+    assert not off, off
+    assert checked >= 12

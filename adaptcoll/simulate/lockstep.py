@@ -1350,6 +1350,12 @@ def estimated_messages(name: str, collective: str, size: int, count: int, ranks_
     (`ompi_han`: per 64 KiB segment each rank's intra-node message or two, plus ~2 nodes log nodes
     between nodes; with `ranks_per_node` where HAN falls back, tuned's)."""
     log = max(1, (size - 1).bit_length())
+    if name == "mpich_smp":  # each phase is MPICH's own choice for its ranks (a ring's ~n^2 included)
+        nodes = -(-size // ranks_per_node)
+        inner = min(ranks_per_node, size)
+        phases = {"bcast": ("bcast",), "reduce": ("reduce",), "allreduce": ("reduce", "bcast")}[collective]
+        within = sum(_mpich_messages(c, inner, count) for c in phases) * nodes
+        return _mpich_messages(collective, nodes, count) + within + 1
     if name == "ompi_han":
         if not _han_runs(collective, size, ranks_per_node):
             return estimated_messages("ompi_tuned", collective, size, count)
@@ -1375,6 +1381,13 @@ def estimated_messages(name: str, collective: str, size: int, count: int, ranks_
     if name == "ompi_split_bintree":
         return size * _segs(count, _split_bintree_segsize(size, count), 1) // 2 + size
     return size * log
+
+
+def _mpich_messages(collective: str, n: int, count: int) -> int:
+    """estimated_messages of MPICH's choice for `collective` on a communicator of `n` ranks (0 alone)."""
+    if n < 2:
+        return 0
+    return estimated_messages(mpich_choice(collective, n, count * ITEMSIZE[collective]), collective, n, count)
 
 
 def check_applicable(name: str, collective: str, size: int, count: int, ranks_per_node: int = 1) -> None:
