@@ -18,7 +18,7 @@ from adaptcoll.simulate.calibrate import calibrate, links_from_pair_order, simul
 from adaptcoll.simulate.lockstep import BASELINES, NotModelled
 from adaptcoll.simulate.measured import EngineCost, Measurement, read_measurements, read_pair_order
 from adaptcoll.simulate.noise_setup import parse_noise
-from adaptcoll.simulate.params import CostParams, load_params
+from adaptcoll.simulate.params import CostParams, load_params, params_from_dict
 from adaptcoll.simulate.programs import Job, RankJob, prepare, register_protocol
 from adaptcoll.simulate.run import compare, run_once
 from adaptcoll.simulate.sweep import ROW_FIELDS, parse_rank_list, rows_csv, sweep
@@ -546,3 +546,46 @@ def test_node_bw_in_parameter_files(tmp_path):
     path.write_text(json.dumps({"format": "adaptcoll.simulate.params/1", "node_bw": -1}))
     with pytest.raises(ValueError, match="node_bw"):
         load_params(str(path))
+
+
+def test_large_copies_and_folds_cost_large_cost_times_more():
+    """`large_from` / `large_cost`: a shared-memory copy or a fold of more than large_from bytes costs
+    large_cost times as much per byte; up to large_from, and with the field off, nothing changes."""
+    base = CostParams(transfer="cpu", L=1e-6, G=1e-10, fold=2e-10, o=0.0, engine=0.0, native_o=0.0, eager=0)
+    large = dataclasses.replace(base, large_from=4 << 20, large_cost=1.5)
+    for collective, name in (("bcast", "binomial"), ("reduce", "binomial")):
+        small_job, big_job = Job(collective, 2, 4 << 20, 0), Job(collective, 2, 8 << 20, 0)
+        assert run_once(small_job, large, name)[0].time_s == run_once(small_job, base, name)[0].time_s
+        plain, slow = run_once(big_job, base, name)[0].time_s, run_once(big_job, large, name)[0].time_s
+        assert slow == pytest.approx(1e-6 + 1.5 * (plain - 1e-6), rel=1e-9), (collective, plain, slow)
+    assert "large_from" not in base.to_dict() and large.to_dict()["large_cost"] == 1.5
+    with pytest.raises(ValueError, match="large_cost must be >= 1"):
+        CostParams(large_cost=0.5)
+    with pytest.raises(ValueError, match="'large_from' must be a whole number"):
+        params_from_dict({"large_from": 1.5})
+
+
+MEASURED_16CORE = Path(__file__).resolve().parents[1] / "bench" / "results" / "simulate" / "measured_16core"
+
+
+def test_the_model_of_the_16core_node():
+    """Issue 37's fidelity target on the one node measured: with params_16core_large.json the median |error| of
+    native MPICH's rows and of the shipped rule's rows (1-64 MiB) is <= 15 % at 4, 8 and 16 ranks each; the
+    parameters before the large-copy term missed it at 4 ranks (bench/RESULTS.md, "Large copies out of the
+    caches")."""
+    import statistics
+
+    from adaptcoll.simulate.calibrate import validate
+
+    params = load_params(MEASURED_16CORE.parent / "params_16core_large.json")
+    before = load_params(MEASURED_16CORE.parent / "params_16core_nodebw.json")
+    for ranks in (4, 8, 16):
+        rows = [m for m in read_measurements(MEASURED_16CORE / f"osu_dataset_n{ranks}.json") if m.size >= 1 << 20]
+        for impl in ("native", "adaptcoll:native_below=0"):
+            chosen = [m for m in rows if m.impl == impl]
+            assert len(chosen) == 12
+            errors = [abs(r["error_pct"]) for r in validate(chosen, params)]
+            assert statistics.median(errors) <= 15.0, (ranks, impl, sorted(errors))
+            if (ranks, impl) == (4, "native"):
+                old = [abs(r["error_pct"]) for r in validate(chosen, before)]
+                assert statistics.median(old) > 15.0

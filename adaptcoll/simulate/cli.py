@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import statistics
 import sys
 import time
 from collections.abc import Sequence
@@ -352,7 +353,7 @@ def validate_main(argv: Sequence[str]) -> int:
     errors = sorted(abs(r["error_pct"]) for r in rows)
     within = sum(e <= 25 for e in errors)
     summary = (
-        f"{len(rows)} rows: median |error| {errors[len(errors) // 2]:.1f}%, max {errors[-1]:.1f}%, {within} within 25%"
+        f"{len(rows)} rows: median |error| {statistics.median(errors):.1f}%, max {errors[-1]:.1f}%, {within} within 25%"
     )
     print(table + "\n\n" + summary)
     if args.json:

@@ -56,6 +56,8 @@ class CostParams:
     shm_copy: float = 1.1e-10
     shm_flag: float = 1.0e-6
     node_bw: float = 0.0
+    large_from: int = 0
+    large_cost: float = 1.0
 
     def __post_init__(self) -> None:
         if self.transfer not in TRANSFERS:
@@ -64,6 +66,8 @@ class CostParams:
             raise ValueError(f"links must be one of {', '.join(LINK_POLICIES)}, got {self.links!r}")
         if self.ranks_per_node < 1:
             raise ValueError(f"ranks_per_node must be >= 1, got {self.ranks_per_node!r}")
+        if self.large_cost < 1.0:
+            raise ValueError(f"large_cost must be >= 1 (a factor on copy and fold per byte), got {self.large_cost!r}")
 
     def to_dict(self, node_level: bool = True) -> dict[str, Union[float, int, str]]:
         """The fields as a plain dict (for JSON); `node_level=False` leaves out the shared-memory node
@@ -74,6 +78,8 @@ class CostParams:
                 del out[name]
         if not self.node_bw:  # unlimited, as before the field existed: reports and digests stay as they were
             del out["node_bw"]
+        if not self.large_from:  # off, as before the fields existed
+            del out["large_from"], out["large_cost"]
         return out
 
 
@@ -100,6 +106,9 @@ PARAM_DOCS: dict[str, str] = {
     "its node (cache-line transfer and the wait for their next engine sweep) (s)",
     "node_bw": "memory bandwidth one node's concurrent shared-memory copies share (bytes/s): a copy that starts "
     "while k-1 others run on its node moves at most node_bw/k; 0: unlimited (each copy at 1/copy)",
+    "large_from": "a shared-memory copy or a fold of more than this many bytes at once streams through memory, out "
+    "of the caches: it costs `large_cost` times `copy` (or `fold`) per byte (bytes; 0: off)",
+    "large_cost": "the factor (>= 1) on a large copy's or fold's cost per byte (see large_from)",
 }
 
 NODE_LEVEL_FIELDS = ("shm_copy", "shm_flag")
@@ -128,7 +137,7 @@ def _field_value(name: str, value: Any, where: str) -> Union[float, int, str]:
         raise ValueError(f"{where}: field {name!r} must be a number, got {value!r}")
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"{where}: field {name!r} must be a finite number >= 0, got {value!r}")
-    if name in ("eager", "ranks_per_node"):
+    if name in ("eager", "ranks_per_node", "large_from"):
         if value != int(value) or (name == "ranks_per_node" and value < 1):
             raise ValueError(f"{where}: field {name!r} must be a whole number (ranks_per_node >= 1), got {value!r}")
         return int(value)

@@ -210,6 +210,9 @@ class World:
         self._bytecost = params.G * itemsize
         self._copycost = (params.copy or params.G) * itemsize
         self._foldcost = params.fold * itemsize
+        # a copy or fold of more than `large_from` bytes at once, out of the caches (params.large_cost)
+        self._large_elems = params.large_from // itemsize if params.large_from else 1 << 62
+        self._large_cost = params.large_cost
         self._eager_elems = params.eager // itemsize
         self._cpu_copy = params.transfer == "cpu"
         self._node_bw = params.node_bw
@@ -379,7 +382,8 @@ class World:
 
     def _fold_work(self, elements: int) -> None:
         t0 = self.clock
-        self._work(elements * self._foldcost)
+        cost = elements * self._foldcost
+        self._work(cost if elements <= self._large_elems else cost * self._large_cost)
         if self._trace is not None:
             self._trace.folds.append((self.cur, self.cur_tag, elements * self.itemsize, t0, self.clock))
 
@@ -495,6 +499,8 @@ class World:
             rpn = self._rpn
             if self._cpu_copy or (rpn > 1 and msg.src // rpn == dst // rpn):  # the receiver copies (shared memory)
                 dur = msg.n * self._copycost
+                if msg.n > self._large_elems:
+                    dur *= self._large_cost
                 if self._node_bw:
                     dur = self._shared(dst, start, msg.n, dur)
                 end = start + dur if cpu is None else cpu.advance(dst, start, dur)
@@ -533,6 +539,8 @@ class World:
         if rpn > 1 and msg.src // rpn == msg.dst // rpn:
             now = self.now
             copy = msg.n * self._copycost
+            if msg.n > self._large_elems:
+                copy *= self._large_cost
             if self._node_bw:
                 copy = self._shared(msg.dst, now, msg.n, copy)
                 self._node_copies[self._node_of(msg.dst)].append(now + copy)
