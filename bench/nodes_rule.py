@@ -12,6 +12,7 @@ time (> 1: faster than native's best).
     python bench/nodes_rule.py --ranks 32 --per-node 8 --only bcast:16M            # one row
     python bench/nodes_rule.py --params bench/results/simulate/params_pair.json    # another link model
 
+`--baselines A,B` runs only those lock-step baselines (the rows then say which ran: `baselines`).
 `--candidate ALGORITHM@SEGMENT[@ROOTS]` (repeatable) adds one whose algorithm may hold commas, e.g.
 `--candidate "topo:inner=two_tree,intra=binomial@64K@32"`. With `ADAPTCOLL_ENGINE=compiled` in the
 environment the rule column is the compiled engine's rule (pair it with a compiled engine's parameters,
@@ -76,7 +77,10 @@ def row(
     base_job = Job(collective, ranks, nbytes, 0, "", settings.current())
     noise = parse_noise([args.noise]) if getattr(args, "noise", None) else None
     best_name, best_s, noisy_best = "", float("inf"), float("inf")
+    only = [n for n in args.baselines.split(",") if n] if getattr(args, "baselines", None) else None
     for name in baseline_names(collective):
+        if only is not None and name not in only:
+            continue
         try:
             check_applicable(name, collective, ranks, base_job.count, per_node)
         except ValueError:
@@ -110,6 +114,8 @@ def row(
         "best_s": best_s,
         "candidates_s": cands,
     }
+    if only is not None:
+        out["baselines"] = only
     if noise is not None:
         out.update(noise=args.noise, samples=args.samples, best_noisy_s=noisy_best, noisy_s=noisy)
     return out
@@ -146,6 +152,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--samples", type=int, default=3)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--max-messages", type=int, default=BEST_MAX_MESSAGES)
+    p.add_argument(
+        "--baselines",
+        help="only these lock-step baselines (comma-separated; default: every applicable one), e.g. at 64K ranks "
+        "the ones that were the best at 1K-16K",
+    )
     p.add_argument("--params", help="parameters file (default: built-in; its ranks_per_node is replaced)")
     p.add_argument("--json", help="write the rows")
     args = p.parse_args(argv)

@@ -626,6 +626,9 @@ def test_nodes_rule_row_times_the_rule_the_candidates_and_the_best_baseline():
     assert native["rule"] == "native" and native["rule_s"] == native["best_s"]
     text = table.markdown([row, native])
     assert "| reduce 16M | 16 x 4 |" in text and "1.00 (native)" in text
+    args.baselines = "binomial"  # --baselines: only these run, and the row says so
+    only = table.row("reduce", 16 << 20, 16, 4, args)
+    assert only["best"] == "binomial" and only["baselines"] == ["binomial"] and only["best_s"] >= row["best_s"]
 
 
 def test_nodes_rule_params_reach_every_run(tmp_path):
