@@ -21,6 +21,7 @@ from adaptcoll.tune.defaults import (
     SIXTEEN,
     TREE_128K,
     TWO_TREE,
+    TWO_TREE_16K,
     TWO_TREE_32K,
     default_bands,
 )
@@ -409,7 +410,7 @@ def test_several_nodes_change_only_what_was_simulated_to_lose():
     assert defaults.case(64, 1.0, nodes=64, ranks_per_node=1) == "64+ ranks"
     assert defaults.case(64, 1.0, nodes=8, ranks_per_node=8) == "64+ ranks, several per node"
     assert defaults.case(1024, 1.0, nodes=128, ranks_per_node=8) == "512+ ranks, several per node"
-    assert defaults.case(8192, 1.0, nodes=1024, ranks_per_node=8) == "8K+ ranks"
+    assert defaults.case(8192, 1.0, nodes=1024, ranks_per_node=8) == "8K+ ranks, several per node"
     for ranks, per_node in ((8, 4), (16, 8), (32, 8), (48, 16)):
         for nbytes in (M, 4 * M, 16 * M, 64 * M, 256 * M):
             assert _choice("bcast", ranks, 1.0, nbytes, per_node=per_node) is None
@@ -473,6 +474,7 @@ SCALE_CASES = (
     "64+ ranks, several per node",
     "512+ ranks",
     "512+ ranks, several per node",
+    "8K+ ranks",
 )
 
 
@@ -538,6 +540,13 @@ def test_every_point_the_compiled_scale_rule_serves_was_simulated_with_its_confi
     assert _choice("bcast", 1024, 1.0, 16 * M, per_node=32, compiled=True) == NODE_TREES_64K
     assert _choice("allreduce", 1024, 1.0, 4 * M, per_node=32, compiled=True) == TWO_TREE_32K
     assert _choice("allreduce", 1024, 1.0, 4 * M, per_node=32) is None  # the Python engine's rule: native
+    for ranks in (16384, 65536):  # 8K+ ranks, one per node: served with the compiled engine, native without
+        assert _choice("bcast", ranks, 1.0, M, compiled=True) == TWO_TREE_16K
+        assert _choice("reduce", ranks, 1.0, 4 * M, compiled=True) == TWO_TREE_32K
+        assert _choice("allreduce", ranks, 1.0, 4 * M, compiled=True) == TWO_TREE_32K
+        assert _choice("allreduce", ranks, 1.0, M, compiled=True) is None
+        assert _choice("allreduce", ranks, 1.0, 4 * M) is None and _choice("bcast", ranks, 1.0, M) is None
+        assert _choice("bcast", ranks, 1.0, 16 * M, per_node=32, compiled=True) is None  # not simulated there
 
 
 def test_nodes_whose_ranks_are_not_consecutive_keep_only_the_trees_that_follow_the_nodes():

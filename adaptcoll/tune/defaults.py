@@ -127,11 +127,11 @@ def case(comm_size: int, ranks_per_core: float, mpi_library: str = "", nodes: in
     """Which case of the rule applies: 'shared cores', '2 ranks' ('2 ranks, Open MPI'), '3-4 ranks',
     '5-8 ranks', '9+ ranks' ('9+ ranks, Open MPI'), '3-63 ranks, several nodes' (nodes of several
     ranks), '3-63 ranks, one per node', '64+ ranks' and
-    '512+ ranks' (each also ', several per node': several nodes of several ranks), '8K+ ranks'.
+    '512+ ranks' and '8K+ ranks' (each also ', several per node': several nodes of several ranks).
     `nodes`, `ranks_per_node`: how the ranks are placed (the default, one node, is what was measured)."""
     packed = ", several per node" if nodes > 1 and ranks_per_node > 1 else ""
     if comm_size >= HUGE_FROM:
-        return "8K+ ranks"
+        return "8K+ ranks" + packed
     if comm_size >= WIDE_FROM:
         return "512+ ranks" + packed
     if comm_size >= SCALE_FROM:
@@ -294,6 +294,19 @@ node, packed_wide_*.json, explore_1k32_*.json, wide_allreduce4m.json): the topo 
 2.14-3.28 at 1M, 2.56-3.31 at 4M, 64K 2.95 at 16M; Reduce 16K 2.16-2.18 at 1M, 32K 2.93 at 4M; Allreduce
 (one root) 16K 1.50-1.54 at 1M, 32K 1.81 at 4M, 2.01-2.05 at 16M."""
 
+_HUGE_COMPILED: _Rule = {
+    "bcast": ((1 * M, TWO_TREE_16K), (16 * M, TWO_TREE_64K), (64 * M, TWO_TREE)),
+    "reduce": ((4 * M, TWO_TREE_32K), (16 * M, TWO_TREE)),
+    "allreduce": ((4 * M, TWO_TREE_32K),),
+}
+"""8K ranks and more, one per node, compiled engine (simulated at 16K and 64K ranks, wide1_16k_*.json,
+wide1_64k_*.json; at 64K only the baselines that were the best at 1K-16K): Bcast 16K 1.15 / 1.09 at 1M
+(16K / 64K ranks), 64K segments at 16M (see wide1_16k_bcast.json); Reduce 32K 2.03 at 4M (16K ranks);
+Allreduce (one root) 32K 1.55 at 4M (16K ranks). Sizes the 8K+ rows did not simulate are served where the
+1K-4K rows won by a wide margin (Reduce and Allreduce from 4M, not from 1M, where Allreduce's margin
+shrank with scale: 1.21 at 1K, 1.13 at 4K); from 64M (Bcast) and 16M (Reduce) the Python engine's
+configuration."""
+
 COMPILED_CASES: dict[str, _Rule] = {
     "2 ranks": _TWO_COMPILED,
     "2 ranks, Open MPI": _TWO_OPEN_MPI_COMPILED,
@@ -307,6 +320,7 @@ COMPILED_CASES: dict[str, _Rule] = {
     "64+ ranks, several per node": _SCALE_PACKED_COMPILED,
     "512+ ranks": _WIDE_COMPILED,
     "512+ ranks, several per node": _WIDE_PACKED_COMPILED,
+    "8K+ ranks": _HUGE_COMPILED,
 }
 """Cases whose bands differ when every rank runs the compiled progress path (CommFacts.compiled: agreed
 in the communicator's tuning exchange, so every rank applies the same rule); the others keep the bands
@@ -327,6 +341,7 @@ _CASES: dict[str, _Rule] = {
     "512+ ranks": _WIDE,
     "512+ ranks, several per node": _WIDE_PACKED,
     "8K+ ranks": _HUGE,
+    "8K+ ranks, several per node": _HUGE,
 }
 
 
