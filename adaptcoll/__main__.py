@@ -31,7 +31,7 @@ python -m adaptcoll [options] <pyfile> [arg] ...
 
 _EPILOG = """\
 SIZE is a byte count such as 65536, 64K or 1M. ALG is a tree kind (binomial, in_order_binomial, binary,
-pipeline, chain, linear, knomial, topo, two_tree), optionally with parameters (knomial:radix=4), a
+pipeline, chain, linear, knomial, topo, two_tree, multi_tree), optionally with parameters (knomial:radix=4), a
 schedule file's weighted forests (forest:PATH), or 'native' to leave that collective to MPI. Options
 override the ADAPTCOLL_* environment variables and must be the same on every rank. --stats prints to
 stderr so the program's stdout is unchanged."""

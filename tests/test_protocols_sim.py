@@ -23,7 +23,18 @@ from adaptcoll.protocols.links import start_on_links
 from adaptcoll.protocols.reduce import Reduce
 from adaptcoll.runtime.loopback import LoopbackWorld
 
-KINDS = ["binomial", "in_order_binomial", "binary", "pipeline", "chain", "linear", "knomial", "two_tree", "topo"]
+KINDS = [
+    "binomial",
+    "in_order_binomial",
+    "binary",
+    "pipeline",
+    "chain",
+    "linear",
+    "knomial",
+    "two_tree",
+    "multi_tree",
+    "topo",
+]
 
 
 def _trees(kind, size, root):

@@ -276,6 +276,46 @@ def test_two_trees_complementary(size: int, data) -> None:
     assert trees.build("two_tree", size, root) is t1
 
 
+@FAST
+@given(st.integers(1, 400), st.integers(2, 9), st.data())
+def test_multi_trees_each_rank_interior_in_one_at_most(size: int, fanout: int, data) -> None:
+    """multi_tree: K trees (K the count nearest the fanout for which (n - 1) mod K <= 1), every rank but the
+    root interior in one of them at most, with at most K children there; the root feeds each tree once;
+    depth about log_K(n); which may not be passed to build_all, and must name one of the K trees."""
+    root = data.draw(st.integers(0, size - 1))
+    built = trees.build_all("multi_tree", size, root, fanout=fanout)
+    k = len(built)
+    assert k == trees.multi_tree_count(size, fanout)
+    if size >= 3:
+        assert 2 <= k <= size - 1 and (size - 1) % k <= 1
+        assert abs(k - fanout) <= min(abs(c - fanout) for c in range(2, size) if (size - 1) % c <= 1)
+    interior: dict[int, int] = {}
+    for t in built:
+        check_spanning(t)
+        assert t.root == root and len(t.children(root)) == min(1, size - 1)
+        if size >= 3:
+            assert t.depth <= math.ceil(math.log(size, k)) + 2
+        for r in range(size):
+            if r != root and t.children(r):
+                assert len(t.children(r)) <= k
+                interior[r] = interior.get(r, 0) + 1
+    assert all(v == 1 for v in interior.values()), interior
+    with pytest.raises(ValueError, match="do not pass which"):
+        trees.build_all("multi_tree", size, root, which=0)
+    with pytest.raises(ValueError, match=r"which must be in 0\.\."):
+        trees.build("multi_tree", size, root, fanout=fanout, which=k)
+
+
+def test_multi_tree_parameters_are_checked() -> None:
+    assert trees.multi_tree_count(256, 4) == 3 and trees.multi_tree_count(257, 4) == 4
+    assert trees.multi_tree_count(256, 5) == 5 and trees.multi_tree_count(1024, 4) == 3
+    with pytest.raises(ValueError, match="multi_tree parameter fanout must be an int >= 2"):
+        trees.build("multi_tree", 8, 0, fanout=1)
+    with pytest.raises(ValueError, match="unknown parameter 'radix' for tree kind 'multi_tree'"):
+        trees.check_params("multi_tree", {"radix": 3})
+    assert "multi_tree" not in trees.SHAPES
+
+
 def test_build_all_single_tree_kinds() -> None:
     for kind in trees.SHAPES:
         assert trees.build_all(kind, 9, 2) == (trees.build(kind, 9, 2),)

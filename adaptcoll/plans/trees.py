@@ -14,7 +14,18 @@ from typing import Any
 
 from .topology import Topology
 
-__all__ = ["KINDS", "SHAPES", "Tree", "build", "build_all", "parse_algorithm", "check_params", "parse_value", "to_dot"]
+__all__ = [
+    "KINDS",
+    "SHAPES",
+    "Tree",
+    "build",
+    "build_all",
+    "multi_tree_count",
+    "parse_algorithm",
+    "check_params",
+    "parse_value",
+    "to_dot",
+]
 
 _DEFAULTS: dict[str, dict[str, Any]] = {
     "binomial": {},
@@ -26,13 +37,21 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
     "knomial": {"radix": 4},
     "topo": {"levels": (), "inner": "binomial", "intra": "binomial"},
     "two_tree": {"which": 0},
+    "multi_tree": {"fanout": 4, "which": 0},
 }
 KINDS: tuple[str, ...] = tuple(_DEFAULTS)
 """Every tree kind `build` accepts."""
-SHAPES: tuple[str, ...] = tuple(k for k in KINDS if k not in ("topo", "two_tree"))
+SHAPES: tuple[str, ...] = tuple(k for k in KINDS if k not in ("topo", "two_tree", "multi_tree"))
 """Kinds usable as the `inner`/`intra` shapes of a "topo" tree (`inner` may also be "two_tree": a pair of
 topo trees, see build_all)."""
-_INT_MIN = {("binary", "fanout"): 1, ("chain", "chains"): 1, ("linear", "fanout"): 1, ("knomial", "radix"): 2}
+_INT_MIN = {
+    ("binary", "fanout"): 1,
+    ("chain", "chains"): 1,
+    ("linear", "fanout"): 1,
+    ("knomial", "radix"): 2,
+    ("multi_tree", "fanout"): 2,
+    ("multi_tree", "which"): 0,
+}
 
 Params = tuple[tuple[str, Any], ...]
 Children = list[list[int]]
@@ -280,6 +299,39 @@ def _two_tree(n: int, which: int) -> Children:
     return kids
 
 
+def multi_tree_count(n: int, fanout: int) -> int:
+    """How many trees `multi_tree` builds on n ranks: the K nearest `fanout` (the smaller on a tie), at least
+    2 and at most n - 1, for which K trees of fanout K can have every rank but the root interior in one
+    tree at most, i.e. (n - 1) mod K <= 1 (K = 2 always can; fewer than 3 ranks: 1)."""
+    if n < 3:
+        return 1
+    top = max(2, min(fanout, n - 1))
+    for step in range(n):
+        for k in (top - step, top + step):
+            if 2 <= k <= n - 1 and (n - 1) % k <= 1:
+                return k
+    return 2
+
+
+def _multi_tree(n: int, fanout: int, which: int) -> Children:
+    """Tree `which` of `multi_tree`: K trees (multi_tree_count) of fanout K from root 0, each carrying 1/K of
+    the message. Tree j's interior ranks are those with (r - 1) % K == j, first in a complete K-ary heap
+    over ranks 1..n-1 whose other positions are the leaves; so every rank sends its one tree's share to
+    at most K children (bandwidth-optimal, as two_tree for K = 2) and the trees are log_K(n) deep, which
+    bounds how many detours one root-to-leaf path meets (bench/RESULTS.md, "Slack under noise: more trees, shallower")."""
+    k = multi_tree_count(n, fanout)
+    if not 0 <= which < k:
+        raise ValueError(f"multi_tree on {n} ranks with fanout {fanout} has {k} trees; which must be in 0..{k - 1}")
+    kids: Children = [[] for _ in range(n)]
+    if n < 2:
+        return kids
+    order = [r for r in range(1, n) if (r - 1) % k == which] + [r for r in range(1, n) if (r - 1) % k != which]
+    kids[0].append(order[0])
+    for pos, rank in enumerate(order):
+        kids[rank] = [order[c] for c in range(k * pos + 1, min(k * pos + k + 1, len(order)))]
+    return kids
+
+
 def _shape(kind: str, n: int, params: dict[str, Any]) -> Children:
     """Children lists of a single-tree shape on virtual ranks 0..n-1 rooted at 0."""
     if kind == "binomial":
@@ -298,6 +350,8 @@ def _shape(kind: str, n: int, params: dict[str, Any]) -> Children:
         return _knomial(n, params["radix"])
     if kind == "two_tree":
         return _two_tree(n, params["which"])
+    if kind == "multi_tree":
+        return _multi_tree(n, params["fanout"], params["which"])
     raise AssertionError(kind)
 
 
@@ -455,8 +509,14 @@ def _build_cached(kind: str, size: int, root: int, params: Params) -> Tree:
 
 
 def build_all(kind: str = "binomial", size: int = 1, root: int = 0, **params: Any) -> tuple[Tree, ...]:
-    """(tree,) for single-tree kinds; (tree 0, tree 1) for "two_tree" and for "topo" with inner="two_tree"
-    (which may not be given then)."""
+    """(tree,) for single-tree kinds; (tree 0, tree 1) for "two_tree" and for "topo" with inner="two_tree";
+    "multi_tree": its K trees (multi_tree_count); `which` may not be given then."""
+    if kind == "multi_tree":
+        if "which" in params:
+            raise ValueError("build_all('multi_tree') returns every tree; do not pass which")
+        fanout = _normalize_params(kind, dict(params))["fanout"]
+        count = multi_tree_count(_int("size", size), fanout)
+        return tuple(build(kind, size, root, which=w, **params) for w in range(count))
     if kind == "two_tree":
         if "which" in params:
             raise ValueError("build_all('two_tree') returns both trees; do not pass which")

@@ -45,6 +45,7 @@ TREE_KINDS = (
     "knomial",
     "topo",
     "two_tree",
+    "multi_tree",
 )
 ALGORITHMS = TREE_KINDS + ("shm", "forest", "native")
 """`forest:PATH` runs the weighted forests of a schedule file (adaptcoll.plans.forests, docs/schedules.md)."""
