@@ -15,20 +15,10 @@ from mpi4py import MPI
 from noncommutative import matmul_mpi
 
 import adaptcoll
+from adaptcoll.plans import trees
 
 RANKS = [1, 4, 5]  # 1, a power of two and not (2, 3 and 8 ranks reach no other path; 8 is 4x oversubscribed here)
-TREES = [
-    "binomial",
-    "in_order_binomial",
-    "binary",
-    "pipeline",
-    "chain",
-    "linear",
-    "knomial",
-    "two_tree",
-    "multi_tree",
-    "topo",
-]
+TREES = list(trees.KINDS)  # every tree kind
 SEG_BYTES = 64  # small segments: many segments per message, so the windows and queues are exercised
 
 

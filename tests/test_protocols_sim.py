@@ -23,18 +23,7 @@ from adaptcoll.protocols.links import start_on_links
 from adaptcoll.protocols.reduce import Reduce
 from adaptcoll.runtime.loopback import LoopbackWorld
 
-KINDS = [
-    "binomial",
-    "in_order_binomial",
-    "binary",
-    "pipeline",
-    "chain",
-    "linear",
-    "knomial",
-    "two_tree",
-    "multi_tree",
-    "topo",
-]
+KINDS = list(trees.KINDS)  # every tree kind
 
 
 def _trees(kind, size, root):
