@@ -318,7 +318,8 @@ def _multi_tree(n: int, fanout: int, which: int) -> Children:
     the message. Tree j's interior ranks are those with (r - 1) % K == j, first in a complete K-ary heap
     over ranks 1..n-1 whose other positions are the leaves; so every rank sends its one tree's share to
     at most K children (bandwidth-optimal, as two_tree for K = 2) and the trees are log_K(n) deep, which
-    bounds how many detours one root-to-leaf path meets (bench/RESULTS.md, "Slack under noise: more trees, shallower")."""
+    bounds how many detours one root-to-leaf path meets (bench/RESULTS.md, "Slack under noise: more
+    trees, shallower")."""
     k = multi_tree_count(n, fanout)
     if not 0 <= which < k:
         raise ValueError(f"multi_tree on {n} ranks with fanout {fanout} has {k} trees; which must be in 0..{k - 1}")

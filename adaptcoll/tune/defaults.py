@@ -301,7 +301,7 @@ _HUGE_COMPILED: _Rule = {
 }
 """8K ranks and more, one per node, compiled engine (simulated at 16K and 64K ranks, wide1_16k_*.json,
 wide1_64k_*.json; at 64K, and for Bcast 16M, only the baselines that were the best at 1K-16K): Bcast 16K
-1.15 / 1.09 at 1M (16K / 64K ranks), 64K 1.65 at 16M (16K ranks); Reduce 32K 2.03 / 1.96 at 4M; Allreduce
+1.15 / 1.09 at 1M (16K / 64K ranks), 64K 1.65 / 1.60 at 16M; Reduce 32K 2.03 / 1.96 at 4M; Allreduce
 (one root) 32K 1.55 / 1.49 at 4M. Sizes the 8K+ rows did not simulate are served where the
 1K-4K rows won by a wide margin (Reduce and Allreduce from 4M, not from 1M, where Allreduce's margin
 shrank with scale: 1.21 at 1K, 1.13 at 4K); from 64M (Bcast) and 16M (Reduce) the Python engine's
