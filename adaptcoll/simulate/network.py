@@ -25,8 +25,6 @@ from typing import Any, Optional
 
 from .timelines import Timeline
 
-_INF = float("inf")
-
 __all__ = ["LINK_POLICIES", "SharedLinks", "FairLinks", "FifoLinks"]
 
 LINK_POLICIES = ("fair", "fifo", "pair")
@@ -208,14 +206,11 @@ class FairLinks(SharedLinks):
 
     def _reshare(self, out: list[Any], inn: list[Any], src: int, now: float) -> None:
         """New shares and finish keys for the messages on two links whose load just changed (`out`:
-        node `src`'s outgoing link), then new heap entries for the outgoing links whose least key moved.
-        `out`'s least key is found while its messages get their new keys (as `_enter` would find it)."""
+        node `src`'s outgoing link), then new heap entries for the outgoing links whose least key moved."""
         w = self._w
         seq, ins, outs = w._seq, self._in, self._out
         n_out = len(out)
         latest = self.latest
-        bt = _INF
-        bs = -1
         for f in out:  # n_out: len(out); n_in: its receiver's link
             f.rem -= f.rate * (now - f.tupd)
             f.tupd = now
@@ -225,9 +220,7 @@ class FairLinks(SharedLinks):
             f.tfin = t = now + (rem if rem > 0.0 else 0.0) / rate
             if t > latest:
                 latest = t
-            f.sq = s = seq()
-            if t < bt:  # keys are fresh and increasing: the first least time has the least key
-                bt, bs = t, s
+            f.sq = seq()
         n_in = len(inn)
         k = n_out
         others: Optional[list[int]] = None  # other outgoing links with messages on `inn`
@@ -249,15 +242,10 @@ class FairLinks(SharedLinks):
                 others = [snode]
             elif snode not in others:
                 others.append(snode)
-        w._dropped += k  # each message rescheduled is one event (as one heap entry per message would be)
-        if out:  # `_enter(src, out)`, its least key known
-            key = self._key
-            if src in key:
-                self._stale += 1
-            key[src] = bs
-            w._dropped -= 1  # this entry will count itself when popped or swept
-            heapq.heappush(w._heap, (bt, bs, self._fin, (src, bs)))
         self.latest = latest
+        w._dropped += k  # each message rescheduled is one event (as one heap entry per message would be)
+        if out:
+            self._enter(src, out)
         if others is not None:
             for node in others:
                 self._enter(node, outs[node])
