@@ -3,12 +3,20 @@ Open MPI's pipeline, the tuned rules' picks, and `--baseline best`."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
 from adaptcoll.simulate import cli
-from adaptcoll.simulate.lockstep import BASELINES, NotModelled, ompi_tuned_choice
+from adaptcoll.simulate.lockstep import (
+    BASELINES,
+    NotModelled,
+    baseline_names,
+    check_applicable,
+    estimated_messages,
+    ompi_tuned_choice,
+)
 from adaptcoll.simulate.noise_setup import parse_noise
 from adaptcoll.simulate.params import CostParams
 from adaptcoll.simulate.programs import Job
@@ -248,8 +256,6 @@ def test_estimated_messages_cover_what_each_baseline_sends(collective):
     ranks unawares): the estimate is at least half of what the baseline really sends, and at most four
     times it plus p log p (trees are estimated at p log p); 64 ranks x 1 and x 8, 40 x 4, messages of 64
     KiB and 1 MiB; mpich_smp's phases are each MPICH's own choice, a ring's ~p^2 included."""
-    from adaptcoll.simulate.lockstep import baseline_names, check_applicable, estimated_messages
-
     P = CostParams()
     checked = 0
     off = []
@@ -261,8 +267,6 @@ def test_estimated_messages_cover_what_each_baseline_sends(collective):
                     check_applicable(name, collective, size, job.count, rpn)
                 except ValueError:
                     continue
-                import dataclasses
-
                 stats = run_once(job, dataclasses.replace(P, ranks_per_node=rpn), name)[0]
                 estimate = estimated_messages(name, collective, size, job.count, rpn)
                 if not stats.messages <= 2 * estimate or not estimate <= 4 * stats.messages + size * 6:
