@@ -1,11 +1,10 @@
 """K trees of fanout K under noise: does a shallower forest give a fast Bcast pipeline slack? (issue 37)
 
-Writes, for `--ranks` n, a schedule file (adaptcoll.schedule/1, run as `forest:FILE`) of K spanning trees
-from root 0: tree j's interior ranks are those with (r - 1) % K == j, laid out as a complete K-ary heap
-with every other rank as a leaf, so each rank is interior in one tree at most and sends 1/K of the data
-to at most K children (bandwidth-optimal, as two_tree is for K = 2), at depth about log_K(n) instead of
-log_2(n). Each one's quiet time and median under noise (same seed, so the same detours for every shape)
-is printed next to two_tree's and a lock-step baseline's, with the compiled engine's CPU costs:
+Runs the tree kind `multi_tree:fanout=K` (adaptcoll.plans.trees: K trees of fanout K from the root, each
+rank interior in one at most, so bandwidth-optimal as two_tree is for K = 2, at depth about log_K(n);
+K is the count nearest the fanout for which that balance exists). Each one's quiet time and median under
+noise (same seed, so the same detours for every shape) is printed next to two_tree's and a lock-step
+baseline's, with the compiled engine's CPU costs:
 
     ADAPTCOLL_ENGINE=compiled python bench/studies/k_trees.py --ranks 256 --k 3,5,15 --segment 32K --samples 9
 """
@@ -13,44 +12,15 @@ is printed next to two_tree's and a lock-step baseline's, with the compiled engi
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import tempfile
-from pathlib import Path
 
+from adaptcoll.plans.trees import multi_tree_count
 from adaptcoll.runtime import settings
 from adaptcoll.runtime.settings import parse_size
 from adaptcoll.simulate.noise_setup import parse_noise
 from adaptcoll.simulate.params import load_params
 from adaptcoll.simulate.programs import Job
 from adaptcoll.simulate.run import run_once
-
-
-def k_trees(n: int, k: int) -> list[list[list[int]]]:
-    """Children lists of the K trees (see the module docstring); root 0 feeds each tree's first rank."""
-    trees = []
-    for j in range(k):
-        order = [r for r in range(1, n) if (r - 1) % k == j] + [r for r in range(1, n) if (r - 1) % k != j]
-        children: list[list[int]] = [[] for _ in range(n)]
-        children[0].append(order[0])
-        for pos, rank in enumerate(order):
-            children[rank] = [order[c] for c in range(k * pos + 1, k * pos + k + 1) if c < len(order)]
-        trees.append(children)
-    return trees
-
-
-def write(path: Path, n: int, k: int) -> float:
-    """Write the schedule file; returns the largest share of the message one rank sends (1.0: balanced)."""
-    trees = k_trees(n, k)
-    doc = {
-        "format": "adaptcoll.schedule/1",
-        "collective": "bcast",
-        "ranks": n,
-        "topology": f"flat, {k} trees of fanout {k}",
-        "forests": [{"root": 0, "trees": [{"weight": 1.0, "children": c} for c in trees]}],
-    }
-    path.write_text(json.dumps(doc))
-    return max(sum(len(t[r]) for t in trees) / k for r in range(n))
 
 
 def main() -> None:
@@ -83,12 +53,9 @@ def main() -> None:
 
     show(f"lock-step {args.baseline}", base_q, base_n)
     show("two_tree", *times(Job("bcast", args.ranks, size, seg, "two_tree", cfg)))
-    with tempfile.TemporaryDirectory() as tmp:
-        for k in (int(t) for t in args.k.split(",")):
-            path = Path(tmp) / f"k{k}.json"
-            load = write(path, args.ranks, k)
-            label = f"{k} trees" + (f" (max load {load:.2f})" if load > 1.0 + 1e-9 else "")
-            show(label, *times(Job("bcast", args.ranks, size, seg, f"forest:{path}", cfg)))
+    for k in (int(t) for t in args.k.split(",")):
+        label = f"{multi_tree_count(args.ranks, k)} trees (fanout={k})"
+        show(label, *times(Job("bcast", args.ranks, size, seg, f"multi_tree:fanout={k}", cfg)))
 
 
 if __name__ == "__main__":
