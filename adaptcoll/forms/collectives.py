@@ -88,16 +88,17 @@ def start(name: str, decision: decide.Decision, comm: MPI.Intracomm, blocking: b
         decision.run()
         _record(name, decision.native_reason)
         return _FINISHED
-    eng = engine()
-    with eng.lock:
-        operation = comm_state(comm).submit(decision.start)
+    now = decision.start_now
+    operation = now() if now is not None else None  # the compiled path's start (None: it must queue)
+    if operation is None:
+        operation = comm_state(comm).submit(decision.start)  # under the engine lock
     _record(
         name, decision.native_reason, decision.config.label if decision.config is not None else None, decision.engine
     )
     if decision.note is not None:
         counters.note(name, decision.note)
     if decision.error is not None:
-        eng.wait_for(lambda: operation.done)
+        engine().wait_for(lambda: operation.done)
         raise decision.error
     return operation
 

@@ -60,10 +60,14 @@ class Request:
     def Wait(self, status: Optional[MPI.Status] = None) -> bool:
         """Progress until the operation has completed; returns True like mpi4py's Request.Wait.
         Raises the operation's error if it failed."""
-        engine().wait_operation(self._op, self._finished)
+        if not self._finished():
+            engine().wait_operation(self._op, self._finished)
         self._reported = True
-        _fill(status)
-        _raise_failed([self])
+        if status is not None:
+            _fill(status)
+        error = self._failure()
+        if error is not None:
+            raise error
         return True
 
     def Get_status(self, status: Optional[MPI.Status] = None) -> bool:

@@ -508,8 +508,7 @@ class CompiledEngine:
         """Track the running operation `h` (started by `start`, or left running by ac_call_run)."""
         self.ops[h] = (operation, on_done, call)
         if operation is not None:
-            operation.cancel = functools.partial(self.lib.ac_op_abort, h)
-            operation.handle = h
+            operation.handle = h  # the engine's _fail aborts it while it runs (`abort`)
 
     def wait(self, h: int) -> tuple[Optional[Finished], bool]:
         """Wait in C for the running operation `h` (ac_op_wait; call with the engine lock held, while `h`
@@ -568,6 +567,11 @@ class CompiledEngine:
 
     def release(self, h: int) -> None:
         self.lib.ac_op_release(h)
+
+    def abort(self, h: int) -> None:
+        """Stop the running operation `h` (its receives cancelled, nothing more written to its buffers):
+        the engine's `_fail` calls it for an operation that failed while it runs here."""
+        self.lib.ac_op_abort(h)
 
     def error(self, h: int, operation: Any) -> BaseException:
         """The error of the failed operation `h` (as MessageSizeError, MemoryError or MPI.Exception)."""
