@@ -17,7 +17,8 @@ time (> 1: faster than native's best).
 `--candidate "topo:inner=two_tree,intra=binomial@64K@32"`. With `ADAPTCOLL_ENGINE=compiled` in the
 environment the rule column is the compiled engine's rule (pair it with a compiled engine's parameters,
 `--params bench/results/simulate/params_scale_compiled.json`). `--noise "100Hz x 250us" --samples 3`
-adds, per configuration, the median of the draws under that noise (`noisy_s`).
+adds, per configuration, the median of the draws under that noise (`rule_noisy_s` for the rule,
+`noisy_s` for the candidates, `best_noisy_s` for the best baseline under noise).
 """
 
 from __future__ import annotations
@@ -95,6 +96,11 @@ def row(
     choice = prepare(base_job, per_node).choice
     rule_s = _time(base_job, params, "adaptcoll", args.seed) if choice.serve else best_s
     rule_label = choice.label() if choice.serve else "native"
+    rule_noisy = None
+    if noise is not None:
+        rule_noisy = (
+            _time(base_job, params, "adaptcoll", args.seed, noise, args.samples) if choice.serve else noisy_best
+        )
     cands: dict[str, float] = {}
     noisy: dict[str, float] = {}
     for label, algorithm, seg, roots in _candidates(args):
@@ -117,7 +123,9 @@ def row(
     if only is not None:
         out["baselines"] = only
     if noise is not None:
-        out.update(noise=args.noise, samples=args.samples, best_noisy_s=noisy_best, noisy_s=noisy)
+        out.update(
+            noise=args.noise, samples=args.samples, best_noisy_s=noisy_best, rule_noisy_s=rule_noisy, noisy_s=noisy
+        )
     return out
 
 

@@ -17,7 +17,7 @@ class Operation:
     with `error` set, which whoever waits on it raises. `info` is the engine's description of it.
     """
 
-    __slots__ = ("done", "keep", "on_done", "error", "info", "cancel", "handle")
+    __slots__ = ("done", "keep", "on_done", "error", "info", "handle")
 
     def __init__(self, keep: Any = None) -> None:
         self.done = False
@@ -25,12 +25,9 @@ class Operation:
         self.on_done: Optional[Callable[[], None]] = None
         self.error: Optional[BaseException] = None
         self.info: Any = None
-        self.cancel: Optional[Callable[[], None]] = None
-        """Stops work the Python engine does not see when the operation fails (a compiled operation's
-        requests, adaptcoll.runtime.compiled); called by the engine's `_fail`."""
         self.handle = 0
-        """The compiled engine's handle of this operation while it runs there (0: none); lets a waiter
-        wait for it in C (Engine.wait_operation)."""
+        """The compiled engine's handle of this operation once it runs there (0: none); lets a waiter wait
+        for it in C (Engine.wait_operation), and the engine's `_fail` stop its requests there."""
 
     def complete(self) -> None:
         """Called by the protocol when this rank's part is finished."""

@@ -357,14 +357,10 @@ class Engine:
         written into its buffers any more) and, if `notify`, tell the other ranks of its communicator."""
         if not owner.fail(error):
             return
-        cancel = getattr(owner, "cancel", None)
-        if cancel is not None:
-            cancel()
-        else:
-            h = getattr(owner, "handle", 0)
-            comp = self.compiled
-            if h and comp is not None and h in comp.ops:  # running in C: stop its requests there
-                comp.abort(h)
+        h = getattr(owner, "handle", 0)
+        comp = self.compiled
+        if h and comp is not None and h in comp.ops:  # running in C: stop its requests there
+            comp.abort(h)
         reqs, entries = self._reqs, self._entries
         for i, entry in enumerate(entries):
             if entry[2] is owner:
