@@ -134,6 +134,38 @@ MEASURED_COMPILED = [
     (2, "", "allreduce", SHIPPED, {4 * M: 1.73, 8 * M: 2.09, 16 * M: 1.98, 32 * M: 1.86, 64 * M: 3.11}),
     (2, "", "allreduce", SHIPPED, {4 * M: 1.64, 8 * M: 1.83, 16 * M: 2.02, 32 * M: 1.84, 64 * M: 3.19}),
     (2, "", "allreduce", SHIPPED, {4 * M: 1.53, 8 * M: 1.84, 16 * M: 1.95, 32 * M: 1.72, 64 * M: 3.0}),
+    # 2 ranks, 2026-11-28: Allreduce with binomial 128K uncapped and 512K x 4, three launches of bench/sweep.py
+    # (bench/results/rule_2ranks_compiled_128k/)
+    (
+        2,
+        "",
+        "allreduce",
+        BINOMIAL_128K,
+        {64 * K: 0.99, 128 * K: 0.95, 256 * K: 2.50, 512 * K: 1.32, M: 1.18, 2 * M: 1.23},
+    ),
+    (2, "", "allreduce", BINOMIAL_128K, {4 * M: 1.39, 8 * M: 1.47, 16 * M: 1.63, 32 * M: 2.87, 64 * M: 2.98}),
+    (
+        2,
+        "",
+        "allreduce",
+        BINOMIAL_128K,
+        {64 * K: 1.30, 128 * K: 0.95, 256 * K: 2.48, 512 * K: 1.37, M: 1.32, 2 * M: 1.24},
+    ),
+    (2, "", "allreduce", BINOMIAL_128K, {4 * M: 1.37, 8 * M: 1.49, 16 * M: 1.56, 32 * M: 2.88, 64 * M: 2.89}),
+    (
+        2,
+        "",
+        "allreduce",
+        BINOMIAL_128K,
+        {64 * K: 1.33, 128 * K: 0.97, 256 * K: 2.78, 512 * K: 1.24, M: 1.23, 2 * M: 1.21},
+    ),
+    (2, "", "allreduce", BINOMIAL_128K, {4 * M: 1.31, 8 * M: 1.50, 16 * M: 1.52, 32 * M: 2.71, 64 * M: 2.64}),
+    (2, "", "allreduce", SHIPPED, {64 * K: 0.95, 128 * K: 0.87, 256 * K: 1.93, 512 * K: 0.97, M: 1.40, 2 * M: 1.43}),
+    (2, "", "allreduce", SHIPPED, {4 * M: 1.58, 8 * M: 1.68, 16 * M: 1.75, 32 * M: 2.96, 64 * M: 2.83}),
+    (2, "", "allreduce", SHIPPED, {64 * K: 1.25, 128 * K: 0.89, 256 * K: 1.74, 512 * K: 0.93, M: 1.45, 2 * M: 1.42}),
+    (2, "", "allreduce", SHIPPED, {4 * M: 1.51, 8 * M: 1.68, 16 * M: 1.75, 32 * M: 3.08, 64 * M: 2.92}),
+    (2, "", "allreduce", SHIPPED, {64 * K: 1.28, 128 * K: 0.93, 256 * K: 1.89, 512 * K: 0.95, M: 1.45, 2 * M: 1.37}),
+    (2, "", "allreduce", SHIPPED, {4 * M: 1.55, 8 * M: 1.68, 16 * M: 1.71, 32 * M: 3.08, 64 * M: 3.26}),
     # 2 ranks, Open MPI 5.0.11 against tuned, three launches with every size served (2026-11-27)
     (2, OPEN_MPI, "allreduce", SHIPPED, {M: 1.31, 2 * M: 1.41, 4 * M: 1.51, 8 * M: 1.4, 16 * M: 1.52, 64 * M: 2.77}),
     (2, OPEN_MPI, "allreduce", SHIPPED, {M: 1.14, 2 * M: 1.04, 4 * M: 1.13, 8 * M: 1.26, 16 * M: 1.48, 64 * M: 2.63}),
@@ -259,7 +291,8 @@ def test_the_compiled_rule_serves_what_was_measured_with_the_compiled_engine():
     assert _choice("reduce", 2, 1.0, 64 * K, compiled=True) == SHIPPED  # Python engine: from 4M
     assert _choice("reduce", 2, 1.0, 64 * K) is None
     assert _choice("allreduce", 2, 1.0, M, compiled=True) == SHIPPED
-    assert _choice("allreduce", 2, 1.0, 512 * K, compiled=True) is None
+    assert _choice("allreduce", 2, 1.0, 512 * K, compiled=True) == BINOMIAL_128K  # 2026-11-28: from 256K
+    assert _choice("allreduce", 2, 1.0, 128 * K, compiled=True) is None
     assert "compiled engine" in defaults.describe(16, 1.0, compiled=True)
 
 

@@ -201,13 +201,20 @@ Open MPI, where the Python engine's choices tied (0.96-1.15); 1M still loses (0.
 4M with 128K won six of seven launches (1.39-1.58) but tied one (0.98, native's own Reduce 4145 us
 instead of 4570-6343): native as before, from 8M the pipeline (1.36, 1.69-1.92 at 16M)."""
 _MANY_OPEN_MPI_COMPILED: _Rule = {**_MANY_OPEN_MPI, "allreduce": _MANY_COMPILED["allreduce"]}
-_TWO_COMPILED: _Rule = {**_TWO, "reduce": ((64 * K, SHIPPED),), "allreduce": ((1 * M, SHIPPED),)}
+_TWO_COMPILED: _Rule = {
+    **_TWO,
+    "reduce": ((64 * K, SHIPPED),),
+    "allreduce": ((256 * K, BINOMIAL_128K), (1 * M, SHIPPED)),
+}
 """2 ranks (MPICH), compiled engine, once a served call costs a few microseconds over MPI's own (the
 2-core machine, 2026-11-27, three launches of `bench/sweep.py --ranks 2`, every size served, 64K-64M):
 Reduce won at every size in every launch (64K 1.39-1.89, 512K 1.45-2.45, 1M 1.23-2.53), where the
-Python engine's fixed cost had kept it native below 4M; Allreduce won from 1M (1.51-1.65) and lost
-or tied below (512K 0.90-1.04, 64K-256K 0.78-1.01): native there. Bcast stays native (served
-0.60-0.90 at 128K-4M in the check's speed table)."""
+Python engine's fixed cost had kept it native below 4M; Allreduce with 512K x 4 won from 1M (1.51-1.65)
+and lost or tied below (512K 0.90-1.04: one segment, nothing overlaps). Binomial 128K uncapped (two
+segments per root at 512K, the fold of one overlapping the transfer of the next; 2026-11-28, three
+launches, bench/results/rule_2ranks_compiled_128k/): 256K 2.48-2.78, 512K 1.24-1.37, 1M 1.18-1.32
+(512K x 4 1.40-1.45 there), 128K 0.95-0.97: Allreduce from 256K with it, from 1M with 512K x 4. Bcast
+stays native (served 0.60-0.90 at 128K-4M in the check's speed table)."""
 
 _TWO_OPEN_MPI_COMPILED: _Rule = {**_TWO_OPEN_MPI, "allreduce": ((4 * M, SHIPPED),)}
 """2 ranks under Open MPI 5, compiled engine (this machine, 2026-11-27, three launches of `bench/sweep.py
