@@ -14,7 +14,12 @@ from mpi4py import MPI
 import adaptcoll
 from adaptcoll.runtime.engine import engine
 
-SMALL_SEGMENTS = dict(native_below=0, bcast_segment_size="1K", reduce_segment_size="1K", allreduce_segment_size="1K")
+SMALL_SEGMENTS = dict(
+    native_below=0, bcast_segment_size="1K", reduce_segment_size="1K", allreduce_segment_size="1K", max_segments=4
+)
+"""Served, 1 KiB segments, at most 4 per message: N=1000 and N=2000 doubles are both 4 segments, so a
+count that differs across ranks fails one operation and the communicator stays in step (the rule's own
+cap varies with its bands; the out-of-step case below sets no cap)."""
 
 
 def _outcome(fn) -> str:
@@ -123,7 +128,7 @@ def test_segment_counts_that_differ_put_the_communicator_out_of_step_on_every_ra
     comm = adaptcoll.Intracomm(world).Dup()
     rank, size = world.Get_rank(), world.Get_size()
     n = 1000 if rank == 0 else 2000  # 8 vs 16 segments of 1 KiB with no cap
-    with adaptcoll.configured(max_segments=0, **SMALL_SEGMENTS):
+    with adaptcoll.configured(**{**SMALL_SEGMENTS, "max_segments": 0}):
         comm.Allreduce(np.ones(10), np.zeros(10))
         got = _outcome(lambda: comm.Allreduce(np.ones(n), np.zeros(n)))
         assert got == "completed" or got.startswith("raised MessageSizeError: adaptcoll Allreduce"), got
