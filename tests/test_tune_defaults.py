@@ -508,6 +508,7 @@ SCALE_CASES = (
     "512+ ranks",
     "512+ ranks, several per node",
     "8K+ ranks",
+    "8K+ ranks, several per node",
 )
 
 
@@ -579,7 +580,14 @@ def test_every_point_the_compiled_scale_rule_serves_was_simulated_with_its_confi
         assert _choice("allreduce", ranks, 1.0, 4 * M, compiled=True) == TWO_TREE_32K
         assert _choice("allreduce", ranks, 1.0, M, compiled=True) is None
         assert _choice("allreduce", ranks, 1.0, 4 * M) is None and _choice("bcast", ranks, 1.0, M) is None
-        assert _choice("bcast", ranks, 1.0, 16 * M, per_node=32, compiled=True) is None  # not simulated there
+    # 8K+ ranks on nodes of several ranks (simulated at 16K x 32): served with the compiled engine from 16M /
+    # 4M / 4M; the Python engine's rule keeps Bcast native below 64M and Allreduce native
+    assert _choice("bcast", 16384, 1.0, 16 * M, per_node=32, compiled=True) == NODE_TREES_64K
+    assert _choice("reduce", 16384, 1.0, 4 * M, per_node=32, compiled=True) == TWO_TREE_32K
+    assert _choice("allreduce", 16384, 1.0, 4 * M, per_node=32, compiled=True) == TWO_TREE_32K
+    assert _choice("bcast", 16384, 1.0, M, per_node=32, compiled=True) is None  # not simulated there
+    assert _choice("bcast", 16384, 1.0, 16 * M, per_node=32) is None
+    assert _choice("allreduce", 16384, 1.0, 4 * M, per_node=32) is None
 
 
 def test_nodes_whose_ranks_are_not_consecutive_keep_only_the_trees_that_follow_the_nodes():
@@ -597,14 +605,15 @@ def test_nodes_whose_ranks_are_not_consecutive_keep_only_the_trees_that_follow_t
     assert not facts_from(records([7, 9, 7, 9]), "MPICH").in_rank_order
     assert facts_from(records([7, 8, 9]), "MPICH").in_rank_order  # one rank per node
     assert facts_from(records([7, 7, 7, 7]), "MPICH").in_rank_order
-    for ranks, per_node in ((32, 8), (256, 32), (1024, 32)):
+    for ranks, per_node in ((32, 8), (256, 32), (1024, 32), (16384, 32)):
         nodes = ranks // per_node
         for compiled in (False, True):
             for coll in ("reduce", "allreduce"):
                 bands = default_bands(coll, ranks, 1.0, "", nodes, per_node, compiled, in_rank_order=False)
                 assert not any(b.serve for b in bands), (ranks, per_node, compiled, coll)
         bcast = default_bands("bcast", ranks, 1.0, "", nodes, per_node, True, in_rank_order=False)
-        assert [b.config for b in bcast if b.serve] == [NODE_TREES_32K, NODE_TREES_64K]
+        topo_pair = [NODE_TREES_32K, NODE_TREES_64K] if ranks < 8192 else [NODE_TREES_64K]
+        assert [b.config for b in bcast if b.serve] == topo_pair
         assert default_bands("reduce", ranks, 1.0, "", nodes, per_node, True)[1].serve  # in rank order: served
     for ranks, nodes, per_node in ((64, 64, 1), (16, 1, 16), (1024, 1024, 1)):
         assert default_bands("reduce", ranks, 1.0, "", nodes, per_node, True, False) == default_bands(

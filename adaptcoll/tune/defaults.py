@@ -223,7 +223,12 @@ launch (1M 1.14-1.31, 2M 1.03-1.41 too close, 4M 1.11-1.51, 16M 1.44-1.52): serv
 16M; Reduce still lost at every size but 16M (0.69-0.88; 16M 1.00-1.09) and Bcast at most sizes
 (0.49-0.85 below 4M, 8M 0.77-0.79): native."""
 
-PLACED_IN_ORDER = ("3-63 ranks, several nodes", "64+ ranks, several per node", "512+ ranks, several per node")
+PLACED_IN_ORDER = (
+    "3-63 ranks, several nodes",
+    "64+ ranks, several per node",
+    "512+ ranks, several per node",
+    "8K+ ranks, several per node",
+)
 """Cases simulated with each node's ranks consecutive (mpirun's default block placement): there the flat
 trees' subtrees, which cover consecutive ranks, keep most edges inside a node. Where the ranks of a node
 are not consecutive (`--map-by node`, a split communicator), these cases serve only the bands whose
@@ -314,6 +319,20 @@ wide1_64k_*.json; at 64K, and for Bcast 16M, only the baselines that were the be
 shrank with scale: 1.21 at 1K, 1.13 at 4K); from 64M (Bcast) and 16M (Reduce) the Python engine's
 configuration."""
 
+_HUGE_PACKED_COMPILED: _Rule = {
+    "bcast": ((16 * M, NODE_TREES_64K),),
+    "reduce": ((4 * M, TWO_TREE_32K),),
+    "allreduce": ((4 * M, TWO_TREE_32K),),
+}
+"""8K ranks and more on nodes of several ranks, compiled engine (simulated at 16K ranks x 32 per node,
+packed16k_*.json, against binomial, scatter + allgather, reduce-scatter + gather, Rabenseifner, Open
+MPI's tuned and HAN and MPICH's SMP algorithms, those under the 4M-message estimate; best lock-step /
+adaptcoll): the topo pair's Bcast 64K 3.77 at 16M (MPICH's SMP Bcast 8.02 ms), Reduce 32K 2.73 at 4M
+(reduce-scatter + gather), Allreduce (one root) 32K 1.75 at 4M (Rabenseifner).
+Smaller sizes, other ranks per node and 64K ranks were not simulated there: the 1K-rank rows of these
+configurations won at 8, 32 and 64 per node, and the one-per-node rows moved by 2-6 % between 16K and
+64K ranks. From 32M the same configurations (the Python engine's rule: two_tree 256K from 64M / 16M)."""
+
 COMPILED_CASES: dict[str, _Rule] = {
     "2 ranks": _TWO_COMPILED,
     "2 ranks, Open MPI": _TWO_OPEN_MPI_COMPILED,
@@ -328,6 +347,7 @@ COMPILED_CASES: dict[str, _Rule] = {
     "512+ ranks": _WIDE_COMPILED,
     "512+ ranks, several per node": _WIDE_PACKED_COMPILED,
     "8K+ ranks": _HUGE_COMPILED,
+    "8K+ ranks, several per node": _HUGE_PACKED_COMPILED,
 }
 """Cases whose bands differ when every rank runs the compiled progress path (CommFacts.compiled: agreed
 in the communicator's tuning exchange, so every rank applies the same rule); the others keep the bands
