@@ -153,45 +153,41 @@ def _compiled_starts(
         comp = _ready(st, call, links[0])
         ran.extend((comp, comp.lib.ac_call_run, call.handle, comp.lib.ac_call_start))
 
-    def start_now() -> Optional[Operation]:
-        with lock:
-            if st._step_running or st._steps or st._queued or _current().trace:
-                return None
-            if not ran:
-                bind()
-            for load in fill:
-                load()
-            tag_base = st.take_tag_base(ntags, space)
-            operation = Operation(keep)
-            if transport.settled:  # numbered as `begin` numbers it, without the checks that cannot apply
-                seq = transport.number((operation, nseg))
-                operation.info = OpInfo(collective, root, seq, shape, transport, tag_base)
-                numbered = True
-            else:
-                numbered = transport.begin(operation, collective, root, shape, tag_base)  # False: failed at once
-            if numbered:
-                h = ran[3](ran[2], tag_base)
-                if not h:
-                    raise MemoryError("adaptcoll: out of memory starting a compiled operation")
-                on_done = operation.complete if finish is None else _completion(operation, finish)
-                ran[0].ops[h] = (operation, on_done, call)
-                operation.handle = h
-                st._live.append((ntags, operation))
-                st._live_tags += ntags
-            return operation
-
-    def start() -> Operation:
-        if _current().trace:
-            return python_start()
+    def launch() -> Operation:
+        """Fresh tags, the operation numbered and started in C, its tags tracked (engine lock held)."""
         if not ran:
             bind()
         for load in fill:
             load()
         tag_base = st.take_tag_base(ntags, space)
         operation = Operation(keep)
-        if transport.begin(operation, collective, root, shape, tag_base):  # numbered (else failed at once)
-            ran[0].start(call, tag_base, space, 0, operation, _completion(operation, finish))
-        return st.track_tags(ntags, operation)
+        if transport.settled:  # numbered as `begin` numbers it, without the checks that cannot apply
+            seq = transport.number((operation, nseg))
+            operation.info = OpInfo(collective, root, seq, shape, transport, tag_base)
+            numbered = True
+        else:
+            numbered = transport.begin(operation, collective, root, shape, tag_base)  # False: failed at once
+        if numbered:
+            h = ran[3](ran[2], tag_base)
+            if not h:
+                raise MemoryError("adaptcoll: out of memory starting a compiled operation")
+            on_done = operation.complete if finish is None else _completion(operation, finish)
+            ran[0].ops[h] = (operation, on_done, call)
+            operation.handle = h
+            st._live.append((ntags, operation))
+            st._live_tags += ntags
+        return operation
+
+    def start_now() -> Optional[Operation]:
+        with lock:
+            if st._step_running or st._steps or st._queued or _current().trace:
+                return None
+            return launch()
+
+    def start() -> Operation:
+        if _current().trace:
+            return python_start()
+        return launch()
 
     def run_blocking() -> None:
         with lock:
