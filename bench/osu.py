@@ -705,6 +705,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
                     file=sys.stderr,
                     flush=True,
                 )
+            world.Barrier()  # the message is out before any rank exits (a rank's exit aborts the job)
             return 2
     impls: list[Impl] = []
     for s in specs:
