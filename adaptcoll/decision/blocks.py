@@ -98,8 +98,8 @@ def _prepare(
     def start_one(ctx: OpContext, link: Link, done: _Callback) -> None:
         run(ctx, done)
 
-    starts = _started(st, make_links, keep, base, start_one, name, None, loads, stores)
-    return Prepared(starts.start, error, config=call)
+    started, _ = _started(st, make_links, keep, base, start_one, name, None, loads, stores)
+    return Prepared(started, error, config=call)
 
 
 # -- allgather ------------------------------------------------------------------------------------

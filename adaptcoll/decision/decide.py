@@ -63,7 +63,6 @@ from ..tune.config import CallConfig
 from ..tune.policy import CommTuning
 from . import node as shm_decide
 from . import ops
-from .starts import Starts
 from .starts import started as _started
 
 __all__ = [
@@ -103,9 +102,6 @@ class Prepared:
     run_blocking: Optional[Callable[[], None]] = None
     """A served call's start and wait in one, for the blocking forms (the compiled path: one call into C
     starts it and sweeps until it is done); None: they use start() and wait."""
-    start_now: Optional[Callable[[], Optional[Operation]]] = None
-    """The nonblocking and persistent forms' start on the compiled path (takes the engine lock; returns
-    None when the call must queue behind the communicator's set-up: submit `start` then)."""
 
 
 Decision = Union[Prepared, Native]
@@ -245,25 +241,6 @@ def _engine_name(call: Optional[compiled.CompiledCall]) -> str:
     return "python" if call is None else "compiled"
 
 
-def _prepared(
-    starts: Starts,
-    error: Optional[BaseException],
-    note: Optional[str],
-    call: CallConfig,
-    fast: Optional[compiled.CompiledCall],
-) -> Prepared:
-    """The Prepared of a tree call started by `starts` (its compiled forms where `fast` is a CompiledCall)."""
-    return Prepared(
-        starts.start,
-        error,
-        note=note,
-        config=call,
-        engine=_engine_name(fast),
-        run_blocking=starts.run_blocking,
-        start_now=starts.start_now,
-    )
-
-
 def _node_level(
     st: CommState, algorithm: str, on_device: bool, blocking: bool, prepare: Callable[[shm.NodeLevel], Any]
 ) -> tuple[Optional[Callable[[], Operation]], Optional[str], str]:
@@ -332,8 +309,8 @@ def bcast(comm: MPI.Intracomm, buf: Any, root: Any, blocking: bool = False) -> D
         Bcast(ctx, link.parent, link.children, data, link.segs, done).start()
 
     fast = _compiled_call(compiled.BCAST, data, None, base, on_device)
-    starts = _started(st, make_links, buf, base, start_one, "Bcast", root, loads, stores, fast)
-    return _prepared(starts, msg.error, note, call, fast)
+    started_trees, run = _started(st, make_links, buf, base, start_one, "Bcast", root, loads, stores, fast)
+    return Prepared(started_trees, msg.error, note=note, config=call, engine=_engine_name(fast), run_blocking=run)
 
 
 # -- reduce ---------------------------------------------------------------------------------------
@@ -422,8 +399,10 @@ def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, root: Any, 
     fast = (
         None if rop.user_fold is not None else _compiled_call(compiled.REDUCE, local, target, base, on_device, rop.name)
     )
-    starts = _started(st, make_links, (sendbuf, recvbuf), base, start_one, "Reduce", root, loads, stores, fast)
-    return _prepared(starts, error, note, call, fast)
+    started_trees, run = _started(
+        st, make_links, (sendbuf, recvbuf), base, start_one, "Reduce", root, loads, stores, fast
+    )
+    return Prepared(started_trees, error, note=note, config=call, engine=_engine_name(fast), run_blocking=run)
 
 
 def _root_target(
@@ -561,8 +540,10 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, blocking
     fast = None
     if by_blocks is None and rop.user_fold is None:
         fast = _compiled_call(compiled.ALLREDUCE, local, result, base, on_device, rop.name)
-    starts = _started(st, make_links, (sendbuf, recvbuf), base, start_one, "Allreduce", None, loads, [rmsg.store], fast)
-    return _prepared(starts, error, note, call, fast)
+    started_trees, run = _started(
+        st, make_links, (sendbuf, recvbuf), base, start_one, "Allreduce", None, loads, [rmsg.store], fast
+    )
+    return Prepared(started_trees, error, note=note, config=call, engine=_engine_name(fast), run_blocking=run)
 
 
 def _block_shape(

@@ -9,7 +9,7 @@ are made only if it is still running or failed.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, Optional
+from typing import Any, Optional
 
 from ..plans.dealing import Link
 from ..plans.segments import SegmentPlan
@@ -21,25 +21,13 @@ from ..runtime.engine import OpInfo, engine
 from ..state.comm_state import CommState
 from ..trace.attach import traced
 
-__all__ = ["Starts", "started"]
+__all__ = ["started"]
 
 _Callback = Callable[[], None]
 _current = settings.current
 _ST_DONE = compiled.ST_DONE
 _ST_FAILED = compiled.ST_FAILED
 _NOTICE = compiled.NOTICE
-
-
-class Starts(NamedTuple):
-    """How a prepared call starts (see `started`)."""
-
-    start: Callable[[], Operation]
-    """Fresh tags, the operation numbered and started; the communicator's set-up queue calls it."""
-    run_blocking: Optional[Callable[[], None]] = None
-    """The blocking forms' start and wait in one (compiled path only), raising the operation's error."""
-    start_now: Optional[Callable[[], Optional[Operation]]] = None
-    """The nonblocking and persistent forms' start on the compiled path, taking the engine lock itself:
-    None when the call must go through the set-up queue instead (CommState.submit(start))."""
 
 
 def started(
@@ -53,10 +41,10 @@ def started(
     loads: Sequence[Optional[_Callback]] = (),
     stores: Sequence[Optional[_Callback]] = (),
     compiled_call: Optional[compiled.CompiledCall] = None,
-) -> Starts:
-    """How a prepared call starts (`Starts`). `start()`: fresh tags, one protocol per tree link, tags
-    tracked; `run_blocking()` and `start_now()` (compiled path only, else None): start and wait in one,
-    raising the operation's error; start outside the set-up queue when nothing queues.
+) -> tuple[Callable[[], Operation], Optional[Callable[[], None]]]:
+    """(start, run_blocking) of a prepared call. `start()`: fresh tags, one protocol per tree link, tags
+    tracked; `run_blocking()` (compiled path only, else None): start and wait in one, raising the
+    operation's error.
 
     The tree links are made at the first start (a `topo` tree needs the communicator's set-up, which
     every start waits for, see CommState.submit). `loads` fill scratch arrays from the user's buffers
@@ -89,7 +77,7 @@ def started(
         return st.track(plan, operation)
 
     if compiled_call is None:
-        return Starts(start)
+        return start, None
     return _compiled_starts(st, compiled_call, links, make_links, keep, shape, fill, finish, collective, root, start)
 
 
@@ -127,15 +115,13 @@ def _compiled_starts(
     collective: str,
     root: Optional[int],
     python_start: Callable[[], Operation],
-) -> Starts:
-    """(start, run_blocking, start_now) of a call on the compiled path. `start()` takes the tags, numbers the
+) -> tuple[Callable[[], Operation], Callable[[], None]]:
+    """(start, run_blocking) of a call on the compiled path. `start()` takes the tags, numbers the
     operation and starts it with one call into C (ac_call_start); a traced call runs the Python
     protocols instead (`python_start`). `run_blocking()` is the blocking forms' start-and-wait (see the
     module docstring): if the call is still running after RUN_BUDGET seconds of idle sweeps in C, it
     becomes an ordinary started operation that the Python engine's loop waits for; a call that must
-    queue behind its communicator's set-up, or that is traced, takes the ordinary start() and wait.
-    `start_now()` is start() for the nonblocking and persistent forms without the set-up queue's
-    wrapping (None when the call must queue or is traced: the caller submits start() instead)."""
+    queue behind its communicator's set-up, or that is traced, takes the ordinary start() and wait."""
     eng = engine()
     lock = eng.lock
     transport = st.transport
@@ -145,49 +131,26 @@ def _compiled_starts(
     finished.info = OpInfo(collective, root, 0, shape, transport)
     finished.complete()
     placeholder = (finished, nseg)
-    ran: list[Any] = []  # [the compiled engine, ac_call_run, the call's C handle, ac_call_start] once bound
+    ran: list[Any] = []  # [the compiled engine, ac_call_run, the call's C handle] once bound
 
     def bind() -> None:
         if not links:
             links.append(make_links())
         comp = _ready(st, call, links[0])
-        ran.extend((comp, comp.lib.ac_call_run, call.handle, comp.lib.ac_call_start))
+        ran.extend((comp, comp.lib.ac_call_run, call.handle))
 
-    def launch() -> Operation:
-        """Fresh tags, the operation numbered and started in C, its tags tracked (engine lock held)."""
+    def start() -> Operation:
+        if _current().trace:
+            return python_start()
         if not ran:
             bind()
         for load in fill:
             load()
         tag_base = st.take_tag_base(ntags, space)
         operation = Operation(keep)
-        if transport.settled:  # numbered as `begin` numbers it, without the checks that cannot apply
-            seq = transport.number((operation, nseg))
-            operation.info = OpInfo(collective, root, seq, shape, transport, tag_base)
-            numbered = True
-        else:
-            numbered = transport.begin(operation, collective, root, shape, tag_base)  # False: failed at once
-        if numbered:
-            h = ran[3](ran[2], tag_base)
-            if not h:
-                raise MemoryError("adaptcoll: out of memory starting a compiled operation")
-            on_done = operation.complete if finish is None else _completion(operation, finish)
-            ran[0].ops[h] = (operation, on_done, call)
-            operation.handle = h
-            st._live.append((ntags, operation))
-            st._live_tags += ntags
-        return operation
-
-    def start_now() -> Optional[Operation]:
-        with lock:
-            if st._step_running or st._steps or st._queued or _current().trace:
-                return None
-            return launch()
-
-    def start() -> Operation:
-        if _current().trace:
-            return python_start()
-        return launch()
+        if transport.begin(operation, collective, root, shape, tag_base):  # numbered (else failed at once)
+            ran[0].start(call, tag_base, space, 0, operation, _completion(operation, finish))
+        return st.track_tags(ntags, operation)
 
     def run_blocking() -> None:
         with lock:
@@ -218,7 +181,7 @@ def _compiled_starts(
         if operation.error is not None:
             raise operation.error
 
-    return Starts(start, run_blocking, start_now)
+    return start, run_blocking
 
 
 def _unfinished(

@@ -88,10 +88,7 @@ def start(name: str, decision: decide.Decision, comm: MPI.Intracomm, blocking: b
         decision.run()
         _record(name, decision.native_reason)
         return _FINISHED
-    now = decision.start_now
-    operation = now() if now is not None else None  # the compiled path's start (None: it must queue)
-    if operation is None:
-        operation = comm_state(comm).submit(decision.start)  # under the engine lock
+    operation = comm_state(comm).submit(decision.start)  # takes the engine lock itself
     _record(
         name, decision.native_reason, decision.config.label if decision.config is not None else None, decision.engine
     )

@@ -42,15 +42,10 @@ class Prequest(Request):
     """A persistent adaptcoll collective: Start(), then Test()/Wait() (or Request.Waitall), any number
     of times; Free() when done. Inactive (never started, or completed) requests test as complete."""
 
-    __slots__ = ("_start", "_keep", "_error", "_comm", "_now")
+    __slots__ = ("_start", "_keep", "_error", "_comm")
 
     def __init__(
-        self,
-        start: Starter,
-        keep: Any = None,
-        error: Optional[BaseException] = None,
-        comm: Any = None,
-        now: Optional[Callable[[], Optional[Operation]]] = None,
+        self, start: Starter, keep: Any = None, error: Optional[BaseException] = None, comm: Any = None
     ) -> None:
         super().__init__(_idle())
         self._reported = True  # inactive until started
@@ -58,22 +53,19 @@ class Prequest(Request):
         self._keep = keep
         self._error = error
         self._comm = comm  # for the concurrent-collective check of Start()
-        self._now = now  # the compiled path's start without the set-up queue (Prepared.start_now)
 
     def _finished(self) -> bool:
         return self._op.done
 
     def Start(self) -> None:
         """Begin one more run of the collective (the previous one must have completed)."""
-        if not self._op.done:
-            raise RuntimeError("Start() on an active persistent request (Wait for it first)")
         if self._start is None:
             raise ValueError("Start() on a freed persistent request")
+        if not self._finished():
+            raise RuntimeError("Start() on an active persistent request (Wait for it first)")
         key = enter(self._comm, "Start") if self._comm is not None else None
         try:
-            now = self._now
-            op = now() if now is not None else None
-            self._op = op if op is not None else self._start()  # CommState.submit: under the engine lock
+            self._op = self._start()  # CommState.submit: under the engine lock
         finally:
             leave(key)
         self._reported = False
@@ -149,11 +141,7 @@ def _prequest(
     if decision.note is not None:
         counters.note(name, decision.note)
     return Prequest(
-        functools.partial(comm_state(comm).submit, decision.start),
-        keep=keep,
-        error=decision.error,
-        comm=comm,
-        now=decision.start_now,
+        functools.partial(comm_state(comm).submit, decision.start), keep=keep, error=decision.error, comm=comm
     )
 
 

@@ -63,11 +63,8 @@ class Request:
         if not self._finished():
             engine().wait_operation(self._op, self._finished)
         self._reported = True
-        if status is not None:
-            _fill(status)
-        error = self._failure()
-        if error is not None:
-            raise error
+        _fill(status)
+        _raise_failed([self])
         return True
 
     def Get_status(self, status: Optional[MPI.Status] = None) -> bool:

@@ -301,16 +301,7 @@ class Engine:
                 if h in comp.ops and not self._reqs and not self._watches:
                     found, notice = comp.wait(h)
                     if found is not None:
-                        if found[1] == 0 and found[3] is None:  # done, C freed it: complete it here
-                            previous, self.owner = self.owner, operation
-                            try:
-                                found[2]()
-                            except Exception as exc:
-                                self._fail(operation, exc)
-                            finally:
-                                self.owner = previous
-                        else:
-                            self._finish_compiled(comp, [found])
+                        self._finish_compiled(comp, [found])
                     if notice:
                         info = getattr(operation, "info", None)
                         if isinstance(info, OpInfo):
@@ -601,9 +592,9 @@ class MPITransport:
         return not (self._votes or self._early or self._broken is not None)
 
     def number(self, finished: tuple[Any, int]) -> int:
-        """The compiled path's numbering (adaptcoll.decision.starts), only while `settled`: the next
-        number, with `finished` (the operation, or for the blocking path an already-finished
-        placeholder, and its segment count) remembered under it. Engine lock held."""
+        """The blocking compiled path's numbering (adaptcoll.decision.starts), only while `settled`: the
+        next number, with `finished` (an already-finished placeholder operation, its segment count)
+        remembered under it. Engine lock held."""
         seq = self._seq = self._seq + 1
         ops = self._ops
         ops[seq] = finished
