@@ -99,7 +99,7 @@ def _prepare(
         run(ctx, done)
 
     started, _ = _started(st, make_links, keep, base, start_one, name, None, loads, stores)
-    return Prepared(started, error, config=call)
+    return Prepared(started, error, config=call, state=st)
 
 
 # -- allgather ------------------------------------------------------------------------------------

@@ -102,6 +102,9 @@ class Prepared:
     run_blocking: Optional[Callable[[], None]] = None
     """A served call's start and wait in one, for the blocking forms (the compiled path: one call into C
     starts it and sweeps until it is done); None: they use start() and wait."""
+    state: Optional[CommState] = None
+    """The communicator's state whose set-up queue `start` goes through (CommState.submit), so a start
+    need not look it up (an MPI attribute lookup); None: look it up."""
 
 
 Decision = Union[Prepared, Native]
@@ -297,7 +300,7 @@ def bcast(comm: MPI.Intracomm, buf: Any, root: Any, blocking: bool = False) -> D
         lambda lv: shm_decide.bcast(st, lv, call.algorithm, data, root, buf, (loads, stores)),
     )
     if started is not None:
-        return Prepared(started, msg.error, config=call)
+        return Prepared(started, msg.error, config=call, state=st)
     segment = max(itemsize, call.segment_size // itemsize * itemsize)
     shape = st.plan_shape(nbytes, 1, segment, max_segments=call.max_segments)
     base = OpContext(transport, backend, shape, call.send_window, call.recv_window, call.sync_sends)
@@ -310,7 +313,9 @@ def bcast(comm: MPI.Intracomm, buf: Any, root: Any, blocking: bool = False) -> D
 
     fast = _compiled_call(compiled.BCAST, data, None, base, on_device)
     started_trees, run = _started(st, make_links, buf, base, start_one, "Bcast", root, loads, stores, fast)
-    return Prepared(started_trees, msg.error, note=note, config=call, engine=_engine_name(fast), run_blocking=run)
+    return Prepared(
+        started_trees, msg.error, note=note, config=call, engine=_engine_name(fast), run_blocking=run, state=st
+    )
 
 
 # -- reduce ---------------------------------------------------------------------------------------
@@ -372,7 +377,7 @@ def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, root: Any, 
         ),
     )
     if started is not None:
-        return Prepared(started, error, config=call)
+        return Prepared(started, error, config=call, state=st)
     dtype = msg.array.dtype
     shape = st.plan_shape(msg.count, dtype.itemsize, call.segment_size, max_segments=call.max_segments)
 
@@ -402,7 +407,7 @@ def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, root: Any, 
     started_trees, run = _started(
         st, make_links, (sendbuf, recvbuf), base, start_one, "Reduce", root, loads, stores, fast
     )
-    return Prepared(started_trees, error, note=note, config=call, engine=_engine_name(fast), run_blocking=run)
+    return Prepared(started_trees, error, note=note, config=call, engine=_engine_name(fast), run_blocking=run, state=st)
 
 
 def _root_target(
@@ -500,7 +505,7 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, blocking
         ),
     )
     if started is not None:
-        return Prepared(started, error, config=call)
+        return Prepared(started, error, config=call, state=st)
     rank = comm.Get_rank()
     dtype = rmsg.array.dtype
     if by_blocks is not None:
@@ -543,7 +548,7 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, blocking
     started_trees, run = _started(
         st, make_links, (sendbuf, recvbuf), base, start_one, "Allreduce", None, loads, [rmsg.store], fast
     )
-    return Prepared(started_trees, error, note=note, config=call, engine=_engine_name(fast), run_blocking=run)
+    return Prepared(started_trees, error, note=note, config=call, engine=_engine_name(fast), run_blocking=run, state=st)
 
 
 def _block_shape(

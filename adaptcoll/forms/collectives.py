@@ -88,7 +88,10 @@ def start(name: str, decision: decide.Decision, comm: MPI.Intracomm, blocking: b
         decision.run()
         _record(name, decision.native_reason)
         return _FINISHED
-    operation = comm_state(comm).submit(decision.start)  # takes the engine lock itself
+    st = decision.state
+    if st is None:
+        st = comm_state(comm)
+    operation = st.submit(decision.start)  # takes the engine lock itself
     _record(
         name, decision.native_reason, decision.config.label if decision.config is not None else None, decision.engine
     )

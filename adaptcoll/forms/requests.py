@@ -63,8 +63,11 @@ class Request:
         if not self._finished():
             engine().wait_operation(self._op, self._finished)
         self._reported = True
-        _fill(status)
-        _raise_failed([self])
+        if status is not None:
+            _fill(status)
+        error = self._failure()
+        if error is not None:
+            raise error
         return True
 
     def Get_status(self, status: Optional[MPI.Status] = None) -> bool:

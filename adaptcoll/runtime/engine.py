@@ -616,18 +616,18 @@ class MPITransport:
         if self._votes:
             self._await_votes(seq)
         self._seq = seq
-        info = OpInfo(collective, root, seq, plan, self, tag_base)
-        operation.info = info
-        early = self._early.pop(seq, None)
-        if early is not None:  # failed on another rank already: fails here too, raised by its waiter
-            self._ops[seq] = (operation, plan.nseg)
-            self._learned(seq)
-            operation.fail(early)
-            return False
-        broken = self._broken
-        if broken is not None and seq >= broken[0]:
-            operation.fail(MessageSizeError(self._broken_text(collective, broken[1])))
-            return False
+        operation.info = OpInfo(collective, root, seq, plan, self, tag_base)
+        if self._early or self._broken is not None:  # rare: another rank reported a failure
+            early = self._early.pop(seq, None)
+            if early is not None:  # failed on another rank already: fails here too, raised by its waiter
+                self._ops[seq] = (operation, plan.nseg)
+                self._learned(seq)
+                operation.fail(early)
+                return False
+            broken = self._broken
+            if broken is not None and seq >= broken[0]:
+                operation.fail(MessageSizeError(self._broken_text(collective, broken[1])))
+                return False
         ops = self._ops
         ops[seq] = (operation, plan.nseg)
         if len(ops) > self.RECENT + 64:

@@ -154,6 +154,7 @@ class CommState:
         self.size = comm.Get_size()
         # bound to the private duplicate once its Idup completes (_bind); operations start only then
         self.transport = MPITransport(None, engine(), comm.Get_name(), self.size, self.rank)
+        self._lock = engine().lock  # the engine's, held while operations start (submit)
         self.tag_space = self.transport.notice_tag  # tags 0..TAG_UB-1: TAG_UB carries error notices
         self.next_tag = 0
         self._pools: dict[np.dtype, SegmentPool] = {}
@@ -220,8 +221,8 @@ class CommState:
     def submit(self, start: Starter) -> Operation:
         """Start an operation now if the set-up is complete, else queue it (in call order) and return an
         Operation that completes with it."""
-        with engine().lock:
-            if self.ready and not self._queued:
+        with self._lock:
+            if not (self._step_running or self._steps or self._queued):  # ready, nothing queued
                 return start()
             proxy = Operation()
             self._queued.append((start, proxy))
@@ -292,9 +293,11 @@ class CommState:
 
     def take_tag_base(self, need: int, tag_space: int) -> int:
         """take_tags for `need` tags of `tag_space`, returning only the tag base (no plan is made)."""
-        if self._live:
-            self._reclaim()
-            while self._live and self._live_tags + need > tag_space:
+        live = self._live
+        if live:
+            if live[0][1].done:
+                self._reclaim()
+            while live and self._live_tags + need > tag_space:
                 oldest = self._live[0][1]
                 engine().wait_for(_done_check(oldest))
                 self._reclaim()
