@@ -126,11 +126,10 @@ def _compiled_starts(
     lock = eng.lock
     transport = st.transport
     space = shape.tag_space
-    ntags, nseg = shape.ntags, shape.nseg
+    ntags = shape.ntags
     finished = Operation()  # what the transport remembers of a run that finished in C (for late notices)
     finished.info = OpInfo(collective, root, 0, shape, transport)
     finished.complete()
-    placeholder = (finished, nseg)
     ran: list[Any] = []  # [the compiled engine, ac_call_run, the call's C handle] once bound
 
     def bind() -> None:
@@ -162,7 +161,7 @@ def _compiled_starts(
                 for load in fill:
                     load()
                 tag_base = st.take_tag_base(ntags, space)
-                seq = transport.number(placeholder)
+                seq = transport.number(finished)
                 state = ran[1](ran[2], tag_base)
                 notice = state >= _NOTICE  # an error notice waits: received once this call is registered
                 if notice:
@@ -207,7 +206,7 @@ def _unfinished(
     operation = Operation(keep)
     transport = st.transport
     operation.info = OpInfo(collective, root, seq, shape, transport, tag_base)
-    transport.remember(seq, operation, shape.nseg)
+    transport.remember(seq, operation)
     if state == _ST_FAILED:
         error = comp.error(handle, operation)
         comp.release(handle)

@@ -530,7 +530,7 @@ class MPITransport:
         self._reqs = eng._reqs
         self._entries = eng._entries
         self._seq = 0
-        self._ops: dict[int, tuple[Any, int]] = {}  # recent operations: seq -> (operation, its segment count)
+        self._ops: dict[int, Any] = {}  # recent operations: seq -> operation (its info.plan: the segment count)
         self._oldest = 1  # the lowest number in _ops (numbers start at 1 and are never skipped)
         self._early: dict[int, BaseException] = {}  # failures reported for operations not started here yet
         self._votes: dict[int, dict[int, int]] = {}  # failed operations: seq -> {rank: its segment count}
@@ -591,10 +591,10 @@ class MPITransport:
         may be used (else the ordinary `begin` must decide)."""
         return not (self._votes or self._early or self._broken is not None)
 
-    def number(self, finished: tuple[Any, int]) -> int:
+    def number(self, finished: Any) -> int:
         """The blocking compiled path's numbering (adaptcoll.decision.starts), only while `settled`: the
-        next number, with `finished` (an already-finished placeholder operation, its segment count)
-        remembered under it. Engine lock held."""
+        next number, with `finished` (an already-finished placeholder operation, its `info` describing the
+        call) remembered under it. Engine lock held."""
         seq = self._seq = self._seq + 1
         ops = self._ops
         ops[seq] = finished
@@ -602,9 +602,9 @@ class MPITransport:
             self._trim()
         return seq
 
-    def remember(self, seq: int, operation: Any, nseg: int) -> None:
+    def remember(self, seq: int, operation: Any) -> None:
         """Remember `operation` as #seq (replacing a placeholder `number` put there)."""
-        self._ops[seq] = (operation, nseg)
+        self._ops[seq] = operation
 
     def begin(
         self, operation: Any, collective: str, root: Optional[int], plan: Any, tag_base: Optional[int] = None
@@ -620,7 +620,7 @@ class MPITransport:
         if self._early or self._broken is not None:  # rare: another rank reported a failure
             early = self._early.pop(seq, None)
             if early is not None:  # failed on another rank already: fails here too, raised by its waiter
-                self._ops[seq] = (operation, plan.nseg)
+                self._ops[seq] = operation
                 self._learned(seq)
                 operation.fail(early)
                 return False
@@ -629,7 +629,7 @@ class MPITransport:
                 operation.fail(MessageSizeError(self._broken_text(collective, broken[1])))
                 return False
         ops = self._ops
-        ops[seq] = (operation, plan.nseg)
+        ops[seq] = operation
         if len(ops) > self.RECENT + 64:
             self._trim()
         return True
@@ -642,7 +642,7 @@ class MPITransport:
         oldest = self._oldest
         for _ in range(64):
             found = ops.get(oldest)
-            if found is None or not found[0].done:
+            if found is None or not found.done:
                 break
             del ops[oldest]
             oldest += 1
@@ -679,8 +679,8 @@ class MPITransport:
             return  # voted already, or votes when it starts #seq
         self._voted.add(seq)
         found = self._ops.get(seq)
-        nseg = found[1] if found is not None else -1
-        collective = found[0].info.collective if found is not None else ""
+        nseg = found.info.plan.nseg if found is not None else -1
+        collective = found.info.collective if found is not None else ""
         self._vote(seq, self.rank, nseg)
         self._send_notice(_SEP.join(("count", str(seq), str(nseg), collective, "")))
 
@@ -742,7 +742,7 @@ class MPITransport:
                 self._learned(seq)
             return
         self._learned(seq)
-        self._engine._fail(found[0], error, notify=False)
+        self._engine._fail(found, error, notify=False)
 
     def _break(self, first: int, why: str) -> None:
         """Mark operations #first on unusable (the ranks' tag sequences are out of step) and fail those
@@ -752,7 +752,7 @@ class MPITransport:
         self._broken = (first, why)
         for seq in [k for k in self._votes if k >= first - 1]:
             del self._votes[seq]
-        for seq, (operation, _) in list(self._ops.items()):
+        for seq, operation in list(self._ops.items()):
             if seq >= first and not operation.done:
                 error = MessageSizeError(self._broken_text(operation.info.collective, why))
                 self._engine._fail(operation, error, notify=False)
