@@ -82,6 +82,14 @@ def test_impl_parsing():
             osu.parse_impl(bad)
 
 
+def test_native_may_repeat_for_an_aa_check():
+    specs = osu.numbered_repeats([osu.parse_impl(t) for t in ("native", "adaptcoll", "native", "native")])
+    assert [s.label for s in specs] == ["native", "adaptcoll", "native#2", "native#3"]
+    assert [s.kind for s in specs] == ["native", "adaptcoll", "native", "native"]
+    with pytest.raises(ValueError, match="only native may repeat"):
+        osu.numbered_repeats([osu.parse_impl("adaptcoll"), osu.parse_impl("adaptcoll")])
+
+
 def test_collectives_skew_and_rank_lists():
     assert osu.parse_collectives("bcast, IREDUCE,bcast") == ["bcast", "ireduce"]
     with pytest.raises(ValueError):
