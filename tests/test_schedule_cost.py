@@ -120,6 +120,26 @@ def test_choice_keeps_a_fixed_shape_unless_the_forest_is_clearly_better() -> Non
     assert c.chosen.fixed and c.chosen.estimate.binds == "cpu"
 
 
+def test_allreduce_choice_offers_the_one_rooted_fixed_shapes() -> None:
+    """The compiled rule runs Allreduce's trees from one root: the choice weighs that form of each fixed
+    shape beside the library's default (one root per rank), and writes a chosen one as one forest."""
+    d = shapes.nic_nodes(8, 4, nics=2)
+    c = choose(d, "allreduce", 0, 4 << 20, segments=(256 << 10,), trees=(2,), fanouts=(2,))
+    names = [x.name for x in c.candidates if x.fixed]
+    assert "two_tree" in names and "two_tree (one root)" in names
+    one = next(x for x in c.candidates if x.name == "two_tree (one root)")
+    every = next(x for x in c.candidates if x.name == "two_tree")
+    assert set(one.roots) == {0} and len(one.trees) == 2
+    assert len(set(every.roots)) > 1
+    best = min(c.candidates, key=lambda x: x.estimate.total_s)
+    if c.chosen.name == "two_tree (one root)":
+        assert [f.root for f in c.schedule("allreduce", 0, d).forests] == [0]
+    assert c.chosen.estimate.total_s <= best.estimate.total_s / 0.97
+    # with the library set to one root already, no second copy
+    again = choose(d, "allreduce", 0, 4 << 20, segments=(256 << 10,), trees=(2,), fanouts=(2,), allreduce_roots=1)
+    assert not any("(one root)" in x.name for x in again.candidates)
+
+
 def test_choice_packs_once_per_tree_count(monkeypatch: pytest.MonkeyPatch) -> None:
     """The packing ignores the fanouts: the choice packs once per K and still offers what it found."""
     from adaptcoll.schedule import synthesize as synth_mod

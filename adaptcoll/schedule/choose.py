@@ -203,6 +203,10 @@ def choose(
         got_shape = fixed_trees(d, shape, root, collective, allreduce_roots, most)
         if got_shape is not None:
             found.append(_best(net, shape, True, got_shape[0], got_shape[1], collective, size, segments, cpu))
+        if collective == "allreduce" and allreduce_roots != 1:  # what the compiled rule runs: one root
+            one = fixed_trees(d, shape, root, collective, 1, most)
+            if one is not None:
+                found.append(_best(net, f"{shape} (one root)", True, one[0], one[1], collective, size, segments, cpu))
     seen: set[tuple[int, int, int]] = set()
     made: set[tuple[tuple[float, Children], ...]] = set()  # the packing ignores the fanouts: one of each
     packed: dict[tuple[int, str, int], Weighted] = {}  # and is made once per K
