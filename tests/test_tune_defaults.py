@@ -12,6 +12,7 @@ import pytest
 from adaptcoll.runtime.settings import parse_size
 from adaptcoll.tune import defaults
 from adaptcoll.tune.defaults import (
+    BINOMIAL_64K,
     BINOMIAL_128K,
     FINE,
     NODE_TREES_32K,
@@ -160,6 +161,11 @@ MEASURED_COMPILED = [
         {64 * K: 1.33, 128 * K: 0.97, 256 * K: 2.78, 512 * K: 1.24, M: 1.23, 2 * M: 1.21},
     ),
     (2, "", "allreduce", BINOMIAL_128K, {4 * M: 1.31, 8 * M: 1.50, 16 * M: 1.52, 32 * M: 2.71, 64 * M: 2.64}),
+    # 2 ranks, 2026-11-28, one buffer pair for all implementations: binomial 64K uncapped, three launches
+    # (bench/results/rule_2ranks_shared/ar_small.json)
+    (2, "", "allreduce", BINOMIAL_64K, {32 * K: 0.80, 64 * K: 1.54, 128 * K: 1.17, 256 * K: 2.21}),
+    (2, "", "allreduce", BINOMIAL_64K, {32 * K: 0.80, 64 * K: 1.53, 128 * K: 1.19, 256 * K: 2.25}),
+    (2, "", "allreduce", BINOMIAL_64K, {32 * K: 0.77, 64 * K: 1.48, 128 * K: 1.17, 256 * K: 2.17}),
     (2, "", "allreduce", SHIPPED, {64 * K: 0.95, 128 * K: 0.87, 256 * K: 1.93, 512 * K: 0.97, M: 1.40, 2 * M: 1.43}),
     (2, "", "allreduce", SHIPPED, {4 * M: 1.58, 8 * M: 1.68, 16 * M: 1.75, 32 * M: 2.96, 64 * M: 2.83}),
     (2, "", "allreduce", SHIPPED, {64 * K: 1.25, 128 * K: 0.89, 256 * K: 1.74, 512 * K: 0.93, M: 1.45, 2 * M: 1.42}),
@@ -292,7 +298,9 @@ def test_the_compiled_rule_serves_what_was_measured_with_the_compiled_engine():
     assert _choice("reduce", 2, 1.0, 64 * K) is None
     assert _choice("allreduce", 2, 1.0, M, compiled=True) == SHIPPED
     assert _choice("allreduce", 2, 1.0, 512 * K, compiled=True) == BINOMIAL_128K  # 2026-11-28: from 256K
-    assert _choice("allreduce", 2, 1.0, 128 * K, compiled=True) is None
+    assert _choice("allreduce", 2, 1.0, 128 * K, compiled=True) == BINOMIAL_64K  # 2026-11-28: from 64K
+    assert _choice("allreduce", 2, 1.0, 64 * K, compiled=True) == BINOMIAL_64K
+    assert _choice("allreduce", 2, 1.0, 32 * K, compiled=True) is None
     assert "compiled engine" in defaults.describe(16, 1.0, compiled=True)
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "TWO_TREE",
     "TREE_128K",
     "BINOMIAL_128K",
+    "BINOMIAL_64K",
     "TWO_TREE_16K",
     "TWO_TREE_32K",
     "TWO_TREE_64K",
@@ -187,6 +188,10 @@ BINOMIAL_128K = ServeConfig("binomial", 128 * K, 0, 0)
 """binomial trees, 128K segments, no cap: the compiled engine's pipeline at one node (a segment costs
 about 1 us of CPU there instead of about 9, so small segments pay)."""
 
+BINOMIAL_64K = ServeConfig("binomial", 64 * K, 0, 0)
+"""binomial trees, 64K segments, no cap: 2 ranks' Allreduce of 64K-255K with the compiled engine (the fold
+of one segment overlaps the transfer of the next from 128K)."""
+
 _FOUR_COMPILED: _Rule = {**_FOUR, "reduce": ((8 * M, PIPELINE),)}
 """3-4 ranks with the compiled progress path on every rank (4 ranks on the 16-core node, 2026-11-27, one
 launch, bench/results/device_2026-11-27/compiled): the pipeline's Reduce 4M tied or lost (0.99 served at
@@ -204,7 +209,7 @@ _MANY_OPEN_MPI_COMPILED: _Rule = {**_MANY_OPEN_MPI, "allreduce": _MANY_COMPILED[
 _TWO_COMPILED: _Rule = {
     **_TWO,
     "reduce": ((64 * K, SHIPPED),),
-    "allreduce": ((256 * K, BINOMIAL_128K), (1 * M, SHIPPED)),
+    "allreduce": ((64 * K, BINOMIAL_64K), (256 * K, BINOMIAL_128K), (1 * M, SHIPPED)),
 }
 """2 ranks (MPICH), compiled engine, once a served call costs a few microseconds over MPI's own (the
 2-core machine, 2026-11-27, three launches of `bench/sweep.py --ranks 2`, every size served, 64K-64M):
@@ -213,8 +218,11 @@ Python engine's fixed cost had kept it native below 4M; Allreduce with 512K x 4 
 and lost or tied below (512K 0.90-1.04: one segment, nothing overlaps). Binomial 128K uncapped (two
 segments per root at 512K, the fold of one overlapping the transfer of the next; 2026-11-28, three
 launches, bench/results/rule_2ranks_compiled_128k/): 256K 2.48-2.78, 512K 1.24-1.37, 1M 1.18-1.32
-(512K x 4 1.40-1.45 there), 128K 0.95-0.97: Allreduce from 256K with it, from 1M with 512K x 4. Bcast
-stays native (served 0.60-0.90 at 128K-4M in the check's speed table)."""
+(512K x 4 1.40-1.45 there), 128K 0.95-0.97: Allreduce from 256K with it, from 1M with 512K x 4.
+Binomial 64K uncapped (2026-11-28, three launches with one buffer pair for all implementations,
+bench/results/rule_2ranks_shared/ar_small.json): 64K 1.48-1.54, 128K 1.17-1.19 (128K segments 0.90-0.91
+there), 32K 0.77-0.80: from 64K with it. Bcast stays native (served 0.60-0.95 at every size, one message
+with nothing to pipeline)."""
 
 _TWO_OPEN_MPI_COMPILED: _Rule = {**_TWO_OPEN_MPI, "allreduce": ((4 * M, SHIPPED),)}
 """2 ranks under Open MPI 5, compiled engine (this machine, 2026-11-27, three launches of `bench/sweep.py
