@@ -332,15 +332,15 @@ _HUGE_PACKED_COMPILED: _Rule = {
     "reduce": ((4 * M, TWO_TREE_32K),),
     "allreduce": ((4 * M, TWO_TREE_32K),),
 }
-"""8K ranks and more on nodes of several ranks, compiled engine (simulated at 16K ranks x 32 and x 8 per
-node, packed16k_*.json and packed16k8_*.json, against binomial, scatter + allgather, reduce-scatter +
-gather, Rabenseifner, Open MPI's tuned and HAN and MPICH's SMP algorithms, those under the 4M-message
-estimate; best lock-step / adaptcoll, x 32 / x 8): the topo pair's Bcast 64K 3.77 / 7.2 at 16M,
-Reduce 32K 2.73 / 2.72 at 4M (reduce-scatter + gather), Allreduce (one root) 32K 1.75 / 1.73 at 4M
-(Rabenseifner). Smaller sizes, 64 per node and 64K ranks were not simulated there: the 1K-rank rows of
-these configurations won at 8, 32 and 64 per node, and the one-per-node rows moved by 2-6 % between
-16K and 64K ranks. From 32M the same configurations (the Python engine's rule: two_tree 256K from 64M
-/ 16M)."""
+"""8K ranks and more on nodes of several ranks, compiled engine (simulated at 16K ranks x 32, x 8 and x 64
+per node, packed16k_*.json, packed16k8_*.json and packed16k64_*.json, against binomial, scatter +
+allgather, reduce-scatter + gather, Rabenseifner, Open MPI's tuned and HAN and MPICH's SMP algorithms,
+those under the 4M-message estimate; best lock-step / adaptcoll, x 32 / x 8 / x 64): the topo pair's
+Bcast 64K 3.77 / 7.2 / 3.48 at 16M, Reduce 32K 2.73 / 2.72 / 2.77 at 4M (reduce-scatter + gather),
+Allreduce (one root) 32K 1.75 / 1.73 / 1.75 at 4M (Rabenseifner). Smaller sizes and 64K ranks were not
+simulated there: the 1K-rank rows of these configurations won at 8, 32 and 64 per node, and the
+one-per-node rows moved by 2-6 % between 16K and 64K ranks. From 32M the same configurations (the
+Python engine's rule: two_tree 256K from 64M / 16M)."""
 
 COMPILED_CASES: dict[str, _Rule] = {
     "2 ranks": _TWO_COMPILED,
