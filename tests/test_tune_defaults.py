@@ -161,6 +161,11 @@ MEASURED_COMPILED = [
         {64 * K: 1.33, 128 * K: 0.97, 256 * K: 2.78, 512 * K: 1.24, M: 1.23, 2 * M: 1.21},
     ),
     (2, "", "allreduce", BINOMIAL_128K, {4 * M: 1.31, 8 * M: 1.50, 16 * M: 1.52, 32 * M: 2.71, 64 * M: 2.64}),
+    # 2 ranks, 2026-11-28, one buffer pair for all implementations: Reduce below 64K, three launches
+    # (bench/results/rule_2ranks_shared/red_small.json)
+    (2, "", "reduce", SHIPPED, {8 * K: 0.68, 16 * K: 1.29, 32 * K: 1.36, 64 * K: 1.59}),
+    (2, "", "reduce", SHIPPED, {8 * K: 0.62, 16 * K: 1.16, 32 * K: 1.06, 64 * K: 1.16}),
+    (2, "", "reduce", SHIPPED, {8 * K: 0.61, 16 * K: 1.18, 32 * K: 1.06, 64 * K: 1.14}),
     # 2 ranks, 2026-11-28, one buffer pair for all implementations: binomial 64K uncapped, three launches
     # (bench/results/rule_2ranks_shared/ar_small.json)
     (2, "", "allreduce", BINOMIAL_64K, {32 * K: 0.80, 64 * K: 1.54, 128 * K: 1.17, 256 * K: 2.21}),
@@ -295,6 +300,8 @@ def test_the_compiled_rule_serves_what_was_measured_with_the_compiled_engine():
     assert _choice("allreduce", 16, 1.0, M, compiled=True) is None
     assert _choice("bcast", 2, 1.0, 16 * M, compiled=True) == _choice("bcast", 2, 1.0, 16 * M)
     assert _choice("reduce", 2, 1.0, 64 * K, compiled=True) == SHIPPED  # Python engine: from 4M
+    assert _choice("reduce", 2, 1.0, 16 * K, compiled=True) == SHIPPED  # 2026-11-28: from 16K
+    assert _choice("reduce", 2, 1.0, 8 * K, compiled=True) is None
     assert _choice("reduce", 2, 1.0, 64 * K) is None
     assert _choice("allreduce", 2, 1.0, M, compiled=True) == SHIPPED
     assert _choice("allreduce", 2, 1.0, 512 * K, compiled=True) == BINOMIAL_128K  # 2026-11-28: from 256K

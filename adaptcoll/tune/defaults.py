@@ -208,7 +208,7 @@ instead of 4570-6343): native as before, from 8M the pipeline (1.36, 1.69-1.92 a
 _MANY_OPEN_MPI_COMPILED: _Rule = {**_MANY_OPEN_MPI, "allreduce": _MANY_COMPILED["allreduce"]}
 _TWO_COMPILED: _Rule = {
     **_TWO,
-    "reduce": ((64 * K, SHIPPED),),
+    "reduce": ((16 * K, SHIPPED),),
     "allreduce": ((64 * K, BINOMIAL_64K), (256 * K, BINOMIAL_128K), (1 * M, SHIPPED)),
 }
 """2 ranks (MPICH), compiled engine, once a served call costs a few microseconds over MPI's own (the
@@ -221,8 +221,9 @@ launches, bench/results/rule_2ranks_compiled_128k/): 256K 2.48-2.78, 512K 1.24-1
 (512K x 4 1.40-1.45 there), 128K 0.95-0.97: Allreduce from 256K with it, from 1M with 512K x 4.
 Binomial 64K uncapped (2026-11-28, three launches with one buffer pair for all implementations,
 bench/results/rule_2ranks_shared/ar_small.json): 64K 1.48-1.54, 128K 1.17-1.19 (128K segments 0.90-0.91
-there), 32K 0.77-0.80: from 64K with it. Bcast stays native (served 0.60-0.95 at every size, one message
-with nothing to pipeline)."""
+there), 32K 0.77-0.80: from 64K with it. Reduce below 64K, the same launches' setting
+(bench/results/rule_2ranks_shared/red_small.json): 16K 1.16-1.29, 32K 1.06-1.36, 8K 0.61-0.68: from 16K.
+Bcast stays native (served 0.60-0.95 at every size, one message with nothing to pipeline)."""
 
 _TWO_OPEN_MPI_COMPILED: _Rule = {**_TWO_OPEN_MPI, "allreduce": ((4 * M, SHIPPED),)}
 """2 ranks under Open MPI 5, compiled engine (this machine, 2026-11-27, three launches of `bench/sweep.py
