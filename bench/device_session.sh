@@ -89,20 +89,20 @@ first)
   for launch in 1 2; do
     step osu16_mpich_l$launch 70 "${MPICH[@]}" mpiexec -n 16 -bind-to core python3 bench/osu.py -c bcast,reduce,allreduce \
       --sizes 1M,4M,16M,64M --budget 0.4 --min-iterations 6 --seed 1 --quiet --impl native --impl adaptcoll \
-      --json "$OUT/osu16_mpich_l$launch.json"
+      --impl native --json "$OUT/osu16_mpich_l$launch.json"  # native#2: an A/A check
   done
   step osu16_ompi_l1 70 "${OMPI[@]}" mpiexec -n 16 --bind-to core python3 bench/osu.py -c bcast,reduce,allreduce \
     --sizes 1M,4M,16M,64M --budget 0.4 --min-iterations 6 --seed 1 --quiet --impl native --impl adaptcoll \
-    --json "$OUT/osu16_ompi_l1.json"
+    --impl native --json "$OUT/osu16_ompi_l1.json"
   step check_quick_16ranks 60 "${MPICH[@]}" mpiexec -n 16 -bind-to core python3 -m adaptcoll.check --quick \
     --json "$OUT/check_quick_16ranks.json"
   ;;
 cpu16)
-  osu16() {  # osu16 NAME RANKS launcher...
+  osu16() {  # osu16 NAME RANKS launcher...: native#2 is an A/A check (MPI against itself: the spread to beat)
     local name=$1 n=$2; shift 2
     step "$name" 75 "$@" mpiexec -n "$n" -bind-to core python3 bench/osu.py -c bcast,reduce,allreduce \
       --sizes 64K,1M,4M,16M,64M --budget 0.5 --min-iterations 8 --seed 1 --quiet --impl native \
-      --impl adaptcoll --json "$OUT/$name.json"
+      --impl adaptcoll --impl native --json "$OUT/$name.json"
   }
   osu16 osu16_mpich_l1 16 "${MPICH[@]}"
   osu16 osu8_mpich_l1 8 "${MPICH[@]}"
@@ -111,7 +111,7 @@ cpu16)
   osu16 osu16_mpich_l3 16 "${MPICH[@]}"
   step osu16_ompi_l1 75 "${OMPI[@]}" mpiexec -n 16 --bind-to core python3 bench/osu.py -c bcast,reduce,allreduce \
     --sizes 64K,1M,4M,16M,64M --budget 0.5 --min-iterations 8 --seed 1 --quiet --impl native --impl adaptcoll \
-    --json "$OUT/osu16_ompi_l1.json"
+    --impl native --json "$OUT/osu16_ompi_l1.json"
   step check_quick_16ranks 60 "${MPICH[@]}" mpiexec -n 16 -bind-to core python3 -m adaptcoll.check --quick \
     --json "$OUT/check_quick_16ranks.json"
   ;;
