@@ -12,6 +12,7 @@ import pytest
 from adaptcoll.runtime.settings import parse_size
 from adaptcoll.tune import defaults
 from adaptcoll.tune.defaults import (
+    BINOMIAL_32K,
     BINOMIAL_64K,
     BINOMIAL_128K,
     FINE,
@@ -171,6 +172,9 @@ MEASURED_COMPILED = [
     (2, "", "allreduce", BINOMIAL_64K, {32 * K: 0.80, 64 * K: 1.54, 128 * K: 1.17, 256 * K: 2.21}),
     (2, "", "allreduce", BINOMIAL_64K, {32 * K: 0.80, 64 * K: 1.53, 128 * K: 1.19, 256 * K: 2.25}),
     (2, "", "allreduce", BINOMIAL_64K, {32 * K: 0.77, 64 * K: 1.48, 128 * K: 1.17, 256 * K: 2.17}),
+    (2, "", "allreduce", BINOMIAL_32K, {32 * K: 0.81, 64 * K: 1.85, 128 * K: 1.05, 256 * K: 1.92}),
+    (2, "", "allreduce", BINOMIAL_32K, {32 * K: 0.80, 64 * K: 1.86, 128 * K: 1.04, 256 * K: 1.93}),
+    (2, "", "allreduce", BINOMIAL_32K, {32 * K: 0.79, 64 * K: 1.78, 128 * K: 1.03, 256 * K: 1.88}),
     (2, "", "allreduce", SHIPPED, {64 * K: 0.95, 128 * K: 0.87, 256 * K: 1.93, 512 * K: 0.97, M: 1.40, 2 * M: 1.43}),
     (2, "", "allreduce", SHIPPED, {4 * M: 1.58, 8 * M: 1.68, 16 * M: 1.75, 32 * M: 2.96, 64 * M: 2.83}),
     (2, "", "allreduce", SHIPPED, {64 * K: 1.25, 128 * K: 0.89, 256 * K: 1.74, 512 * K: 0.93, M: 1.45, 2 * M: 1.42}),
@@ -306,7 +310,7 @@ def test_the_compiled_rule_serves_what_was_measured_with_the_compiled_engine():
     assert _choice("allreduce", 2, 1.0, M, compiled=True) == SHIPPED
     assert _choice("allreduce", 2, 1.0, 512 * K, compiled=True) == BINOMIAL_128K  # 2026-11-28: from 256K
     assert _choice("allreduce", 2, 1.0, 128 * K, compiled=True) == BINOMIAL_64K  # 2026-11-28: from 64K
-    assert _choice("allreduce", 2, 1.0, 64 * K, compiled=True) == BINOMIAL_64K
+    assert _choice("allreduce", 2, 1.0, 64 * K, compiled=True) == BINOMIAL_32K
     assert _choice("allreduce", 2, 1.0, 32 * K, compiled=True) is None
     assert "compiled engine" in defaults.describe(16, 1.0, compiled=True)
 

@@ -27,6 +27,7 @@ __all__ = [
     "TREE_128K",
     "BINOMIAL_128K",
     "BINOMIAL_64K",
+    "BINOMIAL_32K",
     "TWO_TREE_16K",
     "TWO_TREE_32K",
     "TWO_TREE_64K",
@@ -189,8 +190,10 @@ BINOMIAL_128K = ServeConfig("binomial", 128 * K, 0, 0)
 about 1 us of CPU there instead of about 9, so small segments pay)."""
 
 BINOMIAL_64K = ServeConfig("binomial", 64 * K, 0, 0)
-"""binomial trees, 64K segments, no cap: 2 ranks' Allreduce of 64K-255K with the compiled engine (the fold
-of one segment overlaps the transfer of the next from 128K)."""
+"""binomial trees, 64K segments, no cap: 2 ranks' Allreduce of 128K-255K with the compiled engine (the fold
+of one segment overlaps the transfer of the next)."""
+BINOMIAL_32K = ServeConfig("binomial", 32 * K, 0, 0)
+"""binomial trees, 32K segments, no cap: 2 ranks' Allreduce of 64K-127K with the compiled engine."""
 
 _FOUR_COMPILED: _Rule = {**_FOUR, "reduce": ((8 * M, PIPELINE),)}
 """3-4 ranks with the compiled progress path on every rank (4 ranks on the 16-core node, 2026-11-27, one
@@ -209,7 +212,7 @@ _MANY_OPEN_MPI_COMPILED: _Rule = {**_MANY_OPEN_MPI, "allreduce": _MANY_COMPILED[
 _TWO_COMPILED: _Rule = {
     **_TWO,
     "reduce": ((16 * K, SHIPPED),),
-    "allreduce": ((64 * K, BINOMIAL_64K), (256 * K, BINOMIAL_128K), (1 * M, SHIPPED)),
+    "allreduce": ((64 * K, BINOMIAL_32K), (128 * K, BINOMIAL_64K), (256 * K, BINOMIAL_128K), (1 * M, SHIPPED)),
 }
 """2 ranks (MPICH), compiled engine, once a served call costs a few microseconds over MPI's own (the
 2-core machine, 2026-11-27, three launches of `bench/sweep.py --ranks 2`, every size served, 64K-64M):
@@ -219,9 +222,10 @@ and lost or tied below (512K 0.90-1.04: one segment, nothing overlaps). Binomial
 segments per root at 512K, the fold of one overlapping the transfer of the next; 2026-11-28, three
 launches, bench/results/rule_2ranks_compiled_128k/): 256K 2.48-2.78, 512K 1.24-1.37, 1M 1.18-1.32
 (512K x 4 1.40-1.45 there), 128K 0.95-0.97: Allreduce from 256K with it, from 1M with 512K x 4.
-Binomial 64K uncapped (2026-11-28, three launches with one buffer pair for all implementations,
-bench/results/rule_2ranks_shared/ar_small.json): 64K 1.48-1.54, 128K 1.17-1.19 (128K segments 0.90-0.91
-there), 32K 0.77-0.80: from 64K with it. Reduce below 64K, the same launches' setting
+Smaller segments uncapped (2026-11-28, three launches with one buffer pair for all implementations,
+bench/results/rule_2ranks_shared/ar_small.json): 32K segments 1.78-1.86 at 64K (64K segments 1.48-1.54),
+64K segments 1.17-1.19 at 128K (32K 1.03-1.05, 128K 0.90-0.91), every one 0.74-0.81 at 32K: from 64K
+with 32K segments, from 128K with 64K. Reduce below 64K, the same launches' setting
 (bench/results/rule_2ranks_shared/red_small.json): 16K 1.16-1.29, 32K 1.06-1.36, 8K 0.61-0.68: from 16K.
 Bcast stays native (served 0.60-0.95 at every size, one message with nothing to pipeline)."""
 
