@@ -757,11 +757,9 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         shared = _make_buffers(coll, size)
         if cupy is not None:
             shared = _to_device(shared, cupy)
-        bufs = [shared] * len(impls)
-        if cupy is not None:
-            calls = [_device_call(impl, coll, b, args.root, MPI, cupy, world) for impl, b in zip(impls, bufs)]
+            calls = [_device_call(impl, coll, shared, args.root, MPI, cupy, world) for impl in impls]
         else:
-            calls = [starter(coll, impl.comm, b, args.root, MPI) for impl, b in zip(impls, bufs)]
+            calls = [starter(coll, impl.comm, shared, args.root, MPI) for impl in impls]
         if not args.no_check:
             problem = _check_results(coll, size, impls, args.root, MPI, world, switch, cupy)
             if problem:

@@ -617,7 +617,7 @@ class MPITransport:
             self._await_votes(seq)
         self._seq = seq
         operation.info = OpInfo(collective, root, seq, plan, self, tag_base)
-        if self._early or self._broken is not None:  # rare: another rank reported a failure
+        if not self.settled:  # rare: a failure was reported (the votes before #seq are in by now)
             early = self._early.pop(seq, None)
             if early is not None:  # failed on another rank already: fails here too, raised by its waiter
                 self._ops[seq] = operation

@@ -154,7 +154,7 @@ class CommState:
         self.size = comm.Get_size()
         # bound to the private duplicate once its Idup completes (_bind); operations start only then
         self.transport = MPITransport(None, engine(), comm.Get_name(), self.size, self.rank)
-        self._lock = engine().lock  # the engine's, held while operations start (submit)
+        self._lock = engine().lock  # the engine's: held by set-up steps and starts (add_step, submit)
         self.tag_space = self.transport.notice_tag  # tags 0..TAG_UB-1: TAG_UB carries error notices
         self.next_tag = 0
         self._pools: dict[np.dtype, SegmentPool] = {}
@@ -186,7 +186,7 @@ class CommState:
     def add_step(self, step: SetupStep) -> None:
         """Queue a set-up step (every rank adds the same steps in the same order); begins it now if the
         steps before it have completed. Operations submitted from now on start after it."""
-        with engine().lock:
+        with self._lock:
             self._steps.append(step)
             if not self._step_running:
                 self._next_step()
@@ -222,7 +222,7 @@ class CommState:
         """Start an operation now if the set-up is complete, else queue it (in call order) and return an
         Operation that completes with it."""
         with self._lock:
-            if not (self._step_running or self._steps or self._queued):  # ready, nothing queued
+            if self.ready and not self._queued:
                 return start()
             proxy = Operation()
             self._queued.append((start, proxy))
