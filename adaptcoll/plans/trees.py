@@ -300,37 +300,61 @@ def _two_tree(n: int, which: int) -> Children:
 
 
 def multi_tree_count(n: int, fanout: int) -> int:
-    """How many trees `multi_tree` builds on n ranks: the K nearest `fanout` (the smaller on a tie), at least
-    2 and at most n - 1, for which K trees of fanout K can have every rank but the root interior in one
-    tree at most, i.e. (n - 1) mod K <= 1 (K = 2 always can; fewer than 3 ranks: 1)."""
+    """How many trees `multi_tree` builds on n ranks: `fanout`, at most n - 1 (fewer than 3 ranks: 1)."""
     if n < 3:
         return 1
-    top = max(2, min(fanout, n - 1))
-    for step in range(n):
-        for k in (top - step, top + step):
-            if 2 <= k <= n - 1 and (n - 1) % k <= 1:
-                return k
-    return 2
+    return max(2, min(fanout, n - 1))
+
+
+@functools.lru_cache(maxsize=64)
+def _multi_trees(n: int, k: int) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    """The children lists of all K trees of `multi_tree` on n virtual ranks (root 0), see `_multi_tree`."""
+    s = (n - 1) % k
+    classes = [[r for r in range(1, n) if (r - 1) % k == j] for j in range(k)]
+    # with s >= 2 the trees of the short classes (j >= s) lack one interior rank: their last s - 1 ranks
+    # are adopted by the last ranks of the long classes (j < s), which forward s - 1 children in their own
+    # tree and so have K - s + 1 to spare (s (K - s + 1) >= (K - s)(s - 1) always)
+    hosts = [c[-1] for c in classes[:s]] if s >= 2 else []
+    spare = {h: k - (s - 1) for h in hosts}
+    out: list[tuple[tuple[int, ...], ...]] = []
+    for j in range(k):
+        mine = classes[j]
+        if s >= 2:
+            first = [h for h in hosts if (h - 1) % k != j]
+            taken = set(mine) | set(first)
+            order = mine + first + [r for r in range(1, n) if r not in taken]
+        else:
+            order = mine + [r for r in range(1, n) if (r - 1) % k != j]
+        kids: list[list[int]] = [[] for _ in range(n)]
+        kids[0].append(order[0])
+        heap = len(order) if len(mine) * k + 1 >= len(order) else len(mine) * k + 1
+        for pos in range(len(mine) if heap < len(order) else len(order)):
+            rank = order[pos]
+            kids[rank] = [order[c] for c in range(k * pos + 1, min(k * pos + k + 1, heap))]
+        for rank in order[heap:]:  # the short class's overflow: to the host with the most to spare
+            host = max(hosts, key=lambda h: (spare[h], -h))
+            spare[host] -= 1
+            kids[host].append(rank)
+        out.append(tuple(tuple(c) for c in kids))
+    return tuple(out)
 
 
 def _multi_tree(n: int, fanout: int, which: int) -> Children:
-    """Tree `which` of `multi_tree`: K trees (multi_tree_count) of fanout K from root 0, each carrying 1/K of
-    the message. Tree j's interior ranks are those with (r - 1) % K == j, first in a complete K-ary heap
-    over ranks 1..n-1 whose other positions are the leaves; so every rank sends its one tree's share to
-    at most K children (bandwidth-optimal, as two_tree for K = 2) and the trees are log_K(n) deep, which
-    bounds how many detours one root-to-leaf path meets (bench/RESULTS.md, "Slack under noise: more
-    trees, shallower")."""
+    """Tree `which` of `multi_tree`: K = multi_tree_count trees from root 0, each carrying 1/K of the
+    message. Tree j's interior ranks are those with (r - 1) % K == j, first in a complete K-ary heap over
+    ranks 1..n-1 whose other positions are the leaves. Where (n - 1) mod K > 1 the shorter classes cannot
+    fill their heaps; their last few ranks hang from the longer classes' last ranks, which have children
+    to spare. So every rank sends at most K children's shares in all (bandwidth-optimal, as two_tree for
+    K = 2) and the trees are about log_K(n) deep, which bounds how many detours one root-to-leaf path
+    meets (bench/RESULTS.md, "Slack under noise: more trees, shallower")."""
     k = multi_tree_count(n, fanout)
     if not 0 <= which < k:
         raise ValueError(f"multi_tree on {n} ranks with fanout {fanout} has {k} trees; which must be in 0..{k - 1}")
-    kids: Children = [[] for _ in range(n)]
     if n < 2:
-        return kids
-    order = [r for r in range(1, n) if (r - 1) % k == which] + [r for r in range(1, n) if (r - 1) % k != which]
-    kids[0].append(order[0])
-    for pos, rank in enumerate(order):
-        kids[rank] = [order[c] for c in range(k * pos + 1, min(k * pos + k + 1, len(order)))]
-    return kids
+        return [[] for _ in range(n)]
+    if n < 3:
+        return [[1], []]
+    return [list(c) for c in _multi_trees(n, k)[which]]
 
 
 def _shape(kind: str, n: int, params: dict[str, Any]) -> Children:

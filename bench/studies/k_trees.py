@@ -1,8 +1,9 @@
 """K trees of fanout K under noise: does a shallower forest give a fast Bcast pipeline slack? (issue 37)
 
-Runs the tree kind `multi_tree:fanout=K` (adaptcoll.plans.trees: K trees of fanout K from the root, each
-rank interior in one at most, so bandwidth-optimal as two_tree is for K = 2, at depth about log_K(n);
-K is the count nearest the fanout for which that balance exists). Each one's quiet time and median under
+Runs the tree kind `multi_tree:fanout=K` (adaptcoll.plans.trees: K trees of fanout K from the root, no
+rank forwarding more than the whole message over all of them, so bandwidth-optimal as two_tree is for
+K = 2, at depth about log_K(n); before 2026-11-28 K was the count nearest the fanout for which each rank
+could be interior in one tree at most). Each one's quiet time and median under
 noise (same seed, so the same detours for every shape) is printed next to two_tree's and a lock-step
 baseline's, with the compiled engine's CPU costs:
 
