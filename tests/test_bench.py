@@ -680,6 +680,33 @@ def test_nodes_rule_candidates_with_commas_roots_and_noise(tmp_path):
     assert row["best_noisy_s"] >= row["best_s"] and all(v > 0 for v in row["noisy_s"].values())
 
 
+def test_worse_of_two_merges_points_and_orders_by_the_worse_ratio(tmp_path, capsys):
+    """bench/worse_of_two.py: rows of one point from several files share the best baseline any of them ran
+    (a file that ran only binomial gets the real best), the rule shows as `rule: LABEL`, and the lines are
+    ordered by the worse of the quiet and noisy ratios."""
+    worse = _load("worse_of_two")
+
+    def row(best, best_s, best_noisy_s, rule, cands):
+        point = {"collective": "bcast", "size": 16 << 20, "ranks": 64, "per_node": 1}
+        times = {"best": best, "best_s": best_s, "best_noisy_s": best_noisy_s, "rule": rule}
+        times.update(rule_s=2.0, rule_noisy_s=3.0)
+        times["candidates_s"] = {k: v[0] for k, v in cands.items()}
+        times["noisy_s"] = {k: v[1] for k, v in cands.items()}
+        return {**point, **times}
+
+    (tmp_path / "a.json").write_text(
+        json.dumps({"rows": [row("binomial", 20.0, 30.0, "x (rule)", {"a@1K": (2.2, 2.6)})]})
+    )
+    (tmp_path / "b.json").write_text(json.dumps({"rows": [row("ring", 4.0, 5.0, "x (rule)", {"b@1K": (1.9, 3.5)})]}))
+    best, configs = worse.merge([tmp_path / "a.json", tmp_path / "b.json"])
+    point = ("bcast", 16 << 20, 64, 1)
+    assert best[point] == ("ring", 4.0, 5.0)
+    assert configs[point] == {"rule: x": (2.0, 3.0), "a@1K": (2.2, 2.6), "b@1K": (1.9, 3.5)}
+    assert worse.main([str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(("| a", "| b", "| rule"))]
+    assert [ln.split(" |")[0] for ln in lines] == ["| a@1K", "| rule: x", "| b@1K"]  # worse: 0.55, 0.6, 0.7
+
+
 def test_fill_and_pace_follows_each_tree_to_the_last_rank(tmp_path):
     """bench/studies/fill_and_pace.py on 4 nodes x 4 ranks behind 2 NICs with the pinned pair: the traced run takes
     the simulator's own time; each tree's path runs from the root to the rank that finishes last along

@@ -16,10 +16,13 @@ from adaptcoll.tune.defaults import (
     BINOMIAL_64K,
     BINOMIAL_128K,
     FINE,
+    FOUR_TREES_16K,
+    FOUR_TREES_32K,
     NODE_TREES_32K,
     NODE_TREES_64K,
     PIPELINE,
     SHIPPED,
+    SIX_TREES_32K,
     SIXTEEN,
     TREE_128K,
     TWO_TREE,
@@ -607,6 +610,44 @@ def test_every_point_the_compiled_scale_rule_serves_was_simulated_with_its_confi
     assert _choice("bcast", 16384, 1.0, M, per_node=32, compiled=True) is None  # not simulated there
     assert _choice("bcast", 16384, 1.0, 16 * M, per_node=32) is None
     assert _choice("allreduce", 16384, 1.0, 4 * M, per_node=32) is None
+
+
+def _worse_of_two(seconds: float, noisy: float, row: dict) -> float:
+    """The worse of a configuration's quiet and noisy ratios to the best lock-step baseline."""
+    return max(seconds / row["best_s"], noisy / row["best_noisy_s"])
+
+
+def test_the_noisy_column_picks_the_trees_where_one_rank_per_node_from_64_ranks():
+    """From 64 to 8191 ranks with one rank per node the compiled bands that serve multi_tree were chosen on
+    both columns (bench/worse_of_two.py): over the points of a band in trees*.json (each simulated quiet and
+    under noise with the chosen configuration and with the two trees the rule served before, its `rule`
+    then), the choice's worst ratio to the best lock-step, quiet or noisy, is no higher than the two trees'."""
+    worst: dict[tuple, list[float]] = {}
+    for path in sorted(COMPILED_RULE.glob("trees*.json")):
+        for row in json.loads(path.read_text())["rows"]:
+            assert row["per_node"] == 1 and row.get("noisy_s") is not None
+            bands = default_bands(row["collective"], row["ranks"], 1.0, "", row["ranks"], 1, True)
+            band = bands[band_index([b.start for b in bands], row["size"])]
+            if not band.serve or not band.config.algorithm.startswith("multi_tree"):
+                continue
+            mine = [lbl for lbl in row["candidates_s"] if _runs(band.config, row["collective"], lbl)]
+            if not mine or not row["rule"].startswith("two_tree"):
+                continue
+            key = (defaults.case(row["ranks"], 1.0, "", row["ranks"], 1), row["collective"], band.start)
+            ours = _worse_of_two(row["candidates_s"][mine[0]], row["noisy_s"][mine[0]], row)
+            before = _worse_of_two(row["rule_s"], row["rule_noisy_s"], row)
+            pair = worst.setdefault(key, [0.0, 0.0])
+            pair[0], pair[1] = max(pair[0], ours), max(pair[1], before)
+    assert len(worst) >= 7, worst
+    for key, (ours, before) in worst.items():
+        assert ours <= before, (key, ours, before)
+    for ranks in (64, 256, 1024, 4096):
+        assert _choice("bcast", ranks, 1.0, M, compiled=True) == FOUR_TREES_16K
+        assert _choice("bcast", ranks, 1.0, 16 * M, compiled=True) == SIX_TREES_32K
+        assert _choice("allreduce", ranks, 1.0, 4 * M, compiled=True) == FOUR_TREES_32K
+        assert _choice("reduce", ranks, 1.0, 4 * M, compiled=True) == (FOUR_TREES_32K if ranks < 512 else SIX_TREES_32K)
+        assert _choice("bcast", ranks, 1.0, 16 * M, per_node=8, compiled=True) == NODE_TREES_64K  # several per node
+    assert _choice("bcast", 16384, 1.0, 16 * M, compiled=True).algorithm == "two_tree"  # 8K+: not simulated
 
 
 def test_nodes_whose_ranks_are_not_consecutive_keep_only_the_trees_that_follow_the_nodes():

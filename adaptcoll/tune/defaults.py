@@ -260,6 +260,14 @@ NODE_TREES_32K = ServeConfig("topo:inner=two_tree,intra=binomial", 32 * K, 0, 1)
 broadcast with many ranks per node (the flat two trees cross the nodes' links too often there)."""
 NODE_TREES_64K = ServeConfig("topo:inner=two_tree,intra=binomial", 64 * K, 0, 1)
 """the pair of topo trees with 64K segments."""
+FOUR_TREES_16K = ServeConfig("multi_tree:fanout=4", 16 * K, 0, 1)
+"""four trees of fanout 4 (multi_tree), 16K segments, no cap, Allreduce rooted at one rank: as fast as the
+two trees quiet and shallower, so a detour on a rank that forwards holds up fewer ranks below it (the
+scale cases pick, per band, the configuration whose worse ratio of quiet and noisy is the lowest)."""
+FOUR_TREES_32K = ServeConfig("multi_tree:fanout=4", 32 * K, 0, 1)
+"""four trees of fanout 4, 32K segments, no cap, Allreduce rooted at one rank."""
+SIX_TREES_32K = ServeConfig("multi_tree:fanout=6", 32 * K, 0, 1)
+"""six trees of fanout 6, 32K segments, no cap, Allreduce rooted at one rank."""
 
 _ONE_PER_NODE_COMPILED: _Rule = {
     "bcast": ((1 * M, TWO_TREE_16K), (16 * M, TWO_TREE_32K), (32 * M, TWO_TREE)),
@@ -282,15 +290,21 @@ per node, packed_small_*.json): the topo pair's Bcast 1.31-1.96 at 1M, 1.35-2.08
 1.23-1.63 at 16M (the flat two trees lose there, 0.65-1.00); the flat two trees' Reduce 2.10-3.06 and
 Allreduce (one root) 1.35-1.75 at 1M, more above. The Python engine's rule: native but for Reduce from 8M."""
 _SCALE_COMPILED: _Rule = {
-    "bcast": ((1 * M, TWO_TREE_16K), (16 * M, TWO_TREE_32K), (32 * M, TWO_TREE)),
-    "reduce": ((256 * K, TWO_TREE_16K), (4 * M, TWO_TREE_32K), (16 * M, TWO_TREE_64K), (32 * M, TWO_TREE)),
-    "allreduce": ((1 * M, TWO_TREE_16K), (4 * M, TWO_TREE_32K), (32 * M, TWO_TREE)),
+    "bcast": ((1 * M, FOUR_TREES_16K), (16 * M, SIX_TREES_32K), (32 * M, TWO_TREE)),
+    "reduce": ((256 * K, TWO_TREE_16K), (4 * M, FOUR_TREES_32K), (16 * M, TWO_TREE_64K), (32 * M, TWO_TREE)),
+    "allreduce": ((1 * M, TWO_TREE_16K), (4 * M, FOUR_TREES_32K), (32 * M, TWO_TREE)),
 }
 """64 to 511 ranks, one per node, compiled engine (simulated at 64 and 256 ranks, scale1_*.json; best
 lock-step / adaptcoll): Bcast 16K 1.40-1.48 at 1M, 1.70-1.74 at 4M, 32K 1.83-1.84 at 16M (256K: 0.93-1.02,
 native); Reduce 16K 1.13-1.29 at 256K, 1.79-1.87 at 1M, 32K 2.28-2.35 at 4M, 64K 2.57-2.68 at 16M;
 Allreduce (one root) 16K 1.28-1.41 at 1M, 32K 1.74-1.81 at 4M, 2.04-2.07 at 16M (256K: 0.76-0.90, native).
-From 32M the Python engine's configuration (simulated faster with its higher CPU costs)."""
+From 32M the Python engine's configuration (simulated faster with its higher CPU costs). Since 2026-11-28
+four trees (Bcast 1M-16M, Reduce 4M-16M, Allreduce 4M-32M) and six (Bcast 16M-32M), chosen on the worse of
+the quiet and noisy ratios (adaptcoll / best lock-step, 100 Hz x 250 us, median of 3 draws) at 64 and 256
+ranks (trees_m64_*.json, trees_m256_*.json, trees_mf_*.json): Bcast 1M 0.69 / 0.65 and 0.72 / 0.94 (two
+trees 0.68 / 0.86 and 0.71 / 1.10), Bcast 16M 0.55 / 0.62 and 0.55 / 0.59 (0.54 / 0.68 and 0.55 / 0.64),
+Reduce 4M 0.44 / 0.49 and 0.45 / 0.46 (0.43 / 0.51 and 0.44 / 0.52), Allreduce 4M 0.57 / 0.61 and 0.59 /
+0.62 (0.55 / 0.60 and 0.57 / 0.69)."""
 _SCALE_PACKED_COMPILED: _Rule = {
     "bcast": ((1 * M, NODE_TREES_32K), (16 * M, NODE_TREES_64K)),
     "reduce": ((1 * M, TWO_TREE_32K),),
@@ -301,14 +315,19 @@ per node, packed_scale_*.json): the topo pair's Bcast 1.22-2.58 at 1M, 1.32-2.66
 (64K); Reduce 32K 1.97-2.24 at 1M, 2.63-2.95 at 4M, 2.26-2.83 at 16M; Allreduce (one root) 32K
 1.37-1.64 at 1M, 1.64-2.18 at 4M, 1.67-2.28 at 16M."""
 _WIDE_COMPILED: _Rule = {
-    "bcast": ((1 * M, TWO_TREE_16K), (16 * M, TWO_TREE_64K), (32 * M, TWO_TREE)),
-    "reduce": ((1 * M, TWO_TREE_16K), (4 * M, TWO_TREE_32K), (16 * M, TWO_TREE_64K), (32 * M, TWO_TREE)),
-    "allreduce": ((1 * M, TWO_TREE_16K), (4 * M, TWO_TREE_32K), (32 * M, TWO_TREE)),
+    "bcast": ((1 * M, FOUR_TREES_16K), (16 * M, SIX_TREES_32K), (32 * M, TWO_TREE)),
+    "reduce": ((1 * M, TWO_TREE_16K), (4 * M, SIX_TREES_32K), (16 * M, TWO_TREE_64K), (32 * M, TWO_TREE)),
+    "allreduce": ((1 * M, TWO_TREE_16K), (4 * M, FOUR_TREES_32K), (32 * M, TWO_TREE)),
 }
 """512 to 8191 ranks, one per node, compiled engine (simulated at 1K and 4K ranks, wide1*.json,
 explore_1k1_*.json, wide_allreduce4m.json): Bcast 16K 1.30 / 1.22 at 1M (1K / 4K ranks), 1.65 at 4M, 64K
 1.74 at 16M (256K: 0.85, native); Reduce 16K 1.68 / 1.59 at 1M, 32K 2.20 / 2.12 at 4M, 64K 2.62 at 16M;
-Allreduce (one root) 16K 1.21 / 1.13 at 1M, 32K 1.68 at 4M, 1.99 at 16M."""
+Allreduce (one root) 16K 1.21 / 1.13 at 1M, 32K 1.68 at 4M, 1.99 at 16M. Since 2026-11-28 four trees
+(Bcast 1M-16M, Allreduce 4M-32M) and six (Bcast 16M-32M, Reduce 4M-16M), chosen as in the 64-511 case at
+1K and 4K ranks (trees1k_*.json, trees_mt*.json, trees_m4k_*.json), adaptcoll / best lock-step quiet /
+noisy: Bcast 1M 0.75 / 0.67 at 1K, 0.78 / 0.71 at 4K (two trees 0.77 / 0.75, 0.82 / 0.73), Bcast 16M
+0.56 / 0.61 at 1K (0.58 / 0.67), Reduce 4M 0.49 / 0.49 and 0.50 / 0.48 (0.46 / 0.53, 0.47 / 0.60),
+Allreduce 4M 0.62 / 0.63 and 0.64 / 0.66 (0.60 / 0.68, 0.62 / 0.71)."""
 _WIDE_PACKED_COMPILED: _Rule = {
     "bcast": ((1 * M, NODE_TREES_32K), (16 * M, NODE_TREES_64K)),
     "reduce": ((1 * M, TWO_TREE_16K), (4 * M, TWO_TREE_32K)),
