@@ -306,9 +306,11 @@ def multi_tree_count(n: int, fanout: int) -> int:
     return max(2, min(fanout, n - 1))
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=8)
 def _multi_trees(n: int, k: int) -> tuple[tuple[tuple[int, ...], ...], ...]:
-    """The children lists of all K trees of `multi_tree` on n virtual ranks (root 0), see `_multi_tree`."""
+    """The children lists of all K trees of `multi_tree` on n virtual ranks (root 0), see `_multi_tree`;
+    built together (the short classes' overflow is shared out over all trees) and cached, as build_all
+    asks for them one at a time (a few entries: at 64K ranks each holds K x n lists)."""
     s = (n - 1) % k
     classes = [[r for r in range(1, n) if (r - 1) % k == j] for j in range(k)]
     # with s >= 2 the trees of the short classes (j >= s) lack one interior rank: their last s - 1 ranks

@@ -261,8 +261,8 @@ broadcast with many ranks per node (the flat two trees cross the nodes' links to
 NODE_TREES_64K = ServeConfig("topo:inner=two_tree,intra=binomial", 64 * K, 0, 1)
 """the pair of topo trees with 64K segments."""
 FOUR_TREES_16K = ServeConfig("multi_tree:fanout=4", 16 * K, 0, 1)
-"""four trees of fanout 4 (multi_tree), 16K segments, no cap, Allreduce rooted at one rank: as fast as the
-two trees quiet and shallower, so a detour on a rank that forwards holds up fewer ranks below it (the
+"""four trees of fanout 4 (multi_tree), 16K segments, no cap, Allreduce rooted at one rank: about as fast as
+the two trees quiet and shallower, so a detour on a rank that forwards holds up fewer ranks below it (the
 scale cases pick, per band, the configuration whose worse ratio of quiet and noisy is the lowest)."""
 FOUR_TREES_32K = ServeConfig("multi_tree:fanout=4", 32 * K, 0, 1)
 """four trees of fanout 4, 32K segments, no cap, Allreduce rooted at one rank."""
