@@ -321,18 +321,16 @@ def _multi_trees(n: int, k: int) -> tuple[tuple[tuple[int, ...], ...], ...]:
     out: list[tuple[tuple[int, ...], ...]] = []
     for j in range(k):
         mine = classes[j]
-        if s >= 2:
-            first = [h for h in hosts if (h - 1) % k != j]
-            taken = set(mine) | set(first)
-            order = mine + first + [r for r in range(1, n) if r not in taken]
-        else:
-            order = mine + [r for r in range(1, n) if (r - 1) % k != j]
+        first = [h for h in hosts if (h - 1) % k != j]  # hosts early among the leaves: never overflow
+        taken = set(mine) | set(first)
+        order = mine + first + [r for r in range(1, n) if r not in taken]
         kids: list[list[int]] = [[] for _ in range(n)]
         kids[0].append(order[0])
-        heap = len(order) if len(mine) * k + 1 >= len(order) else len(mine) * k + 1
-        for pos in range(len(mine) if heap < len(order) else len(order)):
-            rank = order[pos]
-            kids[rank] = [order[c] for c in range(k * pos + 1, min(k * pos + k + 1, heap))]
+        heap = min(len(order), len(mine) * k + 1)  # the positions the K-ary heap holds
+        for pos in range(len(order)):
+            if k * pos + 1 >= heap:  # no children from here on
+                break
+            kids[order[pos]] = [order[c] for c in range(k * pos + 1, min(k * pos + k + 1, heap))]
         for rank in order[heap:]:  # the short class's overflow: to the host with the most to spare
             host = max(hosts, key=lambda h: (spare[h], -h))
             spare[host] -= 1
