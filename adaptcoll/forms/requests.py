@@ -190,12 +190,17 @@ class NativeRequest(Request):
         self._keep = keep
         self._done = False
         self._reported = False
+        engine().native_live += 1  # holds its communicator until complete (see Engine.native_live)
 
     def _finished(self) -> bool:
         if not self._done and self._req.Test():
-            self._done = True
-            self._keep = None
+            self._completed()
         return self._done
+
+    def _completed(self) -> None:
+        self._done = True
+        self._keep = None
+        engine().native_live -= 1
 
     def _failure(self) -> Optional[BaseException]:
         return None  # native MPI raises its own errors from Test
@@ -211,8 +216,7 @@ class NativeRequest(Request):
                 _fill(status)
             else:
                 self._req.Wait(status)
-                self._done = True
-                self._keep = None
+                self._completed()
         else:
             _fill(status)
         self._reported = True

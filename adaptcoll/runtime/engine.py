@@ -20,6 +20,7 @@ import os
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any, Optional
 
@@ -125,6 +126,13 @@ class Engine:
         self._cursor = 0
         self._lock = threading.RLock()
         self._listeners: list[MPITransport] = []
+        self._deferred: deque[Callable[[], bool]] = deque()
+        self._at_exit = False
+        self.native_live = 0
+        """Native MPI requests adaptcoll made on users' communicators (routed I-forms until complete,
+        persistent ones until freed). While any is live, a communicator's attribute delete callback may
+        be running inside the MPI call that completes one, where MPI calls are unsafe
+        (adaptcoll.state.comm_state.CommState.free_later)."""
         self.owner: Any = None
         """The operation whose start or callback is running: what is posted now belongs to it."""
         self.sweeps = 0
@@ -373,9 +381,37 @@ class Engine:
     def listen(self, transport: MPITransport) -> None:
         """Look at `transport`'s error notices on idle sweeps (until `unlisten`)."""
         with self._lock:
-            if not self._listeners:
-                atexit.register(self.close_all)
+            self._close_at_exit()
             self._listeners.append(transport)
+
+    def _close_at_exit(self) -> None:
+        if not self._at_exit:
+            self._at_exit = True
+            atexit.register(self.close_all)
+
+    def defer(self, task: Callable[[], bool]) -> None:
+        """Run `task()` later, outside any MPI call (from idle sweeps, `run_deferred` and at exit) until it
+        returns True. Makes no MPI call and takes no lock, so MPI's own callbacks may use it: MPICH runs
+        an attribute delete callback inside the call that completes the communicator's last request,
+        where any MPI call deadlocks."""
+        self._deferred.append(task)
+        if not self._at_exit:
+            self._close_at_exit()
+
+    def run_deferred(self) -> None:
+        """Run the deferred tasks once each; those not finished stay for a later call."""
+        tasks = self._deferred
+        if not tasks:
+            return
+        with self._lock:
+            for _ in range(len(tasks)):
+                task = tasks.popleft()
+                try:
+                    finished = task()
+                except MPI.Exception:  # pragma: no cover - MPI shutting down
+                    finished = True
+                if not finished:
+                    tasks.append(task)
 
     def unlisten(self, transport: MPITransport) -> None:
         with self._lock:
@@ -383,14 +419,20 @@ class Engine:
                 self._listeners.remove(transport)
 
     def close_all(self) -> None:
-        """Cancel every standing notice receive (at exit, before MPI finalizes)."""
+        """Run the deferred tasks once and cancel every standing notice receive (at exit, before MPI
+        finalizes); tasks still unfinished are dropped (what they would free, MPI_Finalize frees)."""
         with self._lock:
+            if not MPI.Is_finalized():
+                self.run_deferred()
+            self._deferred.clear()
             for transport in list(self._listeners):
                 transport.close()
 
     def _idle_work(self) -> None:
         for transport in self._listeners:
             transport.poll_notices()
+        if self._deferred:
+            self.run_deferred()
         limit = settings.current().watchdog
         if limit > 0:
             self._watchdog(limit)

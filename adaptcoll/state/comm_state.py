@@ -34,7 +34,7 @@ from ..tune.exchange import exchange as tuning_exchange
 from ..tune.policy import CommTuning
 from . import discovery
 
-__all__ = ["CommState", "SetupStep", "SetupWait", "comm_state", "HOST_BACKEND"]
+__all__ = ["CommState", "SetupStep", "SetupWait", "comm_state", "release_state", "HOST_BACKEND"]
 
 HOST_BACKEND = NumpyBackend()
 """The one NumPy backend every communicator's host segments use."""
@@ -170,6 +170,7 @@ class CommState:
         self._step_running = False
         self._queued: deque[tuple[Starter, Operation]] = deque()
         self._topology_step = False
+        self._freed = False
         self.add_step(_DuplicateStep())
 
     # -- the collective set-up -----------------------------------------------------------------
@@ -420,19 +421,53 @@ class CommState:
         return tuple(found)
 
     def free(self) -> None:
-        """Free the shared-memory node level, if any, and the private duplicate (completing its Idup
-        first if it is still pending, after cancelling the transport's standing notice receive)."""
-        if MPI.Is_finalized():
+        """Free this state from a call where MPI calls are safe: the adaptcoll communicator's Free, free
+        and Disconnect call it before MPI_Comm_free. The node level is freed now (collectively, as the
+        communicator is) and a pending set-up Idup completed; the private duplicate once the operations
+        on it have finished (MPI lets a freed communicator's operations complete), now or from a later
+        engine sweep."""
+        if self._freed or MPI.Is_finalized():
             return
+        self._freed = True
         if self.shm is not None:
             self.shm.free()
         if self._pending_dup is not None:
             newcomm, request = self._pending_dup
             request.Wait()
             self._bind(MPI.Intracomm(newcomm))
+        if not self._release():
+            engine().defer(self._release)
+
+    def free_later(self) -> None:
+        """Free this state without an MPI call. MPI_Comm_free of a communicator that a pending request
+        still holds (the set-up's Idup) only marks it; MPICH then runs the attribute delete callback
+        inside the MPI call that completes that request, with its lock held, where any MPI call
+        deadlocks or aborts (`Assertion failed in mpir_request.h`, `pthread_mutex_lock: Resource
+        deadlock avoided`). The engine releases the private duplicate from a later sweep (or at exit);
+        a node level, which cannot exist before the Idup completed, would be left to MPI_Finalize."""
+        if self._freed:
+            return
+        self._freed = True
+        engine().defer(self._release)
+
+    def _release(self) -> bool:
+        """Close the transport and free the private duplicate (and forget a node level not freed yet)
+        unless something is still to begin or running on them; returns whether it did. (A set-up step
+        already begun may still run: MPI completes requests on a freed communicator.)"""
+        if MPI.Is_finalized():
+            return True
+        if self._pending_dup is not None or self._steps or self._queued:
+            return False  # set-up steps or operations would still begin on the private duplicate
+        if any(not operation.done for _, operation in self._live):
+            return False
+        if self.shm is not None:
+            if self.shm.busy:
+                return False
+            self.shm.abandon()
         self.transport.close()
         if self.dup is not None and self.dup != MPI.COMM_NULL:
             self.dup.Free()
+        return True
 
 
 def _finish_proxy(proxy: Operation, operation: Operation) -> None:
@@ -448,10 +483,27 @@ def _done_check(operation: Operation) -> Callable[[], bool]:
 
 
 def _delete_state(comm: MPI.Comm, keyval: int, state: Any) -> None:
+    """MPI's attribute delete callback, for a communicator whose own Free did not call `free` first
+    (mpi4py's Free on a plain object sharing the handle). A request that held the communicator when it
+    was freed (the set-up's Idup, or a native request adaptcoll made for the user) means MPI may run
+    this inside the call completing that request, where no MPI call may be made: free_later.
+    Otherwise this is the user's MPI_Comm_free itself: free now. (A plain Free with the user's own
+    requests pending on the communicator is the one case left: free the adaptcoll object instead.)"""
+    if state._pending_dup is not None or engine().native_live:
+        state.free_later()
+        return
     try:
         state.free()
     except MPI.Exception:  # pragma: no cover - MPI shutting down
         pass
+
+
+def release_state(comm: MPI.Comm) -> None:
+    """Before `comm` is freed (its Free, free or Disconnect): free adaptcoll's state of it here, in the
+    caller's MPI call, rather than from the delete callback (CommState.free)."""
+    state = comm.Get_attr(_KEYVAL)
+    if isinstance(state, CommState):
+        state.free()
 
 
 _KEYVAL = MPI.Comm.Create_keyval(delete_fn=_delete_state)
@@ -479,6 +531,7 @@ def comm_state(comm: MPI.Intracomm) -> CommState:
     """The CommState of `comm` (created, collectively, on first use; freed when `comm` is freed)."""
     state = comm.Get_attr(_KEYVAL)
     if state is None:
+        engine().run_deferred()  # private duplicates of communicators freed since (see CommState.free_later)
         state = CommState(comm)
         comm.Set_attr(_KEYVAL, state)
     assert isinstance(state, CommState)

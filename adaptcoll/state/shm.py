@@ -134,6 +134,19 @@ class NodeLevel:
             self.node_comm.Free()
         self.window = MPI.WIN_NULL
 
+    @property
+    def busy(self) -> bool:
+        """Whether node stages of this rank are still running."""
+        return self.window != MPI.WIN_NULL and bool(self.ring.active)
+
+    def abandon(self) -> None:
+        """Forget the window without an MPI call (its free is collective over the node, which a
+        communicator freed from inside MPI's progress cannot do: see CommState.free_later); MPI_Finalize
+        releases it."""
+        _live.pop(id(self), None)
+        self.slots.release()
+        self.window = MPI.WIN_NULL
+
     def __repr__(self) -> str:
         return (
             f"<NodeLevel {self.nodes!r}, node rank {self.local_rank}/{self.local_size}, "
@@ -147,7 +160,12 @@ class _Failed:
     def __init__(self, reason: str) -> None:
         self.reason = reason
 
+    busy = False
+
     def free(self) -> None:
+        pass
+
+    def abandon(self) -> None:
         pass
 
 
