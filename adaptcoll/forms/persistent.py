@@ -95,7 +95,7 @@ class NativePrequest(Prequest):
     def __init__(self, req: MPI.Prequest, keep: Any = None) -> None:
         super().__init__(lambda: Operation(), keep)
         self._req: Optional[MPI.Prequest] = req
-        engine().native_live += 1  # holds its communicator until freed (see Engine.native_live)
+        engine().native_started()  # holds its communicator until freed (see Engine.native_live)
 
     def _finished(self) -> bool:
         return self._req is None or bool(self._req.Test())
@@ -110,7 +110,7 @@ class NativePrequest(Prequest):
         if self._req is not None:
             engine().wait_for(self._finished)
             self._req.Free()
-            engine().native_live -= 1
+            engine().native_ended()
         self._req = self._keep = None
 
 

@@ -190,7 +190,7 @@ class NativeRequest(Request):
         self._keep = keep
         self._done = False
         self._reported = False
-        engine().native_live += 1  # holds its communicator until complete (see Engine.native_live)
+        engine().native_started()  # holds its communicator until complete (see Engine.native_live)
 
     def _finished(self) -> bool:
         if not self._done and self._req.Test():
@@ -198,9 +198,11 @@ class NativeRequest(Request):
         return self._done
 
     def _completed(self) -> None:
+        if self._done:
+            return
         self._done = True
         self._keep = None
-        engine().native_live -= 1
+        engine().native_ended()
 
     def _failure(self) -> Optional[BaseException]:
         return None  # native MPI raises its own errors from Test

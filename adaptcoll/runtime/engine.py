@@ -130,9 +130,10 @@ class Engine:
         self._at_exit = False
         self.native_live = 0
         """Native MPI requests adaptcoll made on users' communicators (routed I-forms until complete,
-        persistent ones until freed). While any is live, a communicator's attribute delete callback may
-        be running inside the MPI call that completes one, where MPI calls are unsafe
-        (adaptcoll.state.comm_state.CommState.free_later)."""
+        persistent ones until freed; `native_started`/`native_ended` count them). While any is live, a
+        communicator's attribute delete callback may be running inside the MPI call that completes
+        one, where MPI calls are unsafe (adaptcoll.state.comm_state.CommState.free_later)."""
+        self._native_lock = threading.Lock()
         self.owner: Any = None
         """The operation whose start or callback is running: what is posted now belongs to it."""
         self.sweeps = 0
@@ -388,6 +389,16 @@ class Engine:
         if not self._at_exit:
             self._at_exit = True
             atexit.register(self.close_all)
+
+    def native_started(self) -> None:
+        """A native request on a user's communicator was made (see `native_live`)."""
+        with self._native_lock:
+            self.native_live += 1
+
+    def native_ended(self) -> None:
+        """A native request counted by `native_started` completed or was freed."""
+        with self._native_lock:
+            self.native_live -= 1
 
     def defer(self, task: Callable[[], bool]) -> None:
         """Run `task()` later, outside any MPI call (from idle sweeps, `run_deferred` and at exit) until it
