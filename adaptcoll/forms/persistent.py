@@ -18,7 +18,7 @@ from mpi4py import MPI
 from ..decision import decide
 from ..protocols.operation import Operation
 from ..runtime import counters
-from ..runtime.engine import engine
+from ..runtime.engine import NATIVE_LIVE, engine
 from ..runtime.native import Native
 from ..state.comm_state import comm_state, settle_setup
 from .requests import Request
@@ -95,7 +95,7 @@ class NativePrequest(Prequest):
     def __init__(self, req: MPI.Prequest, keep: Any = None) -> None:
         super().__init__(lambda: Operation(), keep)
         self._req: Optional[MPI.Prequest] = req
-        engine().native_started()  # holds its communicator until freed (see Engine.native_live)
+        NATIVE_LIVE.add(id(self))  # holds its communicator until freed
 
     def _finished(self) -> bool:
         return self._req is None or bool(self._req.Test())
@@ -110,7 +110,7 @@ class NativePrequest(Prequest):
         if self._req is not None:
             engine().wait_for(self._finished)
             self._req.Free()
-            engine().native_ended()
+            NATIVE_LIVE.discard(id(self))
         self._req = self._keep = None
 
 

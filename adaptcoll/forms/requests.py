@@ -14,9 +14,12 @@ from typing import Any, Optional
 from mpi4py import MPI
 
 from ..protocols.operation import Operation
-from ..runtime.engine import engine
+from ..runtime.engine import NATIVE_LIVE, engine
 
 __all__ = ["Request", "NativeRequest"]
+
+_native_started = NATIVE_LIVE.add
+_native_ended = NATIVE_LIVE.discard
 
 
 def _fill(status: Optional[MPI.Status]) -> None:
@@ -190,7 +193,7 @@ class NativeRequest(Request):
         self._keep = keep
         self._done = False
         self._reported = False
-        engine().native_started()  # holds its communicator until complete (see Engine.native_live)
+        _native_started(id(self))  # holds its communicator until complete (see NATIVE_LIVE)
 
     def _finished(self) -> bool:
         if not self._done and self._req.Test():
@@ -198,11 +201,9 @@ class NativeRequest(Request):
         return self._done
 
     def _completed(self) -> None:
-        if self._done:
-            return
         self._done = True
         self._keep = None
-        engine().native_ended()
+        _native_ended(id(self))
 
     def _failure(self) -> Optional[BaseException]:
         return None  # native MPI raises its own errors from Test

@@ -31,6 +31,7 @@ from . import settings
 from .transport import Callback, Poll
 
 __all__ = [
+    "NATIVE_LIVE",
     "Engine",
     "MPITransport",
     "MessageSizeError",
@@ -106,6 +107,13 @@ class OpInfo:
         return f"{self.collective} #{self.seq} on {self.transport.label}{root}, {self.plan.nseg} segment(s)"
 
 
+NATIVE_LIVE: set[int] = set()
+"""id() of the native MPI requests adaptcoll made on users' communicators and has not seen end (routed
+I-forms until complete, persistent ones until freed; a set because its add and discard are atomic
+across threads). While any is live, a communicator's attribute delete callback may be running inside
+the MPI call that completes one, where MPI calls are unsafe (adaptcoll.state.comm_state.CommState.free_later)."""
+
+
 # An entry of the engine: (callback, expected bytes for a receive or -1 for a send, owner, peer, tag).
 Entry = tuple[Callback, int, Any, int, int]
 
@@ -128,12 +136,6 @@ class Engine:
         self._listeners: list[MPITransport] = []
         self._deferred: deque[Callable[[], bool]] = deque()
         self._at_exit = False
-        self.native_live = 0
-        """Native MPI requests adaptcoll made on users' communicators (routed I-forms until complete,
-        persistent ones until freed; `native_started`/`native_ended` count them). While any is live, a
-        communicator's attribute delete callback may be running inside the MPI call that completes
-        one, where MPI calls are unsafe (adaptcoll.state.comm_state.CommState.free_later)."""
-        self._native_lock = threading.Lock()
         self.owner: Any = None
         """The operation whose start or callback is running: what is posted now belongs to it."""
         self.sweeps = 0
@@ -389,16 +391,6 @@ class Engine:
         if not self._at_exit:
             self._at_exit = True
             atexit.register(self.close_all)
-
-    def native_started(self) -> None:
-        """A native request on a user's communicator was made (see `native_live`)."""
-        with self._native_lock:
-            self.native_live += 1
-
-    def native_ended(self) -> None:
-        """A native request counted by `native_started` completed or was freed."""
-        with self._native_lock:
-            self.native_live -= 1
 
     def defer(self, task: Callable[[], bool]) -> None:
         """Run `task()` later, outside any MPI call (from idle sweeps, `run_deferred` and at exit) until it

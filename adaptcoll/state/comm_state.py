@@ -28,7 +28,7 @@ from ..plans.segments import SegmentPlan, plan_blocks, plan_segments
 from ..plans.trees import Tree, build, build_all, parse_algorithm
 from ..protocols.operation import Operation
 from ..runtime import settings
-from ..runtime.engine import MessageSizeError, MPITransport, engine
+from ..runtime.engine import NATIVE_LIVE, MessageSizeError, MPITransport, engine
 from ..runtime.transport import Poll, Transport
 from ..tune.exchange import exchange as tuning_exchange
 from ..tune.policy import CommTuning
@@ -489,7 +489,7 @@ def _delete_state(comm: MPI.Comm, keyval: int, state: Any) -> None:
     this inside the call completing that request, where no MPI call may be made: free_later.
     Otherwise this is the user's MPI_Comm_free itself: free now. (A plain Free with the user's own
     requests pending on the communicator is the one case left: free the adaptcoll object instead.)"""
-    if state._pending_dup is not None or engine().native_live:
+    if state._pending_dup is not None or NATIVE_LIVE:
         state.free_later()
         return
     try:
