@@ -6,6 +6,7 @@ the last such request, where an MPI call aborted the job (`Assertion failed in m
 from __future__ import annotations
 
 import functools
+import itertools
 import time
 
 import numpy as np
@@ -39,13 +40,17 @@ def _late(rank: int) -> None:
 @pytest.mark.parametrize("native_below", [0, 1 << 30], ids=["served", "native"])
 def test_free_with_requests_pending_completes_them(mpi_ranks, native_below):
     """adaptcoll's Free (state freed first, in the caller's call) and mpi4py's own Free on a plain
-    object sharing the handle (the delete callback alone), each before the Ibcast completed."""
+    object sharing the handle (the delete callback alone), each before the Ibcast completed: as the
+    communicator's first call (its set-up Idup pending on rank 0) and after a first call."""
     world = MPI.COMM_WORLD
     rank = world.Get_rank()
     with adaptcoll.configured(native_below=native_below, bcast_segment_size="16K"):
-        for how in ("adaptcoll", "mpi4py", "adaptcoll", "mpi4py"):
+        for how, first in itertools.product(("adaptcoll", "mpi4py"), (True, False, True)):
             plain = world.Dup()
             comm = adaptcoll.Intracomm(plain)
+            if not first:
+                buf, req = _ibcast(comm, rank)
+                req.Wait()
             _late(rank)
             buf, req = _ibcast(comm, rank)
             state = comm.Get_attr(cs._KEYVAL)

@@ -484,12 +484,13 @@ def _done_check(operation: Operation) -> Callable[[], bool]:
 
 def _delete_state(comm: MPI.Comm, keyval: int, state: Any) -> None:
     """MPI's attribute delete callback, for a communicator whose own Free did not call `free` first
-    (mpi4py's Free on a plain object sharing the handle). A request that held the communicator when it
-    was freed (the set-up's Idup, or a native request adaptcoll made for the user) means MPI may run
-    this inside the call completing that request, where no MPI call may be made: free_later.
-    Otherwise this is the user's MPI_Comm_free itself: free now. (A plain Free with the user's own
-    requests pending on the communicator is the one case left: free the adaptcoll object instead.)"""
-    if state._pending_dup is not None or NATIVE_LIVE:
+    (mpi4py's Free on a plain object sharing the handle). Under MPICH, a request that held the
+    communicator when it was freed (the set-up's Idup, or a native request adaptcoll made for the
+    user) means this may run inside the MPI call completing that request, where no MPI call may be
+    made: free_later. Otherwise (and always under Open MPI, DELETE_IN_FREE) this runs in the user's
+    MPI_Comm_free itself: free now. (A plain Free with the user's own requests pending on the
+    communicator is the one case left under MPICH: free the adaptcoll object instead.)"""
+    if not DELETE_IN_FREE and (state._pending_dup is not None or NATIVE_LIVE):
         state.free_later()
         return
     try:
@@ -508,6 +509,13 @@ def release_state(comm: MPI.Comm) -> None:
 
 _KEYVAL = MPI.Comm.Create_keyval(delete_fn=_delete_state)
 
+
+DELETE_IN_FREE = MPI.get_vendor()[0] == "Open MPI"
+"""Open MPI (5.0.11, measured) runs a communicator's attribute delete callbacks inside MPI_Comm_free
+itself, even while requests still hold the communicator: a set-up Idup still pending on it must be
+completed there (left pending, its next Test crashed the process). MPICH runs them when the last
+reference goes, which can be inside the MPI call that completes a request (CommState.free_later); MPI
+libraries derived from MPICH are taken to do the same."""
 
 IDUP_OVERLAP_BREAKS = MPI.get_vendor()[0] == "Open MPI"
 """Open MPI (5.0.11, measured): an MPI_Comm_idup still pending while another nonblocking collective runs
