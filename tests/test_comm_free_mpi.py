@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import functools
 import itertools
+import os
+import subprocess
+import sys
+import textwrap
 import time
 
 import numpy as np
@@ -37,15 +41,16 @@ def _late(rank: int) -> None:
 
 
 @pytest.mark.mpi(ranks=[2, 3], timeout=120)
-@pytest.mark.parametrize("native_below", [0, 1 << 30], ids=["served", "native"])
-def test_free_with_requests_pending_completes_them(mpi_ranks, native_below):
+def test_free_with_requests_pending_completes_them(mpi_ranks):
     """adaptcoll's Free (state freed first, in the caller's call) and mpi4py's own Free on a plain
     object sharing the handle (the delete callback alone), each before the Ibcast completed: as the
-    communicator's first call (its set-up Idup pending on rank 0) and after a first call."""
+    communicator's first call (its set-up Idup pending on rank 0) and after a first call; the Ibcast
+    served, and routed to native MPI."""
     world = MPI.COMM_WORLD
     rank = world.Get_rank()
-    with adaptcoll.configured(native_below=native_below, bcast_segment_size="16K"):
-        for how, first in itertools.product(("adaptcoll", "mpi4py"), (True, False, True)):
+    cases = itertools.product((0, 1 << 30), ("adaptcoll", "mpi4py"), (True, False, True))
+    for native_below, how, first in cases:
+        with adaptcoll.configured(native_below=native_below, bcast_segment_size="16K"):
             plain = world.Dup()
             comm = adaptcoll.Intracomm(plain)
             if not first:
@@ -79,3 +84,29 @@ def test_private_duplicates_of_plainly_freed_communicators_are_released(mpi_rank
             MPI.Intracomm.Free(plain)
             req.Wait()
             assert (out == 2 * i).all()
+
+
+UNJOINED = textwrap.dedent(
+    """
+    import numpy as np
+    from mpi4py import MPI
+    import adaptcoll
+    comm = adaptcoll.Intracomm(MPI.COMM_WORLD.Dup())
+    if comm.rank == 0:  # an erroneous program: rank 1 never makes the collective, so never the set-up
+        req = comm.Ibcast(np.zeros(1 << 16), 0)
+    comm.Free()
+    print(f"rank {comm.rank} freed", flush=True)
+    """
+)
+
+
+def test_free_waiting_for_a_set_up_the_others_never_join_is_named_not_a_silent_hang():
+    """Free completes a pending set-up through the engine, so the watchdog names it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ADAPTCOLL_", "PYTEST_"))}
+    env.update(ADAPTCOLL_NATIVE_BELOW="0", ADAPTCOLL_WATCHDOG="2", ADAPTCOLL_WATCHDOG_ABORT="1", MPIEXEC_TIMEOUT="100")
+    out = subprocess.run(
+        ["mpiexec", "-n", "2", sys.executable, "-c", UNJOINED], env=env, capture_output=True, text=True, timeout=110
+    )
+    assert out.returncode != 0
+    assert "rank 0 freed" not in out.stdout
+    assert "set-up of" in out.stderr and "private duplicate (MPI_Comm_idup)" in out.stderr, out.stderr
