@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import gc
 
 import numpy as np
@@ -150,3 +151,47 @@ def test_private_duplicate_is_freed_with_the_communicator(mpi_ranks):
             comm.Allreduce(np.full(4, i, "i8"), out)
             assert (out == 2 * i).all()
             comm.Free()
+
+
+@pytest.mark.mpi(ranks=[2], timeout=120)
+def test_a_communicator_of_nonblocking_calls_only_takes_the_fast_path(mpi_ranks):
+    """Small I-calls go straight to mpi4py from the second call on (the provisional tuning's
+    thresholds), not through a decision each (an 8-byte Iallreduce + Wait took 66 us against mpi4py's
+    8), with native results; the first blocking call then brings the communicator's own tuning."""
+    from adaptcoll.decision import decide
+    from adaptcoll.runtime import counters
+
+    world = MPI.COMM_WORLD
+    rank = world.Get_rank()
+    comm = adaptcoll.Intracomm(world.Dup())
+    decided: list[str] = []
+    real = {name: getattr(decide, name) for name in ("bcast", "reduce", "allreduce")}
+
+    def counting(name: str, *args, **kwargs):
+        decided.append(name)
+        return real[name](*args, **kwargs)
+
+    before = dict(counters.below)
+    try:
+        for name in real:
+            setattr(decide, name, functools.partial(counting, name))
+        for i in range(10):
+            send, out = np.full(4, i + rank, "f8"), np.zeros(4)
+            comm.Iallreduce(send, out).Wait()
+            np.testing.assert_array_equal(out, np.full(4, 2 * i + 1.0))
+            buf = np.full(4, i, "i8") if rank == 0 else np.zeros(4, "i8")
+            comm.Ibcast(buf, 0).Wait()
+            np.testing.assert_array_equal(buf, np.full(4, i))
+            comm.Ireduce(send, out, MPI.MAX, 1).Wait()
+            assert rank != 1 or (out == i + 1).all()
+        assert decided == ["allreduce"], decided  # the first call only
+        assert comm._adaptcoll_nb_below["allreduce"] > 32
+        comm.Allreduce(send, out)  # the first blocking call sets the tuning up
+        assert decided[1:] == ["allreduce"], decided
+        assert comm._adaptcoll_nb_below is comm._adaptcoll_below
+    finally:
+        for name, fn in real.items():
+            setattr(decide, name, fn)
+    for name in ("Iallreduce", "Ibcast", "Ireduce"):
+        assert counters.below[name] - before.get(name, 0) == (9 if name == "Iallreduce" else 10), name
+    comm.Free()

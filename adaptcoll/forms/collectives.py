@@ -6,8 +6,9 @@ the same arguments, counted in `stats()` either way.
 The fast path (blocking and nonblocking forms alike) comes first and costs a size check and one
 counter update: a message below the
 communicator's threshold for the collective (its tuning's, set once the tuning is known by its first
-blocking call; 0 before, so the first calls take the full path) goes straight to mpi4py (a program that
-reduces norms or flags makes such calls all the time). Its size is the NumPy array's `nbytes`, or for
+blocking call; 0 before, so the first calls take the full path; the nonblocking forms use the
+provisional tuning's thresholds until then, which they decide with meanwhile) goes straight to mpi4py
+(a program that reduces norms or flags makes such calls all the time). Its size is the NumPy array's `nbytes`, or for
 the other host forms (`[buf, count, datatype]` and friends over bytearray, mmap, array.array, ...)
 `spec_size.host_nbytes`, the signature's size from the count and datatype; everything else goes
 through the decision, which reaches the same native call for small messages. A second fast path takes
@@ -38,7 +39,7 @@ from ..runtime import counters
 from ..runtime.engine import engine
 from ..runtime.native import BELOW_THRESHOLD, Native
 from ..state.comm_state import comm_state, settle_setup
-from ..tune.choose import BELOW_ATTR, DEVICE_BELOW_ATTR, UNKNOWN
+from ..tune.choose import BELOW_ATTR, DEVICE_BELOW_ATTR, NB_BELOW_ATTR, UNKNOWN
 from .requests import NativeRequest, Request
 from .spec_size import host_nbytes
 from .threads import enter, leave
@@ -56,6 +57,7 @@ _MPI_ALLREDUCE = MPI.Intracomm.Allreduce
 _MPI_IALLREDUCE = MPI.Intracomm.Iallreduce
 _BELOW = counters.below
 _BELOW_ATTR = BELOW_ATTR
+_NB_BELOW_ATTR = NB_BELOW_ATTR
 _DEVICE_BELOW_ATTR = DEVICE_BELOW_ATTR
 _DEVICE_ARRAY = _small.ARRAY_TYPE  # [cupy.ndarray] once a call has been staged with CuPy, else [None]
 _STAGED_BELOW = staged_reason(BELOW_THRESHOLD)
@@ -173,7 +175,7 @@ def ibcast(comm: MPI.Intracomm, buf: Any, root: Any = 0) -> Request:
         nbytes = -1
     else:
         nbytes = _host_nbytes(buf)
-    if 0 <= nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["bcast"]:
+    if 0 <= nbytes < _getattr(comm, _NB_BELOW_ATTR, UNKNOWN)["bcast"]:
         _BELOW["Ibcast"] += 1
         settle_setup(comm)
         return NativeRequest(_MPI_IBCAST(comm, buf, root), keep=buf)
@@ -236,7 +238,7 @@ def ireduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM, roo
         nbytes = -1
     else:
         nbytes = _host_nbytes(data)
-    if 0 <= nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["reduce"]:
+    if 0 <= nbytes < _getattr(comm, _NB_BELOW_ATTR, UNKNOWN)["reduce"]:
         _BELOW["Ireduce"] += 1
         settle_setup(comm)
         native_send = decide.in_place_send_at_root(comm, sendbuf, recvbuf, root)
@@ -298,7 +300,7 @@ def iallreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM) 
         nbytes = -1
     else:
         nbytes = _host_nbytes(data)
-    if 0 <= nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["allreduce"]:
+    if 0 <= nbytes < _getattr(comm, _NB_BELOW_ATTR, UNKNOWN)["allreduce"]:
         _BELOW["Iallreduce"] += 1
         settle_setup(comm)
         native_send = _IN_PLACE if sendbuf is recvbuf else sendbuf
