@@ -93,23 +93,15 @@ class Intracomm(MPI.Intracomm):
         return adopt(MPI.Comm.f2py(arg))
 
     # -- buffer collectives ----------------------------------------------------------------------
-    # Bcast, Reduce and Allreduce are the module functions themselves, not methods calling them: a
-    # call that goes native then costs only their small-message check (see adaptcoll.forms.collectives).
+    # Bcast, Reduce and Allreduce and their I-forms are the module functions themselves, not methods
+    # calling them: a call that goes native then costs only their small-message check (see
+    # adaptcoll.forms.collectives). The I-forms return an adaptcoll Request (which keeps the buffers alive).
     Bcast = collectives.bcast
     Reduce = collectives.reduce
     Allreduce = collectives.allreduce
-
-    def Ibcast(self, buf: Any, root: int = 0) -> Request:  # type: ignore[override]
-        """Nonblocking broadcast; returns an adaptcoll Request."""
-        return collectives.ibcast(self, buf, root)
-
-    def Ireduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, root: int = 0) -> Request:  # type: ignore[override]
-        """Nonblocking reduce; returns an adaptcoll Request (which keeps the buffers alive)."""
-        return collectives.ireduce(self, sendbuf, recvbuf, op, root)
-
-    def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM) -> Request:  # type: ignore[override]
-        """Nonblocking allreduce; returns an adaptcoll Request (which keeps the buffers alive)."""
-        return collectives.iallreduce(self, sendbuf, recvbuf, op)
+    Ibcast = collectives.ibcast  # type: ignore[assignment]
+    Ireduce = collectives.ireduce  # type: ignore[assignment]
+    Iallreduce = collectives.iallreduce  # type: ignore[assignment]
 
     # Allgather and Reduce-scatter: the ring (adaptcoll.forms.blocks), same signatures as mpi4py's
     Allgather = block_collectives.allgather
