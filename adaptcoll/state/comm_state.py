@@ -431,8 +431,9 @@ class CommState:
         self._freed = True
         if self.shm is not None:
             self.shm.free()
-        if self._pending_dup is not None:  # the set-up step's poll completes and binds it; the watchdog
-            engine().wait_for(lambda: self._pending_dup is None)  # names it if other ranks never join
+        if self._pending_dup is not None:  # the set-up step's poll completes and binds it (the watchdog
+            # names it if other ranks never join); a failed step (its Idup reported an error) stops it
+            engine().wait_for(lambda: self._pending_dup is None or not self._step_running)
         if not self._release():
             engine().defer(self._release)
 
@@ -442,7 +443,8 @@ class CommState:
         inside the MPI call that completes that request, with its lock held, where any MPI call
         deadlocks or aborts (`Assertion failed in mpir_request.h`, `pthread_mutex_lock: Resource
         deadlock avoided`). The engine releases the private duplicate from a later sweep (or at exit);
-        a node level, which cannot exist before the Idup completed, would be left to MPI_Finalize."""
+        a node level (whose free is collective, which a deferred release cannot be) is forgotten and its
+        window left to MPI_Finalize."""
         if self._freed:
             return
         self._freed = True
