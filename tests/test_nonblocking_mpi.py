@@ -155,9 +155,11 @@ def test_private_duplicate_is_freed_with_the_communicator(mpi_ranks):
 
 @pytest.mark.mpi(ranks=[2], timeout=120)
 def test_a_communicator_of_nonblocking_calls_only_takes_the_fast_path(mpi_ranks):
-    """Small I-calls go straight to mpi4py from the second call on (the provisional tuning's
-    thresholds), not through a decision each (an 8-byte Iallreduce + Wait took 66 us against mpi4py's
-    8), with native results; the first blocking call then brings the communicator's own tuning."""
+    """Small I-calls (Allgather and Reduce-scatter's too) go straight to mpi4py from the second call on
+    (the provisional tuning's thresholds), not through a decision each (an 8-byte Iallreduce + Wait
+    took 66 us against mpi4py's 8), with native results; the first blocking call then brings the
+    communicator's own tuning."""
+    from adaptcoll.decision import blocks as block_decide
     from adaptcoll.decision import decide
     from adaptcoll.runtime import counters
 
@@ -165,7 +167,9 @@ def test_a_communicator_of_nonblocking_calls_only_takes_the_fast_path(mpi_ranks)
     rank = world.Get_rank()
     comm = adaptcoll.Intracomm(world.Dup())
     decided: list[str] = []
-    real = {name: getattr(decide, name) for name in ("bcast", "reduce", "allreduce")}
+    modules = {"bcast": decide, "reduce": decide, "allreduce": decide}
+    modules.update(allgather=block_decide, reduce_scatter=block_decide)
+    real = {name: getattr(module, name) for name, module in modules.items()}
 
     def counting(name: str, *args, **kwargs):
         decided.append(name)
@@ -173,8 +177,8 @@ def test_a_communicator_of_nonblocking_calls_only_takes_the_fast_path(mpi_ranks)
 
     before = dict(counters.below)
     try:
-        for name in real:
-            setattr(decide, name, functools.partial(counting, name))
+        for name, module in modules.items():
+            setattr(module, name, functools.partial(counting, name))
         for i in range(10):
             send, out = np.full(4, i + rank, "f8"), np.zeros(4)
             comm.Iallreduce(send, out).Wait()
@@ -184,14 +188,19 @@ def test_a_communicator_of_nonblocking_calls_only_takes_the_fast_path(mpi_ranks)
             np.testing.assert_array_equal(buf, np.full(4, i))
             comm.Ireduce(send, out, MPI.MAX, 1).Wait()
             assert rank != 1 or (out == i + 1).all()
+            gathered, block = np.zeros(8), np.zeros(2)
+            comm.Iallgather(send[:4], gathered).Wait()
+            np.testing.assert_array_equal(gathered, [i] * 4 + [i + 1] * 4)
+            comm.Ireduce_scatter_block(np.arange(4.0) + rank, block).Wait()
+            np.testing.assert_array_equal(block, 2 * np.arange(4.0)[2 * rank : 2 * rank + 2] + 1)
         assert decided == ["allreduce"], decided  # the first call only
         assert comm._adaptcoll_nb_below["allreduce"] > 32
         comm.Allreduce(send, out)  # the first blocking call sets the tuning up
         assert decided[1:] == ["allreduce"], decided
         assert comm._adaptcoll_nb_below is comm._adaptcoll_below
     finally:
-        for name, fn in real.items():
-            setattr(decide, name, fn)
-    for name in ("Iallreduce", "Ibcast", "Ireduce"):
+        for name, module in modules.items():
+            setattr(module, name, real[name])
+    for name in ("Iallreduce", "Ibcast", "Ireduce", "Iallgather", "Ireduce_scatter_block"):
         assert counters.below[name] - before.get(name, 0) == (9 if name == "Iallreduce" else 10), name
     comm.Free()

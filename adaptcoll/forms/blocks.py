@@ -4,7 +4,8 @@ ring protocols or the native mpi4py method with the same arguments, counted in `
 method's name either way.
 
 The fast path costs a size check once the communicator's tuning is known (its first blocking adaptcoll
-collective): a plain NumPy array (or another host form `spec_size` sizes) below the collective's
+collective; the I-forms use the provisional tuning's thresholds until then, as their decisions do): a
+plain NumPy array (or another host form `spec_size` sizes) below the collective's
 threshold goes straight to mpi4py. The thresholds are cached on the communicator object with the
 settings they were computed under, so `configure()` takes effect at the next call.
 """
@@ -20,7 +21,7 @@ from ..decision import blocks as block_decide
 from ..runtime import counters, settings
 from ..state.comm_state import settle_setup
 from ..tune.blocks import block_below
-from ..tune.choose import BELOW_ATTR, comm_tuning
+from ..tune.choose import BELOW_ATTR, NB_BELOW_ATTR, comm_tuning
 from .collectives import start, wait
 from .requests import NativeRequest, Request
 from .spec_size import host_nbytes
@@ -39,7 +40,11 @@ __all__ = [
 BLOCKS_BELOW_ATTR = "_adaptcoll_blocks_below"
 """Attribute of an adaptcoll communicator: {id(settings): {collective: threshold}}, the fast path's
 thresholds under the settings objects seen (computed once per settings object)."""
-_KEEP_ATTR = "_adaptcoll_blocks_settings"
+NB_BLOCKS_BELOW_ATTR = "_adaptcoll_nb_blocks_below"
+"""As BLOCKS_BELOW_ATTR, the nonblocking forms' thresholds from the provisional tuning while the
+communicator's own is not known (until its first blocking call)."""
+_KEEP = "_settings"
+"""Suffix of the attribute that keeps a cache's settings objects alive (their ids are its keys)."""
 
 _IN_PLACE = MPI.IN_PLACE
 _SUM = MPI.SUM
@@ -66,23 +71,32 @@ def _follow(current: settings.Settings) -> None:
 settings.on_change(_follow)
 
 
-def _threshold(comm: MPI.Intracomm, collective: str) -> int:
-    """The fast path's threshold for `collective` on `comm` (0 while the tuning is not known), computed
-    once per settings object and cached on the communicator (a few of them: a benchmark switches)."""
+def _threshold(comm: MPI.Intracomm, collective: str, nonblocking: bool = False) -> int:
+    """The fast path's threshold for `collective` on `comm`, computed once per settings object and cached
+    on the communicator (a few of them: a benchmark switches). While the tuning is not known: 0 for the
+    blocking forms (their full path sets it up); for the nonblocking forms, once a nonblocking call has
+    decided (tune.choose.NB_BELOW_ATTR), the provisional tuning's, which is what they decide with."""
+    if getattr(comm, BELOW_ATTR, None) is not None:
+        return _cached(comm, BLOCKS_BELOW_ATTR, collective)
+    if nonblocking and getattr(comm, NB_BELOW_ATTR, None) is not None:
+        return _cached(comm, NB_BLOCKS_BELOW_ATTR, collective)
+    return 0
+
+
+def _cached(comm: MPI.Intracomm, attr: str, collective: str) -> int:
+    """The thresholds of the communicator's current tuning under the settings in force, cached in `attr`."""
     current = settings.current()
-    if getattr(comm, BELOW_ATTR, None) is None:  # no tuning yet: the full path sets it up
-        return 0
     tuning = comm_tuning(comm, False)
     below = {c: block_below(tuning, c) for c in settings.BLOCK_COLLECTIVES}
-    cache = getattr(comm, BLOCKS_BELOW_ATTR, None)
+    cache = getattr(comm, attr, None)
     if cache is None or len(cache) >= 8:
         cache = {}
         try:
-            setattr(comm, BLOCKS_BELOW_ATTR, cache)
-            setattr(comm, _KEEP_ATTR, [])
+            setattr(comm, attr, cache)
+            setattr(comm, attr + _KEEP, [])
         except AttributeError:  # a plain mpi4py communicator object
             return 0
-    getattr(comm, _KEEP_ATTR).append(current)  # the ids stay those of live objects
+    getattr(comm, attr + _KEEP).append(current)  # the ids stay those of live objects
     cache[id(current)] = below
     return below[collective]
 
@@ -110,7 +124,7 @@ def iallgather(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any) -> Request:
     """comm.Iallgather(sendbuf, recvbuf): an adaptcoll Request (which keeps the buffers alive)."""
     nbytes = recvbuf.nbytes if type(recvbuf) is _NDARRAY else host_nbytes(recvbuf)
     found = _getattr(comm, BLOCKS_BELOW_ATTR, _EMPTY).get(_current_id[0])
-    if 0 <= nbytes < (found["allgather"] if found is not None else _threshold(comm, "allgather")):
+    if 0 <= nbytes < (found["allgather"] if found is not None else _threshold(comm, "allgather", True)):
         _BELOW["Iallgather"] += 1
         settle_setup(comm)
         return NativeRequest(_MPI_IALLGATHER(comm, sendbuf, recvbuf), keep=(sendbuf, recvbuf))
@@ -152,7 +166,7 @@ def ireduce_scatter_block(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: A
     data = recvbuf if sendbuf is _IN_PLACE else sendbuf
     nbytes = data.nbytes if type(data) is _NDARRAY else host_nbytes(data)
     found = _getattr(comm, BLOCKS_BELOW_ATTR, _EMPTY).get(_current_id[0])
-    if 0 <= nbytes < (found["reduce_scatter"] if found is not None else _threshold(comm, "reduce_scatter")):
+    if 0 <= nbytes < (found["reduce_scatter"] if found is not None else _threshold(comm, "reduce_scatter", True)):
         _BELOW["Ireduce_scatter_block"] += 1
         settle_setup(comm)
         return NativeRequest(_MPI_IRSB(comm, sendbuf, recvbuf, op), keep=(sendbuf, recvbuf))
@@ -194,7 +208,7 @@ def ireduce_scatter(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, recvcounts:
     data = recvbuf if sendbuf is _IN_PLACE else sendbuf
     nbytes = data.nbytes if type(data) is _NDARRAY else host_nbytes(data)
     found = _getattr(comm, BLOCKS_BELOW_ATTR, _EMPTY).get(_current_id[0])
-    if 0 <= nbytes < (found["reduce_scatter"] if found is not None else _threshold(comm, "reduce_scatter")):
+    if 0 <= nbytes < (found["reduce_scatter"] if found is not None else _threshold(comm, "reduce_scatter", True)):
         _BELOW["Ireduce_scatter"] += 1
         settle_setup(comm)
         return NativeRequest(_MPI_IRS(comm, sendbuf, recvbuf, recvcounts, op), keep=(sendbuf, recvbuf))
