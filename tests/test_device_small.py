@@ -237,6 +237,25 @@ def test_a_communicator_whose_tuning_is_unknown_takes_the_full_path(env: Any) ->
     base.Free()
 
 
+def test_a_communicator_of_nonblocking_calls_only_skips_the_decision_after_its_first(env: Any) -> None:
+    """Before its first blocking call a communicator's nonblocking forms decide with the provisional
+    tuning, and their fast path uses its thresholds: only the first call decides."""
+    _, comm, decided = env
+    host = np.arange(32, dtype="f4")
+    x, y = fd.device_array(host), fd.device_array(np.zeros(32, "f4"))
+    comm.Iallreduce(x, y, MPI.SUM).Wait()  # a call staged: the fast path knows CuPy's array type
+    base = MPI.COMM_SELF.Dup()
+    fresh = adaptcoll.Intracomm(base)
+    decided.clear()
+    for _ in range(3):
+        y[...] = 0
+        fresh.Iallreduce(x, y, MPI.SUM).Wait()
+        np.testing.assert_array_equal(y.get(), host)
+        fresh.Ibcast(x, 0).Wait()
+    assert decided == ["allreduce"], decided
+    base.Free()
+
+
 def test_host_arrays_and_numpy_fast_path_unchanged(env: Any) -> None:
     cupy, comm, _ = env
     comm.Bcast(fd.device_array(np.zeros(16, "f4")), 0)

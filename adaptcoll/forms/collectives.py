@@ -39,7 +39,7 @@ from ..runtime import counters
 from ..runtime.engine import engine
 from ..runtime.native import BELOW_THRESHOLD, Native
 from ..state.comm_state import comm_state, settle_setup
-from ..tune.choose import BELOW_ATTR, DEVICE_BELOW_ATTR, NB_BELOW_ATTR, UNKNOWN
+from ..tune.choose import BELOW_ATTR, DEVICE_BELOW_ATTR, NB_BELOW_ATTR, NB_DEVICE_BELOW_ATTR, UNKNOWN
 from .requests import NativeRequest, Request
 from .spec_size import host_nbytes
 from .threads import enter, leave
@@ -59,6 +59,7 @@ _BELOW = counters.below
 _BELOW_ATTR = BELOW_ATTR
 _NB_BELOW_ATTR = NB_BELOW_ATTR
 _DEVICE_BELOW_ATTR = DEVICE_BELOW_ATTR
+_NB_DEVICE_BELOW_ATTR = NB_DEVICE_BELOW_ATTR
 _DEVICE_ARRAY = _small.ARRAY_TYPE  # [cupy.ndarray] once a call has been staged with CuPy, else [None]
 _STAGED_BELOW = staged_reason(BELOW_THRESHOLD)
 _getattr = getattr
@@ -168,7 +169,7 @@ def ibcast(comm: MPI.Intracomm, buf: Any, root: Any = 0) -> Request:
     if kind is _NDARRAY:
         nbytes = buf.nbytes
     elif kind is _DEVICE_ARRAY[0]:
-        if 0 < buf.nbytes < _getattr(comm, _DEVICE_BELOW_ATTR, UNKNOWN)["bcast"]:
+        if 0 < buf.nbytes < _getattr(comm, _NB_DEVICE_BELOW_ATTR, UNKNOWN)["bcast"]:
             call = _small.staged("bcast", comm, (buf, root))
             if call is not None:
                 return _staged_request("Ibcast", comm, call)
@@ -231,7 +232,7 @@ def ireduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM, roo
     if kind is _NDARRAY:
         nbytes = data.nbytes
     elif kind is _DEVICE_ARRAY[0]:
-        if 0 < data.nbytes < _getattr(comm, _DEVICE_BELOW_ATTR, UNKNOWN)["reduce"]:
+        if 0 < data.nbytes < _getattr(comm, _NB_DEVICE_BELOW_ATTR, UNKNOWN)["reduce"]:
             call = _small.staged("reduce", comm, (sendbuf, recvbuf, op, root))
             if call is not None:
                 return _staged_request("Ireduce", comm, call)
@@ -293,7 +294,7 @@ def iallreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM) 
     if kind is _NDARRAY:
         nbytes = data.nbytes
     elif kind is _DEVICE_ARRAY[0]:
-        if 0 < data.nbytes < _getattr(comm, _DEVICE_BELOW_ATTR, UNKNOWN)["allreduce"]:
+        if 0 < data.nbytes < _getattr(comm, _NB_DEVICE_BELOW_ATTR, UNKNOWN)["allreduce"]:
             call = _small.staged("allreduce", comm, (sendbuf, recvbuf, op))
             if call is not None:
                 return _staged_request("Iallreduce", comm, call)

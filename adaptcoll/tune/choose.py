@@ -24,6 +24,7 @@ __all__ = [
     "BELOW_ATTR",
     "NB_BELOW_ATTR",
     "DEVICE_BELOW_ATTR",
+    "NB_DEVICE_BELOW_ATTR",
     "TUNING_ATTR",
     "comm_tuning",
     "choose",
@@ -42,6 +43,8 @@ Wait 66 us against mpi4py's 8 at 2 ranks."""
 DEVICE_BELOW_ATTR = "_adaptcoll_device_below"
 """Attribute of an adaptcoll communicator object: its per-collective thresholds for small device arrays
 (CommTuning.device_below; the fast path of adaptcoll.device.small)."""
+NB_DEVICE_BELOW_ATTR = "_adaptcoll_nb_device_below"
+"""As NB_BELOW_ATTR, for small device arrays in the nonblocking forms."""
 TUNING_ATTR = "_adaptcoll_tuning"
 """Attribute of an adaptcoll communicator object: its tuning, once set up (adaptcoll.decision.cache checks it)."""
 
@@ -59,6 +62,7 @@ def comm_tuning(comm: MPI.Intracomm, blocking: bool = True) -> CommTuning:
             found = provisional(comm.Get_size())
             try:
                 setattr(comm, NB_BELOW_ATTR, found.below)
+                setattr(comm, NB_DEVICE_BELOW_ATTR, found.device_below)
             except AttributeError:  # a plain mpi4py communicator object: no fast path
                 pass
             return found
@@ -67,6 +71,7 @@ def comm_tuning(comm: MPI.Intracomm, blocking: bool = True) -> CommTuning:
             setattr(comm, BELOW_ATTR, found.below)
             setattr(comm, NB_BELOW_ATTR, found.below)
             setattr(comm, DEVICE_BELOW_ATTR, found.device_below)
+            setattr(comm, NB_DEVICE_BELOW_ATTR, found.device_below)
         except AttributeError:  # a plain mpi4py communicator object: no cache, the state has it
             pass
     assert isinstance(found, CommTuning)
