@@ -194,6 +194,7 @@ def test_a_communicator_of_nonblocking_calls_only_takes_the_fast_path(mpi_ranks)
             comm.Ireduce_scatter_block(np.arange(4.0) + rank, block).Wait()
             np.testing.assert_array_equal(block, 2 * np.arange(4.0)[2 * rank : 2 * rank + 2] + 1)
         assert decided == ["allreduce"], decided  # the first call only
+        assert len(comm._adaptcoll_nb_blocks_below_settings) == 1  # computed once, not per call
         assert comm._adaptcoll_nb_below["allreduce"] > 32
         comm.Allreduce(send, out)  # the first blocking call sets the tuning up
         assert decided[1:] == ["allreduce"], decided

@@ -84,11 +84,15 @@ def _threshold(comm: MPI.Intracomm, collective: str, nonblocking: bool = False) 
 
 
 def _cached(comm: MPI.Intracomm, attr: str, collective: str) -> int:
-    """The thresholds of the communicator's current tuning under the settings in force, cached in `attr`."""
+    """The thresholds of the communicator's current tuning under the settings in force, cached in `attr`
+    (computed and remembered once per settings object)."""
     current = settings.current()
+    cache = getattr(comm, attr, None)
+    found = cache.get(id(current)) if cache is not None else None
+    if found is not None:
+        return found[collective]
     tuning = comm_tuning(comm, False)
     below = {c: block_below(tuning, c) for c in settings.BLOCK_COLLECTIVES}
-    cache = getattr(comm, attr, None)
     if cache is None or len(cache) >= 8:
         cache = {}
         try:
