@@ -39,8 +39,6 @@ __all__ = [
 PREDEFINED_NAMES = ("COMM_WORLD", "COMM_SELF")
 # mpi4py's own constants, captured before anything (adaptcoll.install) can replace them in mpi4py.MPI.
 _PLAIN_PREDEFINED: dict[str, MPI.Intracomm] = {name: getattr(MPI, name) for name in PREDEFINED_NAMES}
-_UNFREEABLE = (MPI.COMM_NULL, MPI.COMM_WORLD, MPI.COMM_SELF)
-"""Communicators whose Free is an error, which must leave adaptcoll's state alone (compared by handle)."""
 _predefined: dict[str, Intracomm] = {}
 _predefined_lock = threading.Lock()
 
@@ -56,22 +54,19 @@ class Intracomm(MPI.Intracomm):
         """mpi4py semantics: a no-op on the predefined COMM_WORLD / COMM_SELF objects (mpi4py 4's
         `free()` leaves constants alone); any other communicator is freed and becomes null."""
         if _predefined_name(self) is None:
-            if self not in _UNFREEABLE:
-                release_state(self)
+            release_state(self)
             super().free()
 
     # -- freeing: adaptcoll's state first, here, where MPI calls are safe ------------------------
     def Free(self) -> None:
         """MPI_Comm_free, after freeing adaptcoll's state of this communicator (its private duplicate
         and node level; adaptcoll.state.comm_state.release_state)."""
-        if self not in _UNFREEABLE:
-            release_state(self)
+        release_state(self)
         super().Free()
 
     def Disconnect(self) -> None:
         """MPI_Comm_disconnect, after freeing adaptcoll's state of this communicator (as Free)."""
-        if self not in _UNFREEABLE:
-            release_state(self)
+        release_state(self)
         super().Disconnect()
 
     def __reduce__(self) -> Any:

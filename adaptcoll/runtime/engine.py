@@ -398,8 +398,7 @@ class Engine:
         an attribute delete callback inside the call that completes the communicator's last request,
         where any MPI call deadlocks."""
         self._deferred.append(task)
-        if not self._at_exit:
-            self._close_at_exit()
+        self._close_at_exit()
 
     def run_deferred(self) -> None:
         """Run the deferred tasks once each; those not finished stay for a later call."""

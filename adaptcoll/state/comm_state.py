@@ -501,13 +501,17 @@ def _delete_state(comm: MPI.Comm, keyval: int, state: Any) -> None:
 
 def release_state(comm: MPI.Comm) -> None:
     """Before `comm` is freed (its Free, free or Disconnect): free adaptcoll's state of it here, in the
-    caller's MPI call, rather than from the delete callback (CommState.free)."""
+    caller's MPI call, rather than from the delete callback (CommState.free). Nothing for the
+    communicators whose free is an error (null, COMM_WORLD, COMM_SELF: their state stays)."""
+    if comm in _UNFREEABLE:
+        return
     state = comm.Get_attr(_KEYVAL)
     if isinstance(state, CommState):
         state.free()
 
 
 _KEYVAL = MPI.Comm.Create_keyval(delete_fn=_delete_state)
+_UNFREEABLE = (MPI.COMM_NULL, MPI.COMM_WORLD, MPI.COMM_SELF)  # compared by handle
 
 
 DELETE_IN_FREE = MPI.get_vendor()[0] == "Open MPI"

@@ -57,21 +57,14 @@ def comm_tuning(comm: MPI.Intracomm, blocking: bool = True) -> CommTuning:
     afterwards; before that, the provisional tuning (see `provisional`)."""
     found = getattr(comm, TUNING_ATTR, None)
     if found is None:
-        found = comm_state(comm).tuning(blocking)
-        if found is None:
-            found = provisional(comm.Get_size())
-            try:
-                setattr(comm, NB_BELOW_ATTR, found.below)
-                setattr(comm, NB_DEVICE_BELOW_ATTR, found.device_below)
-            except AttributeError:  # a plain mpi4py communicator object: no fast path
-                pass
-            return found
+        known = comm_state(comm).tuning(blocking)
+        found = provisional(comm.Get_size()) if known is None else known
+        cached: dict[str, object] = {NB_BELOW_ATTR: found.below, NB_DEVICE_BELOW_ATTR: found.device_below}
+        if known is not None:  # the fast paths of every form, from now on
+            cached.update({TUNING_ATTR: found, BELOW_ATTR: found.below, DEVICE_BELOW_ATTR: found.device_below})
         try:
-            setattr(comm, TUNING_ATTR, found)
-            setattr(comm, BELOW_ATTR, found.below)
-            setattr(comm, NB_BELOW_ATTR, found.below)
-            setattr(comm, DEVICE_BELOW_ATTR, found.device_below)
-            setattr(comm, NB_DEVICE_BELOW_ATTR, found.device_below)
+            for name, value in cached.items():
+                setattr(comm, name, value)
         except AttributeError:  # a plain mpi4py communicator object: no cache, the state has it
             pass
     assert isinstance(found, CommTuning)
