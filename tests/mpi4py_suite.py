@@ -8,8 +8,10 @@ Used by tests/test_mpi4py_suite.py (README's test command: the modules in `CI_MO
     python tests/mpi4py_suite.py --ranks 2 --full          # the whole suite (about 100 s at 2 ranks)
     python tests/mpi4py_suite.py --ranks 2 --full --plain  # plain mpi4py, for the baseline
 
-The sdist comes from `pip download --no-deps --no-binary=:all: mpi4py==<installed version>` into
-`~/.cache/adaptcoll/` (or `$ADAPTCOLL_CACHE`), once; `ADAPTCOLL_MPI4PY_TESTS=DIR` points at an existing
+The sdist comes from `pip download --no-deps --no-binary=mpi4py mpi4py==<installed version>` into
+`~/.cache/adaptcoll/` (or `$ADAPTCOLL_CACHE`), once (about 10 s; `--no-binary=:all:` also refused
+wheels for the build requirements pip installs to read the sdist's metadata, so pip compiled Cython
+from source and the fetch ran past its 300-s limit on a fresh machine); `ADAPTCOLL_MPI4PY_TESTS=DIR` points at an existing
 `test/` directory instead. Open MPI is launched with `--oversubscribe` (and as root where allowed).
 """
 
@@ -90,7 +92,7 @@ def sdist_dir(timeout: float = 300) -> Path:
     if (tests / "runtests.py").exists():
         return tests
     root.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary=:all:"]
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary=mpi4py"]
     command += ["-d", str(root), f"mpi4py=={version}"]
     try:
         fetched = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
