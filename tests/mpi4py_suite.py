@@ -11,8 +11,9 @@ Used by tests/test_mpi4py_suite.py (README's test command: the modules in `CI_MO
 The sdist comes from `pip download --no-deps --no-binary=mpi4py mpi4py==<installed version>` into
 `~/.cache/adaptcoll/` (or `$ADAPTCOLL_CACHE`), once (about 10 s; `--no-binary=:all:` also refused
 wheels for the build requirements pip installs to read the sdist's metadata, so pip compiled Cython
-from source and the fetch ran past its 300-s limit on a fresh machine); `ADAPTCOLL_MPI4PY_TESTS=DIR` points at an existing
-`test/` directory instead. Open MPI is launched with `--oversubscribe` (and as root where allowed).
+from source and the fetch ran past its 300-s limit on a fresh machine); `ADAPTCOLL_MPI4PY_TESTS=DIR`
+points at an existing `test/` directory instead. Open MPI is launched with `--oversubscribe` (and as
+root where allowed).
 """
 
 from __future__ import annotations
