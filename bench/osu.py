@@ -253,6 +253,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=100,
         help="I-forms: Test calls spread over the dummy compute (default 100; OSU's default is 0)",
     )
+    p.add_argument(
+        "--idle-compute",
+        action="store_true",
+        help="I-forms: the dummy compute sleeps instead of spinning, as a rank waiting for a GPU kernel or for "
+        "I/O, whose CPU is free (not in OSU)",
+    )
     p.add_argument("--root", type=int, default=0, help="root of Bcast/Reduce (default 0)")
     p.add_argument(
         "--dtype", default="float32", help="NumPy element type of Reduce/Allreduce buffers (default float32, as OSU)"
@@ -590,27 +596,36 @@ class Noise:
             self.skew.delay(iteration)
 
 
-def _dummy_compute(seconds: float, request: Any, num_tests: int) -> float:
-    """OSU's dummy_compute: busy for `seconds` (wall), calling request.Test() `num_tests` times spread
-    over it; returns the seconds spent inside Test."""
+def _spin_until(end: float) -> None:
     clock = time.perf_counter
+    while clock() < end:
+        pass
+
+
+def _sleep_until(end: float) -> None:
+    left = end - time.perf_counter()
+    if left > 0:
+        time.sleep(left)
+
+
+def _dummy_compute(seconds: float, request: Any, num_tests: int, idle: bool = False) -> float:
+    """OSU's dummy_compute: busy for `seconds` (wall), calling request.Test() `num_tests` times spread
+    over it; returns the seconds spent inside Test. `idle`: sleep instead of spinning (--idle-compute)."""
+    clock = time.perf_counter
+    wait = _sleep_until if idle else _spin_until
     start = clock()
     end = start + seconds
     test_time = 0.0
     if num_tests <= 0:
-        while clock() < end:
-            pass
+        wait(end)
         return 0.0
     step = seconds / num_tests
     for k in range(1, num_tests + 1):
-        chunk_end = start + k * step
-        while clock() < chunk_end:
-            pass
+        wait(start + k * step)
         t = clock()
         request.Test()
         test_time += clock() - t
-    while clock() < end:
-        pass
+    wait(end)
     return test_time
 
 
@@ -663,6 +678,7 @@ def _time_overlap(
     num_tests: int,
     noise: Noise,
     progress_cb: Callable[[int], None],
+    idle: bool = False,
 ) -> np.ndarray:
     """[4, impl, iteration]: overall, compute (incl. tests), test, wait seconds on this rank."""
     n = len(impls)
@@ -676,7 +692,7 @@ def _time_overlap(
             t0 = clock()
             req = starts[k]()
             tc = clock()
-            test = _dummy_compute(compute_s[k], req, num_tests)
+            test = _dummy_compute(compute_s[k], req, num_tests, idle)
             tw = clock()
             req.Wait()
             t1 = clock()
@@ -783,7 +799,9 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
                 timed = _traced_calls(calls, impls, args, iters, adaptcoll)
                 pure = _time_pure_nonblocking(timed, impls, switch, barrier, iters, noise, lambda k: None)
                 compute_s = pure.mean(axis=1)  # each rank computes for its own pure latency, as OSU
-                over = _time_overlap(calls, impls, switch, barrier, iters, compute_s, args.num_test_calls, noise, tick)
+                over = _time_overlap(
+                    calls, impls, switch, barrier, iters, compute_s, args.num_test_calls, noise, tick, args.idle_compute
+                )
                 local = np.concatenate([pure[None], over])  # [5, impl, iter]
             else:
                 timed = _traced_calls(calls, impls, args, iters, adaptcoll)

@@ -393,6 +393,29 @@ def test_no_compiler_falls_back_with_one_warning(tmp_path) -> None:
     assert lines[2].startswith("raised ADAPTCOLL_ENGINE=compiled, but could not build or load it")
 
 
+def test_a_progress_thread_asked_of_the_python_engine_is_one_warning() -> None:
+    """ADAPTCOLL_PROGRESS_THREAD with the Python engine: it serves as always; one RuntimeWarning says no
+    thread runs (the thread drives compiled operations only)."""
+    code = (
+        "import warnings, numpy as np\n"
+        "from mpi4py import MPI\n"
+        "import adaptcoll\n"
+        "adaptcoll.configure(native_below=0)\n"
+        "comm = adaptcoll.Intracomm(MPI.COMM_WORLD)\n"
+        "with warnings.catch_warnings(record=True) as w:\n"
+        "    warnings.simplefilter('always')\n"
+        "    for _ in range(3):\n"
+        "        a = np.arange(100.0); r = comm.Ibcast(a, 0); r.Wait()\n"
+        "print([str(x.message) for x in w])\n"
+        "print(adaptcoll.stats()['Ibcast']['engines'])\n"
+    )
+    done = _fresh({"ADAPTCOLL_ENGINE": "python", "ADAPTCOLL_PROGRESS_THREAD": "on"}, code)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].count("ADAPTCOLL_PROGRESS_THREAD") == 1 and "no progress thread runs" in lines[0]
+    assert lines[1] == "{'python': 3}"
+
+
 @needs_lib
 def test_builds_into_the_cache_and_reuses_it(tmp_path) -> None:
     code = "from mpi4py import MPI\nfrom adaptcoll.runtime import compiled\nprint(compiled.status())\n"

@@ -40,11 +40,22 @@ def test_sizes_and_suffixes():
         ("ADAPTCOLL_SHM_SEGMENT_SIZE", "32"),
         ("ADAPTCOLL_SHM_SLOTS", "0"),
         ("ADAPTCOLL_ALLREDUCE_ALGORITHM", "shm:inner=chain"),
+        ("ADAPTCOLL_PROGRESS_THREAD", "sometimes"),
+        ("ADAPTCOLL_PROGRESS_THREAD", "-5"),
+        ("ADAPTCOLL_PROGRESS_THREAD", "nan"),
     ],
 )
 def test_invalid_environment_values_name_the_variable(var, value):
     with pytest.raises(ValueError, match=var):
         settings.from_environ({var: value})
+
+
+def test_progress_thread_is_on_off_or_a_pause_in_microseconds():
+    assert settings.Settings().progress_thread == 0  # off unless asked for
+    for text, pause in (("on", settings.PROGRESS_PAUSE_US), ("yes", 50.0), ("off", 0.0), ("0", 0.0), ("20", 20.0)):
+        assert settings.from_environ({"ADAPTCOLL_PROGRESS_THREAD": text}).progress_thread == pause
+    with settings.configured(progress_thread=12.5):
+        assert settings.current().progress_thread == 12.5
 
 
 def test_invalid_environment_at_import_is_a_clear_error():

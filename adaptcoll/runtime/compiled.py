@@ -13,10 +13,15 @@ header it was compiled against, the same size of `MPI_Comm`, and MPI_Comm_rank o
 gave must answer what mpi4py answers. Where it cannot be built or does not match, the pure-Python
 engine runs, with one warning; `ADAPTCOLL_ENGINE=python` never builds it, `ADAPTCOLL_ENGINE=compiled`
 makes its absence an error.
+
+`ADAPTCOLL_PROGRESS_THREAD` (off by default) gives the compiled engine a thread of its own that sweeps
+the running operations while the program computes (`CompiledEngine.progress_thread`): a nonblocking
+collective then moves on between the program's adaptcoll calls, not only inside them.
 """
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import functools
 import hashlib
@@ -44,6 +49,7 @@ __all__ = [
     "EngineUnavailable",
     "status",
     "engine_for",
+    "python_engine_runs",
     "fold_codes",
     "BCAST",
     "REDUCE",
@@ -58,7 +64,7 @@ __all__ = [
 BCAST, REDUCE, ALLREDUCE = 0, 1, 2
 """Operation kinds of `ac_call_new`."""
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 """`ac_abi_version()` of the source this module speaks to."""
 
 _DCODES = {
@@ -218,6 +224,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "ac_op_release": (None, [ctypes.c_ssize_t]),
         "ac_pending": (c_int, [c_ptr, ctypes.c_ssize_t, c_ptr, c_int]),
         "ac_counters": (None, [c_ptr, c_ptr]),
+        "ac_engine_thread": (c_int, [c_ptr, c_int, c_i64, c_int]),
         "ac_fake_log": (c_int, [c_ptr, c_ptr, c_int]),
         "ac_fake_complete": (c_int, [c_ptr, c_int, c_int, c_int]),
         "ac_fake_pending": (c_int, [c_ptr, c_ptr, c_int]),
@@ -296,12 +303,15 @@ def library() -> Optional[ctypes.CDLL]:
     """The loaded compiled library under the current setting, or None (Python engine): warns once when
     it was wanted (`auto`) but is not there; raises EngineUnavailable for ADAPTCOLL_ENGINE=compiled."""
     global _warned
-    choice = settings.current().engine
+    cfg = settings.current()
+    choice = cfg.engine
     if choice == "python":
+        python_engine_runs(cfg, "ADAPTCOLL_ENGINE=python")
         return None
     loaded = _load()
     if loaded.lib is not None:
         return loaded.lib
+    python_engine_runs(cfg, loaded.why_not)
     if choice == "compiled":
         raise EngineUnavailable(f"ADAPTCOLL_ENGINE=compiled, but {loaded.why_not}")
     if not _warned:
@@ -477,6 +487,9 @@ class CompiledEngine:
         self._counters = (ctypes.c_int64 * 4)()
         self._events = ctypes.c_int64()
         self._events_at = ctypes.addressof(self._events)
+        self.thread_pause_us = 0.0
+        """The progress thread's pause after an idle sweep, in microseconds; 0: no thread running."""
+        self._thread_started = False
 
     def bind(
         self, call: CompiledCall, comm_handle: int, tag_space: int, notice_slot: Optional[np.ndarray] = None
@@ -606,6 +619,35 @@ class CompiledEngine:
             (int(buf[5 * k]), bool(buf[5 * k + 1]), buf[5 * k + 2], buf[5 * k + 3], buf[5 * k + 4]) for k in range(n)
         ]
 
+    def progress_thread(self, pause_us: float) -> None:
+        """Turn the progress thread on (`pause_us` > 0: its pause after a sweep that completed nothing) or
+        off. It needs MPI_THREAD_MULTIPLE (mpi4py's default); where MPI gives less, or the thread cannot be
+        started, it stays off with one warning. Its MPI calls stop once no request is pending, and it is
+        ended at exit, before MPI_Finalize."""
+        if pause_us == self.thread_pause_us:
+            return
+        if pause_us > 0 and MPI.Query_thread() != MPI.THREAD_MULTIPLE:
+            _warn_once(
+                "thread level",
+                "adaptcoll: ADAPTCOLL_PROGRESS_THREAD needs MPI_THREAD_MULTIPLE (mpi4py's default), but MPI "
+                f"was initialized with level {MPI.Query_thread()}: no progress thread runs",
+            )
+            return
+        first = self.thread_pause_us == 0 and pause_us > 0 and not self._thread_started
+        if self.lib.ac_engine_thread(self.handle, int(pause_us > 0), int(pause_us * 1000), 0) != 0:
+            _warn_once("start", "adaptcoll: the progress thread could not be started: none runs")
+            return
+        self.thread_pause_us = pause_us
+        if first:
+            self._thread_started = True
+            atexit.register(self.stop_thread)
+
+    def stop_thread(self) -> None:
+        """End the progress thread and wait for it (at exit: before MPI_Finalize, which mpi4py calls after
+        Python's exit handlers); a later `progress_thread` starts a new one."""
+        self.lib.ac_engine_thread(self.handle, 0, 0, 1)
+        self.thread_pause_us = 0.0
+
     def counters(self) -> tuple[int, int, int, int]:
         """(requests of running operations, all requests, completions handled, sweeps made)."""
         self.lib.ac_counters(self.handle, self._counters)
@@ -623,4 +665,34 @@ def engine_for(lib: ctypes.CDLL) -> CompiledEngine:
         with _load_lock:
             if _engine is None:
                 _engine = CompiledEngine(lib)
+                _engine.progress_thread(settings.current().progress_thread)
     return _engine
+
+
+_warned_about: set[str] = set()
+
+
+def python_engine_runs(cfg: settings.Settings, why: str) -> None:
+    """Where the Python engine serves a call (`why`): one warning if a progress thread was asked for (the
+    thread drives compiled operations only)."""
+    if cfg.progress_thread > 0:
+        _warn_once(
+            "python engine",
+            f"adaptcoll: ADAPTCOLL_PROGRESS_THREAD drives the compiled engine, which does not run here ({why}): "
+            "no progress thread runs",
+        )
+
+
+def _warn_once(what: str, text: str) -> None:
+    if what not in _warned_about:
+        _warned_about.add(what)
+        warnings.warn(text, RuntimeWarning, stacklevel=3)
+
+
+def _follow(new: settings.Settings) -> None:
+    """The progress thread follows the settings (configure, configured, use), for the engine that exists."""
+    if _engine is not None and new.progress_thread != _engine.thread_pause_us:
+        _engine.progress_thread(new.progress_thread)
+
+
+settings.on_change(_follow)

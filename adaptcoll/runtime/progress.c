@@ -13,7 +13,8 @@
  * tree kind, 1-17 ranks and every root.
  *
  * Built at first use with the MPI library's own mpicc, loaded with ctypes (which releases the GIL
- * during each call); the engine's mutex makes it safe for several threads.
+ * during each call); the engine's mutex makes it safe for several threads. An optional progress
+ * thread (ac_engine_thread) sweeps the running operations while the program computes.
  */
 #include <mpi.h>
 #include <pthread.h>
@@ -22,8 +23,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
-#define AC_ABI_VERSION 2
+#define AC_ABI_VERSION 3
 #define SWEEP_CHUNK 1024
 #define AC_NOTICE 16 /* ac_call_run: an error notice is waiting */
 
@@ -113,6 +115,14 @@ struct ac_engine {
     int nlog, caplog;
     ac_op *live_ops;
     pthread_mutex_t mu;
+    /* the progress thread (ac_engine_thread): sweeps while `thr_on` and requests are pending, pausing
+     * `thr_sleep_ns` after each sweep that completed nothing; waits on `cv` while off, and looks again
+     * every LOOK_EVERY pauses while nothing is pending or the program sweeps itself (no MPI call) */
+    pthread_t thr;
+    pthread_cond_t cv;
+    int thr_started, thr_on, thr_stop;
+    int in_wait; /* the program's own calls sweeping now (ac_op_wait, ac_progress): the thread leaves it to them */
+    int64_t thr_sleep_ns;
 };
 
 /* ---------------------------------------------------------------- small helpers */
@@ -807,7 +817,82 @@ ac_engine *ac_engine_new(int fake) {
     if (!e) return NULL;
     e->fake = fake;
     pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
     return e;
+}
+
+/* The progress thread: MPI calls only while it is on and requests are pending, so that once the
+ * program has completed its operations (as MPI requires before MPI_Finalize) it makes none. While
+ * nothing is pending, or the program sweeps itself (in_wait: ac_op_wait, ac_progress), it looks again
+ * every LOOK_EVERY pauses rather than being woken by each start: a program that starts small operation
+ * after operation pays no wake-up (two context switches) per call, and one that waits at once leaves
+ * the sweeping to its own wait. */
+#define LOOK_EVERY 5
+static void *progress_main(void *arg) {
+    ac_engine *e = (ac_engine *)arg;
+    pthread_mutex_lock(&e->mu);
+    while (!e->thr_stop) {
+        if (!e->thr_on) {
+            pthread_cond_wait(&e->cv, &e->mu);
+            continue;
+        }
+        int64_t ns = e->thr_sleep_ns;
+        if (e->n == 0 || e->in_wait) {
+            struct timespec until;
+            clock_gettime(CLOCK_REALTIME, &until);
+            int64_t t = (int64_t)until.tv_nsec + LOOK_EVERY * (ns > 0 ? ns : 1000);
+            until.tv_sec += (time_t)(t / 1000000000);
+            until.tv_nsec = (long)(t % 1000000000);
+            pthread_cond_timedwait(&e->cv, &e->mu, &until);
+            continue;
+        }
+        int moved = sweep(e);
+        pthread_mutex_unlock(&e->mu); /* let the program's own calls in between sweeps */
+        if (moved > 0) {
+            sched_yield();
+        } else {
+            struct timespec ts = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
+            nanosleep(&ts, NULL);
+        }
+        pthread_mutex_lock(&e->mu);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+/* Turn the progress thread on (started at the first call) or off (it waits, making no MPI call);
+ * `sleep_ns`: its pause after a sweep that completed nothing. `stop`: end it and join it (before
+ * MPI_Finalize). Returns 0, or -1 if the thread could not be started (a fake engine has none). */
+int ac_engine_thread(ac_engine *e, int on, int64_t sleep_ns, int stop) {
+    if (e->fake) return on && !stop ? -1 : 0;
+    pthread_mutex_lock(&e->mu);
+    if (stop) {
+        int started = e->thr_started;
+        e->thr_stop = 1;
+        e->thr_on = 0;
+        pthread_cond_signal(&e->cv);
+        pthread_mutex_unlock(&e->mu);
+        if (started) pthread_join(e->thr, NULL);
+        pthread_mutex_lock(&e->mu);
+        e->thr_started = 0;
+        e->thr_stop = 0;
+        pthread_mutex_unlock(&e->mu);
+        return 0;
+    }
+    e->thr_on = on;
+    e->thr_sleep_ns = sleep_ns > 0 ? sleep_ns : 0;
+    int rc = 0;
+    if (on && !e->thr_started) {
+        if (pthread_create(&e->thr, NULL, progress_main, e) == 0)
+            e->thr_started = 1;
+        else {
+            e->thr_on = 0;
+            rc = -1;
+        }
+    }
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    return rc;
 }
 
 /* Start one operation on this rank. `links`: [nlinks, then per link: parent (-1: none), nchild,
@@ -1020,6 +1105,8 @@ intptr_t ac_call_start(intptr_t call, int tag_base) {
     return h;
 }
 
+
+
 /* Whether an error notice has arrived on the operation's communicator (the receive is left to Python). */
 static int op_notice(const ac_op *op) {
     if (!op->notice || !*op->notice) return 0;
@@ -1040,6 +1127,7 @@ int ac_op_wait(intptr_t handle) {
     ac_op *op = (ac_op *)handle;
     ac_engine *e = op->eng;
     pthread_mutex_lock(&e->mu);
+    e->in_wait++;
     double t0 = -1.0;
     while (op->state == ST_RUNNING) {
         if (sweep(e) > 0) continue;
@@ -1064,6 +1152,7 @@ int ac_op_wait(intptr_t handle) {
         op->released_by_python = 1;
         maybe_free(op);
     }
+    e->in_wait--;
     pthread_mutex_unlock(&e->mu);
     return notice ? state | AC_NOTICE : state;
 }
@@ -1094,6 +1183,7 @@ int ac_call_run(intptr_t call, int tag_base) {
  * `*events`: the completions handled meanwhile. */
 int ac_progress(ac_engine *e, int max_idle, int max_sweeps, int64_t *events) {
     pthread_mutex_lock(&e->mu);
+    e->in_wait++;
     int idle = 0;
     int64_t before = e->events;
     for (int k = 0; k < max_sweeps && e->nfin == 0 && e->n > 0; k++) {
@@ -1108,6 +1198,7 @@ int ac_progress(ac_engine *e, int max_idle, int max_sweeps, int64_t *events) {
     }
     int nfin = e->nfin;
     *events = e->events - before;
+    e->in_wait--;
     pthread_mutex_unlock(&e->mu);
     return nfin;
 }

@@ -103,6 +103,10 @@ class Settings:
     reduce_scatter_native_below: int = -1
     engine: str = "auto"  # auto: the compiled progress path where it builds and matches MPI; python; compiled
     remember: bool = True  # remember decisions per communicator and call signature (adaptcoll.decision.cache)
+    progress_thread: float = 0.0
+    """Microseconds the compiled engine's progress thread pauses after a sweep that completed nothing; 0:
+    no thread (nonblocking operations progress in the program's own adaptcoll calls). A thread drives
+    the compiled operations while the program computes (adaptcoll.runtime.compiled, docs/dropin.md)."""
     explicit: tuple[str, ...] = ()
     """The fields set explicitly (ADAPTCOLL_* variable, configure(), python -m adaptcoll option): they win
     over the tuning table; the others are chosen per call by the table or the shipped rule (adaptcoll.tune)."""
@@ -263,6 +267,30 @@ def _parse_window(text: Any, name: str) -> int:
     return value
 
 
+PROGRESS_PAUSE_US = 50.0
+"""The progress thread's pause when ADAPTCOLL_PROGRESS_THREAD is `on`: Linux's default timer slack
+(50 us) makes a shorter nanosleep last about as long anyway."""
+
+
+def _parse_progress_thread(text: Any, name: str) -> float:
+    """on/off (on: PROGRESS_PAUSE_US), or the pause in microseconds (0: off)."""
+    word = str(text).strip().lower()
+    if word in ("on", "yes", "true"):
+        return PROGRESS_PAUSE_US
+    if word in ("off", "no", "false", ""):
+        return 0.0
+    try:
+        value = float(word) if not isinstance(text, bool) else -1.0
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 1e6:
+        raise ValueError(
+            f"{name}: expected on, off, or the progress thread's pause in microseconds "
+            f"(0-1000000, 0: off), got {text!r}"
+        )
+    return value
+
+
 def _parse_trace(text: Any, name: str) -> str:
     value = os.path.expanduser(str(text).strip())
     if value.lower() in ("", "0", "off", "no", "false", "none"):
@@ -355,6 +383,8 @@ def _parse_field(field: str, value: Any, name: str) -> Any:
         return _parse_bool(value, name)
     if field == "watchdog":
         return _parse_seconds(value, name)
+    if field == "progress_thread":
+        return _parse_progress_thread(value, name)
     if field == "topology":
         return _parse_topology(value, name)
     if field == "tuning":
