@@ -4,7 +4,11 @@ own calls, and the thread stops making MPI calls when it is turned off."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,6 +23,7 @@ pytestmark = pytest.mark.skipif(
     compiled.status()[0] != "compiled", reason=f"compiled progress path not available: {compiled.status()[1]}"
 )
 
+GUARANTEES = ["tests/test_failures_mpi.py", "tests/test_nonblocking_mpi.py"]
 SERVE = {"native_below": 0, "bcast_native_below": 0, "reduce_native_below": 0, "allreduce_native_below": 0}
 SMALL_SEGMENTS = {
     "bcast_segment_size": "4K",
@@ -119,3 +124,22 @@ def test_every_form_equals_native_with_the_thread_sweeping(mpi_ranks):
                     np.testing.assert_array_equal(a2, want_a)
                 p.Free()
     assert engine().compiled.thread_pause_us == 0
+
+
+@pytest.mark.timeout(600)
+def test_failures_and_nonblocking_guarantees_hold_with_the_thread_on() -> None:
+    """The error paths (MessageSizeError and notices on every rank, no hang) and the nonblocking and
+    persistent forms, run again with the progress thread sweeping (about 40 s on the 2-core machine)."""
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "ADAPTCOLL_PROGRESS_THREAD": "on"}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *GUARANTEES],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=570,
+    )
+    tail = done.stdout[-6000:] + done.stderr[-2000:]
+    assert done.returncode == 0, tail
+    assert " passed" in done.stdout.splitlines()[-1], tail

@@ -173,4 +173,8 @@ def _engine_row(env: dict[str, Any]) -> str:
     engine = env.get("engine", "?")
     if engine == "mixed":
         return "mixed: " + ", ".join(f"{n} rank(s) {name}" for name, n in env.get("engine_ranks", {}).items())
-    return f"{engine} ({env.get('engine_detail', '')})"
+    row = f"{engine} ({env.get('engine_detail', '')})"
+    pause = env.get("progress_thread_us", 0)
+    if pause and engine == "compiled":
+        row += f"; progress thread on (pauses {pause:g} us when idle)"
+    return row
