@@ -28,6 +28,11 @@
 #define AC_ABI_VERSION 3
 #define SWEEP_CHUNK 1024
 #define AC_NOTICE 16 /* ac_call_run: an error notice is waiting */
+#if defined(__linux__)
+#define THREAD_CLOCK CLOCK_MONOTONIC
+#else
+#define THREAD_CLOCK CLOCK_REALTIME /* (macOS has no pthread_condattr_setclock) */
+#endif
 
 enum { OPK_BCAST = 0, OPK_REDUCE = 1, OPK_ALLREDUCE = 2 };
 enum { RK_DOWN_SEND = 0, RK_PARENT_RECV = 1, RK_UP_SEND = 2, RK_CHILD_RECV = 3 };
@@ -817,7 +822,13 @@ ac_engine *ac_engine_new(int fake) {
     if (!e) return NULL;
     e->fake = fake;
     pthread_mutex_init(&e->mu, NULL);
-    pthread_cond_init(&e->cv, NULL);
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+#if defined(__linux__)
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC); /* the thread's timed waits ignore wall-clock steps */
+#endif
+    pthread_cond_init(&e->cv, &attr);
+    pthread_condattr_destroy(&attr);
     return e;
 }
 
@@ -839,7 +850,7 @@ static void *progress_main(void *arg) {
         int64_t ns = e->thr_sleep_ns;
         if (e->n == 0 || e->in_wait) {
             struct timespec until;
-            clock_gettime(CLOCK_REALTIME, &until);
+            clock_gettime(THREAD_CLOCK, &until);
             int64_t t = (int64_t)until.tv_nsec + LOOK_EVERY * (ns > 0 ? ns : 1000);
             until.tv_sec += (time_t)(t / 1000000000);
             until.tv_nsec = (long)(t % 1000000000);
@@ -1104,8 +1115,6 @@ intptr_t ac_call_start(intptr_t call, int tag_base) {
     }
     return h;
 }
-
-
 
 /* Whether an error notice has arrived on the operation's communicator (the receive is left to Python). */
 static int op_notice(const ac_op *op) {
