@@ -18,6 +18,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from pytest_again import run_again
 
 from adaptcoll.runtime import compiled
 
@@ -38,18 +39,7 @@ GUARANTEES = [
 
 @pytest.mark.timeout(600)
 def test_the_mpi_guarantees_hold_on_the_python_engine() -> None:
-    env = {**os.environ, "ADAPTCOLL_ENGINE": "python"}
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *GUARANTEES],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=570,
-    )
-    tail = done.stdout[-6000:] + done.stderr[-2000:]
-    assert done.returncode == 0, tail
-    assert " passed" in done.stdout.splitlines()[-1], tail
+    run_again(GUARANTEES, {"ADAPTCOLL_ENGINE": "python"})
 
 
 PROGRAM = textwrap.dedent(

@@ -4,15 +4,12 @@ own calls, and the thread stops making MPI calls when it is turned off."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 from mpi4py import MPI
+from pytest_again import run_again
 
 import adaptcoll
 from adaptcoll import Request
@@ -131,16 +128,4 @@ def test_every_form_equals_native_with_the_thread_sweeping(mpi_ranks):
 def test_failure_guarantees_hold_with_the_thread_on() -> None:
     """The error paths (MessageSizeError and notices on every rank, no hang) run again with the progress
     thread sweeping: an operation may now fail on the thread, between the program's calls."""
-    root = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "ADAPTCOLL_PROGRESS_THREAD": "on"}
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *GUARANTEES],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=570,
-    )
-    tail = done.stdout[-6000:] + done.stderr[-2000:]
-    assert done.returncode == 0, tail
-    assert " passed" in done.stdout.splitlines()[-1], tail
+    run_again(GUARANTEES, {"ADAPTCOLL_PROGRESS_THREAD": "on"})
