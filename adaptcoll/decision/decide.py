@@ -235,11 +235,7 @@ def _compiled_call(
     kind: int, local: Any, target: Any, base: OpContext, on_device: bool, op_name: str = ""
 ) -> Optional[compiled.CompiledCall]:
     """The compiled progress path's share of a host call it serves (see compiled.prepare), else None."""
-    cfg = settings.current()
-    if on_device or cfg.trace:
-        return None
-    if cfg.engine == "python":
-        compiled.python_engine_runs(cfg, "ADAPTCOLL_ENGINE=python")
+    if on_device or settings.current().trace:
         return None
     return compiled.prepare(kind, local, target, base.plan, base, op_name)
 

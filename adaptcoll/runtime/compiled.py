@@ -49,7 +49,6 @@ __all__ = [
     "EngineUnavailable",
     "status",
     "engine_for",
-    "python_engine_runs",
     "fold_codes",
     "BCAST",
     "REDUCE",
@@ -261,7 +260,6 @@ class _Loaded:
 
 _loaded: Optional[_Loaded] = None
 _load_lock = threading.Lock()
-_warned = False
 
 
 def _load() -> _Loaded:
@@ -302,26 +300,22 @@ def status() -> tuple[str, str]:
 def library() -> Optional[ctypes.CDLL]:
     """The loaded compiled library under the current setting, or None (Python engine): warns once when
     it was wanted (`auto`) but is not there; raises EngineUnavailable for ADAPTCOLL_ENGINE=compiled."""
-    global _warned
     cfg = settings.current()
     choice = cfg.engine
     if choice == "python":
-        python_engine_runs(cfg, "ADAPTCOLL_ENGINE=python")
+        _no_thread_here(cfg, "ADAPTCOLL_ENGINE=python")
         return None
     loaded = _load()
     if loaded.lib is not None:
         return loaded.lib
-    python_engine_runs(cfg, loaded.why_not)
+    _no_thread_here(cfg, loaded.why_not)
     if choice == "compiled":
         raise EngineUnavailable(f"ADAPTCOLL_ENGINE=compiled, but {loaded.why_not}")
-    if not _warned:
-        _warned = True
-        warnings.warn(
-            f"adaptcoll: the compiled progress path is not available ({loaded.why_not}); the pure-Python engine "
-            "runs (slower per segment). ADAPTCOLL_ENGINE=python silences this.",
-            RuntimeWarning,
-            stacklevel=3,
-        )
+    _warn_once(
+        "fallback",
+        f"adaptcoll: the compiled progress path is not available ({loaded.why_not}); the pure-Python engine "
+        "runs (slower per segment). ADAPTCOLL_ENGINE=python silences this.",
+    )
     return None
 
 
@@ -489,7 +483,7 @@ class CompiledEngine:
         self._events_at = ctypes.addressof(self._events)
         self.thread_pause_us = 0.0
         """The progress thread's pause after an idle sweep, in microseconds; 0: no thread running."""
-        self._thread_started = False
+        self._stop_at_exit = False  # stop_thread is registered with atexit (once)
 
     def bind(
         self, call: CompiledCall, comm_handle: int, tag_space: int, notice_slot: Optional[np.ndarray] = None
@@ -633,13 +627,12 @@ class CompiledEngine:
                 f"was initialized with level {MPI.Query_thread()}: no progress thread runs",
             )
             return
-        first = self.thread_pause_us == 0 and pause_us > 0 and not self._thread_started
         if self.lib.ac_engine_thread(self.handle, int(pause_us > 0), int(pause_us * 1000), 0) != 0:
             _warn_once("start", "adaptcoll: the progress thread could not be started: none runs")
             return
         self.thread_pause_us = pause_us
-        if first:
-            self._thread_started = True
+        if pause_us > 0 and not self._stop_at_exit:
+            self._stop_at_exit = True
             atexit.register(self.stop_thread)
 
     def stop_thread(self) -> None:
@@ -672,9 +665,9 @@ def engine_for(lib: ctypes.CDLL) -> CompiledEngine:
 _warned_about: set[str] = set()
 
 
-def python_engine_runs(cfg: settings.Settings, why: str) -> None:
-    """Where the Python engine serves a call (`why`): one warning if a progress thread was asked for (the
-    thread drives compiled operations only)."""
+def _no_thread_here(cfg: settings.Settings, why: str) -> None:
+    """The Python engine serves (`why`): one warning if a progress thread was asked for (the thread drives
+    compiled operations only)."""
     if cfg.progress_thread > 0:
         _warn_once(
             "python engine",
@@ -684,14 +677,15 @@ def python_engine_runs(cfg: settings.Settings, why: str) -> None:
 
 
 def _warn_once(what: str, text: str) -> None:
+    """One RuntimeWarning per kind `what` in the process, pointing at the caller's caller."""
     if what not in _warned_about:
         _warned_about.add(what)
-        warnings.warn(text, RuntimeWarning, stacklevel=3)
+        warnings.warn(text, RuntimeWarning, stacklevel=4)
 
 
 def _follow(new: settings.Settings) -> None:
     """The progress thread follows the settings (configure, configured, use), for the engine that exists."""
-    if _engine is not None and new.progress_thread != _engine.thread_pause_us:
+    if _engine is not None:
         _engine.progress_thread(new.progress_thread)
 
 

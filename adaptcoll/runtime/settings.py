@@ -180,13 +180,17 @@ def parse_size(text: str | int, name: str = "size") -> int:
     return value
 
 
+_TRUE_WORDS = ("1", "true", "yes", "on")
+_FALSE_WORDS = ("0", "false", "no", "off", "")
+
+
 def _parse_bool(text: Any, name: str) -> bool:
     if isinstance(text, bool):
         return text
     value = str(text).strip().lower()
-    if value in ("1", "true", "yes", "on"):
+    if value in _TRUE_WORDS:
         return True
-    if value in ("0", "false", "no", "off", ""):
+    if value in _FALSE_WORDS:
         return False
     raise ValueError(f"{name}: expected 0/1, true/false, yes/no or on/off, got {text!r}")
 
@@ -273,15 +277,15 @@ PROGRESS_PAUSE_US = 50.0
 
 
 def _parse_progress_thread(text: Any, name: str) -> float:
-    """on/off (on: PROGRESS_PAUSE_US), or the pause in microseconds (0: off)."""
+    """on/off (on: PROGRESS_PAUSE_US), or the pause in microseconds (0: off; `1` is one microsecond)."""
+    if isinstance(text, bool):
+        return PROGRESS_PAUSE_US if text else 0.0
     word = str(text).strip().lower()
-    if word in ("on", "yes", "true"):
-        return PROGRESS_PAUSE_US
-    if word in ("off", "no", "false", ""):
-        return 0.0
     try:
-        value = float(word) if not isinstance(text, bool) else -1.0
+        value = float(word)
     except ValueError:
+        if word in _TRUE_WORDS or word in _FALSE_WORDS:
+            return PROGRESS_PAUSE_US if word in _TRUE_WORDS else 0.0
         value = -1.0
     if not 0 <= value <= 1e6:
         raise ValueError(
