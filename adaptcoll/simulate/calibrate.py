@@ -35,6 +35,8 @@ __all__ = [
     "fit_params",
     "calibrate",
     "validate",
+    "sign_agreement",
+    "TIE",
     "pingpong_guess",
     "links_from_pair_order",
 ]
@@ -235,3 +237,33 @@ def validate(rows: Sequence[Measurement], params: CostParams, samples: int = 5, 
             }
         )
     return out
+
+
+TIE = 0.10
+"""A measured adaptcoll/native ratio within this of 1 is a tie (sign_agreement counts such pairs apart)."""
+
+
+def sign_agreement(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Whether the simulator says which is faster, adaptcoll or native, where the measurement does: every
+    adaptcoll row of `validate`'s output paired with the native row of the same collective, ranks, size
+    and noise; a pair is right when native / adaptcoll is on the same side of 1 measured and simulated.
+    Returns {"pairs", "right", "ties" (measured within TIE of 1), "ties_right", "wrong": [the wrong pairs
+    as (collective, ranks, size, impl, measured ratio, simulated ratio)]}."""
+    native = {(r["collective"], r["ranks"], r["size"], r["noise"]): r for r in rows if r["model"] != "adaptcoll"}
+    pairs = right = ties = ties_right = 0
+    wrong: list[tuple[str, int, int, str, float, float]] = []
+    for r in rows:
+        n = native.get((r["collective"], r["ranks"], r["size"], r["noise"]))
+        if r["model"] != "adaptcoll" or n is None:
+            continue
+        measured = n["measured_us"] / r["measured_us"]
+        simulated = n["simulated_us"] / r["simulated_us"]
+        ok = (measured > 1) == (simulated > 1)
+        tie = abs(measured - 1) <= TIE
+        pairs += 1
+        right += ok
+        ties += tie
+        ties_right += ok and tie
+        if not ok:
+            wrong.append((r["collective"], r["ranks"], r["size"], r["impl"], round(measured, 3), round(simulated, 3)))
+    return {"pairs": pairs, "right": right, "ties": ties, "ties_right": ties_right, "wrong": wrong}

@@ -25,7 +25,7 @@ from typing import Any, Optional
 from ..runtime.settings import parse_size
 from ..schedule import describe
 from . import measured
-from .calibrate import calibrate, validate
+from .calibrate import TIE, calibrate, sign_agreement, validate
 from .lockstep import BASELINES
 from .noise_setup import parse_noise
 from .params import DEFAULT_PARAMS, PARAM_DOCS, CostParams, load_params, save_params
@@ -355,9 +355,16 @@ def validate_main(argv: Sequence[str]) -> int:
     summary = (
         f"{len(rows)} rows: median |error| {statistics.median(errors):.1f}%, max {errors[-1]:.1f}%, {within} within 25%"
     )
+    signs = sign_agreement(rows)
+    if signs["pairs"]:
+        summary += (
+            f"; adaptcoll faster or slower than native as measured in {signs['right']} of {signs['pairs']} pairs"
+            f" ({signs['ties']} measured ties within {TIE:.0%}, {signs['ties_right']} of them right)"
+        )
     print(table + "\n\n" + summary)
     if args.json:
-        Path(args.json).write_text(json.dumps({"rows": rows, "summary": summary}, indent=1, sort_keys=True) + "\n")
+        doc = {"rows": rows, "summary": summary, "signs": signs}
+        Path(args.json).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     if args.markdown:
         Path(args.markdown).write_text(table + "\n\n" + summary + "\n")
     if args.plot:

@@ -52,13 +52,16 @@ __all__ = [
     "POST",
     "POSTFOLD",
     "WAIT",
+    "TOUCH",
 ]
 
-SEND, RECV, FOLD, POST, POSTFOLD, WAIT = 0, 1, 2, 3, 4, 5
+SEND, RECV, FOLD, POST, POSTFOLD, WAIT, TOUCH = 0, 1, 2, 3, 4, 5, 6
 """Step operations: send acc[lo:hi]; receive into acc[lo:hi]; receive into a temporary and fold it
 into acc[lo:hi]. POST / POSTFOLD post such a receive without waiting for it; a later step's WAIT with
 the same (peer, lo, hi, tag) waits for it (and folds it): Open MPI's pre-posted receives (irecv of
-segment i+1 before waiting for segment i)."""
+segment i+1 before waiting for segment i). (TOUCH, 0, n, allocated, 0): the library first touches n
+elements of a temporary of `allocated` elements it allocates for this call (CPU work only: SimRank.touch,
+the `fault` cost of MPICH's large temporaries)."""
 
 Op = tuple[int, int, int, int, int]  # (kind, peer, lo, hi, tag)
 Step = list[Op]
@@ -138,6 +141,8 @@ class LockStep:
                     tmp = t.empty(hi - lo, self._dtype)
                     self._folds.append((tmp, lo, hi))
                     t.irecv(tmp, peer, tag, self._one_done)
+                elif kind == TOUCH:
+                    t.touch(lo, hi)
             if left:
                 return
             self._fold()
@@ -285,6 +290,8 @@ def rabenseifner_allreduce(rank: int, size: int, root: int, count: int) -> Itera
     Allreduce). With size not a power of two, the first 2*rem ranks first pair up (even -> odd)."""
     pof2 = 1 << (size.bit_length() - 1)
     rem = size - pof2
+    if rank >= 2 * rem or rank % 2:  # tmp_buf (count elements): the first fold's receive lands in it
+        yield [(TOUCH, 0, count if rank < 2 * rem else _half_touched(rank - rem, count, pof2), count, 0)]
     if rank < 2 * rem:
         if rank % 2 == 0:
             yield [(SEND, rank + 1, 0, count, 5)]
@@ -340,6 +347,16 @@ def rabenseifner_allreduce(rank: int, size: int, root: int, count: int) -> Itera
         yield [(SEND, rank - 1, 0, count, 8)]
 
 
+def _half_touched(newrank: int, count: int, pof2: int) -> int:
+    """Elements of MPICH's recursive halving's first receive (into tmp_buf) at `newrank` of `pof2`;
+    the later receives fall inside it (0 with a single rank)."""
+    if pof2 < 2:
+        return 0
+    base, extra = divmod(count, pof2)
+    half = pof2 // 2 * base + min(pof2 // 2, extra)
+    return half if newrank % 2 == 0 else count - half
+
+
 def ring_allreduce(rank: int, size: int, root: int, count: int) -> Iterator[Step]:
     """Ring reduce-scatter (size - 1 steps), then ring allgather (size - 1 steps), blocks of count/size."""
     chunk = -(-count // size)
@@ -372,6 +389,17 @@ def reduce_scatter_gather_reduce(rank: int, size: int, root: int, count: int) ->
 
     def real(newdst: int) -> int:
         return newdst * 2 if newdst < rem else newdst + rem
+
+    # MPICH allocates tmp_buf (count elements; the pre-step's or the first halving's receive lands in it)
+    # and, off the root, a recvbuf it copies the contribution into
+    touched = [(TOUCH, 0, count, count, 0)] if rank != root else []
+    if rank < 2 * rem:
+        if rank % 2 == 0:
+            touched.append((TOUCH, 0, count, count, 0))
+    else:
+        touched.append((TOUCH, 0, _half_touched(rank - rem, count, pof2), count, 0))
+    if touched:
+        yield touched
 
     if rank < 2 * rem:
         if rank % 2:

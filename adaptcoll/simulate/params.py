@@ -58,6 +58,8 @@ class CostParams:
     node_bw: float = 0.0
     large_from: int = 0
     large_cost: float = 1.0
+    fault: float = 0.0
+    fault_from: int = 32 << 20
 
     def __post_init__(self) -> None:
         if self.transfer not in TRANSFERS:
@@ -80,6 +82,8 @@ class CostParams:
             del out["node_bw"]
         if not self.large_from:  # off, as before the fields existed
             del out["large_from"], out["large_cost"]
+        if not self.fault:  # off, as before the fields existed
+            del out["fault"], out["fault_from"]
         return out
 
 
@@ -109,6 +113,11 @@ PARAM_DOCS: dict[str, str] = {
     "large_from": "a shared-memory copy or a fold of more than this many bytes at once streams through memory, out "
     "of the caches: it costs `large_cost` times `copy` (or `fold`) per byte (bytes; 0: off)",
     "large_cost": "the factor (>= 1) on a large copy's or fold's cost per byte (see large_from)",
+    "fault": "MPICH's lock-step baselines: CPU time per byte of a temporary buffer of at least `fault_from` bytes "
+    "that MPICH allocates for one call and touches: glibc maps such a block afresh at each call and the kernel "
+    "faults in and zeroes its pages on first touch (s/byte; 0: off)",
+    "fault_from": "see fault: the smallest temporary that pays it (bytes; default 32 MiB, glibc's largest "
+    "dynamic mmap threshold on 64-bit Linux: every larger malloc is a fresh mmap)",
 }
 
 NODE_LEVEL_FIELDS = ("shm_copy", "shm_flag")
@@ -137,7 +146,7 @@ def _field_value(name: str, value: Any, where: str) -> Union[float, int, str]:
         raise ValueError(f"{where}: field {name!r} must be a number, got {value!r}")
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"{where}: field {name!r} must be a finite number >= 0, got {value!r}")
-    if name in ("eager", "ranks_per_node", "large_from"):
+    if name in ("eager", "ranks_per_node", "large_from", "fault_from"):
         if value != int(value) or (name == "ranks_per_node" and value < 1):
             raise ValueError(f"{where}: field {name!r} must be a whole number (ranks_per_node >= 1), got {value!r}")
         return int(value)

@@ -153,6 +153,14 @@ class SimRank(ArrayBackend):
         if self.world.data:
             np.copyto(dst, src)
 
+    def touch(self, elements: int, allocated: int) -> None:
+        """First touch of `elements` of a temporary of `allocated` elements a lock-step baseline (MPICH)
+        allocates for one call: CPU work of `fault` per byte when the block is at least `fault_from` bytes
+        (mapped afresh at each call; see CostParams)."""
+        world = self.world
+        if world._fault_cost and allocated >= world._fault_elems:
+            world._work(elements * world._fault_cost)
+
     def combine(self, op: ReduceOp, lower: Any, higher: Any, out: Any) -> None:
         self.world._fold_work(len(out))
         if self.world.data:
@@ -213,6 +221,9 @@ class World:
         # a copy or fold of more than `large_from` bytes at once, out of the caches (params.large_cost)
         self._large_elems = params.large_from // itemsize if params.large_from else 1 << 62
         self._large_cost = params.large_cost
+        # MPICH's fresh temporaries of `fault_from` bytes and more: pages faulted in on first touch (params.fault)
+        self._fault_cost = params.fault * itemsize
+        self._fault_elems = params.fault_from // itemsize
         self._eager_elems = params.eager // itemsize
         self._cpu_copy = params.transfer == "cpu"
         self._node_bw = params.node_bw
