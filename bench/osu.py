@@ -52,6 +52,7 @@ from adaptcoll.measure import (
     parse_size,
     parse_size_range,
     percentile,
+    pin_malloc,
     route_of,
     routes,
     sizes_between,
@@ -314,6 +315,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="background exchanges of BYTES between rank pairs (i, i+P/2) around each timed loop",
     )
     p.add_argument("--seed", type=int, default=0, help="seed for noise phases and skew")
+    p.add_argument(
+        "--malloc",
+        choices=("as-is", "pinned"),
+        default="as-is",
+        help="as-is (default): glibc as the environment left it (MPICH's Reduce and Allreduce then refault their "
+        "message-sized temporaries at each call from 16-32 MiB); pinned: as `python -m adaptcoll.check` pins it "
+        "(trim threshold 1 GiB, mmap threshold 32 MiB). The JSON records which, and the MALLOC_* variables",
+    )
     p.add_argument("--no-check", action="store_true", help="skip the per-size result check against native")
     p.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
     p.add_argument(
@@ -715,6 +724,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     world = MPI.COMM_WORLD
     rank, nranks = world.Get_rank(), world.Get_size()
+    malloc = pin_malloc() if args.malloc == "pinned" else "as-is"  # before any buffer is made
     collectives = parse_collectives(args.collective)
     lo, hi = parse_size_range(args.message_size)
     cupy = import_cupy_for_bench() if args.device == "cupy" else None
@@ -874,6 +884,10 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
                 "host": platform.node(),
                 "cpus": os.cpu_count(),
                 "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "malloc": {
+                    "mode": malloc,
+                    "env": {k: v for k, v in os.environ.items() if k.startswith("MALLOC_") or k == "GLIBC_TUNABLES"},
+                },
                 "options": {k: v for k, v in vars(args).items() if k != "impl"},
                 "impls": [
                     {

@@ -438,8 +438,12 @@ def test_osu_two_ranks_tables_and_json(tmp_path):
         str(tmp_path / "trace"),
         "--trace-iteration",
         "2",
+        "--malloc",
+        "pinned",
     ]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=130, cwd=REPO)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"}
+    env["MALLOC_ARENA_MAX"] = "4"
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=130, cwd=REPO, env=env)
     assert res.returncode == 0, res.stderr[-2000:]
     text = res.stdout
     assert text.count("# Size") == 6  # one table per (collective, impl)
@@ -459,6 +463,9 @@ def test_osu_two_ranks_tables_and_json(tmp_path):
     doc = json.loads(out.read_text())
     assert doc["ranks"] == 2 and doc["mpi_library"]
     assert doc["command"][1].endswith("osu.py")
+    # which glibc state native MPI was timed in (MPICH refaults its large temporaries unless pinned)
+    assert doc["malloc"]["mode"].startswith(("pinned (M_TRIM_THRESHOLD", "not pinned"))
+    assert doc["malloc"]["env"] == {"MALLOC_ARENA_MAX": "4"}
     rows = doc["results"]
     chain_label = "adaptcoll:bcast_algorithm=chain;bcast_segment_size=16;native_below=0"
     assert {(r["collective"], r["impl"]) for r in rows} == {
