@@ -230,6 +230,22 @@ def test_recommendation_follows_correctness_then_speed():
     doc["recommendation"] = recommendation(doc)
     text = format_report(doc)
     assert "reduce" in text and "2.00" in text and "faster" in text and "Recommendation: drop" in text
+    assert "page-fault" not in text  # 1 MiB: no note
+
+
+def test_the_report_notes_mpichs_refaulted_temporaries():
+    """A Reduce / Allreduce row of 32 MiB or more on MPICH gets a note (native pays page faults for its
+    temporaries at every call), unless the environment turned glibc's mmap off or the MPI is not MPICH."""
+    doc = _doc([(3.5, "faster")])
+    doc["speed"][0]["size"] = 64 << 20
+    doc["recommendation"] = recommendation(doc)
+    assert "page-fault their message-sized temporaries" in format_report(doc)
+    assert "MALLOC_MMAP_MAX_=0" in format_report(doc)
+    doc["malloc_env"] = {"MALLOC_MMAP_MAX_": "0"}
+    assert "page-fault" not in format_report(doc)
+    doc["malloc_env"] = {}
+    doc["environment"]["mpi_library"] = "Open MPI v5.0.11"
+    assert "page-fault" not in format_report(doc)
 
 
 def test_grouped_cases_on_device_arrays_pass_and_pack_on_the_device(monkeypatch):

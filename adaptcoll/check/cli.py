@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -151,6 +152,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         }
     if do_speed:
         doc["malloc"] = pin_malloc() if args.malloc == "pinned" else "as-is"
+        doc["malloc_env"] = {k: v for k, v in os.environ.items() if k.startswith("MALLOC_") or k == "GLIBC_TUNABLES"}
         adaptcoll.reset_stats()
         impls = make_impls(world, MPI, adaptcoll, bool(env["tuning"].get("table")), extra)
         advance = lambda amount, label: progress.advance(20 * amount, label)  # noqa: E731

@@ -133,6 +133,29 @@ def _speed_lines(cells: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+REFAULT_FROM = 32 << 20
+"""glibc maps every malloc of this many bytes or more afresh (its largest dynamic mmap threshold)."""
+
+
+def _refault_note(doc: dict[str, Any], cells: list[dict[str, Any]]) -> list[str]:
+    """A note under the speed table when native MPICH's Reduce / Allreduce rows of 32 MiB and more ran
+    with glibc mapping their message-sized temporaries afresh at every call (page faults no in-process
+    pin avoids), unless the environment turned glibc's mmap off (`malloc_env`, MALLOC_MMAP_MAX_=0)."""
+    if not doc["environment"].get("mpi_library", "").startswith("MPICH"):
+        return []
+    if doc.get("malloc_env", {}).get("MALLOC_MMAP_MAX_") == "0":
+        return []
+    big = [c for c in cells if "reduce" in c["collective"] and c["size"] >= REFAULT_FROM and not c["device"]]
+    if not big:
+        return []
+    return [
+        f"  note: MPICH's Reduce and Allreduce of {format_size(REFAULT_FROM)} and more page-fault their "
+        "message-sized temporaries at every call (glibc maps them afresh);",
+        "        native is up to 2-3x faster with MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=17179869184 in the "
+        'environment (bench/RESULTS.md, "MPICH\'s large temporaries")',
+    ]
+
+
 def format_report(doc: dict[str, Any]) -> str:
     """The human report (what rank 0 prints)."""
     env = doc["environment"]
@@ -164,6 +187,7 @@ def format_report(doc: dict[str, Any]) -> str:
             f"glibc malloc {doc.get('malloc', 'as-is')}",
         ]
         lines += _speed_lines(cells)
+        lines += _refault_note(doc, cells)
     lines += ["", f"Recommendation: {doc['recommendation']}"]
     return "\n".join(lines)
 
