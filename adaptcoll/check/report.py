@@ -138,19 +138,26 @@ REFAULT_FROM = 32 << 20
 
 
 def _refault_note(doc: dict[str, Any], cells: list[dict[str, Any]]) -> list[str]:
-    """A note under the speed table when native MPICH's Reduce / Allreduce rows of 32 MiB and more ran
-    with glibc mapping their message-sized temporaries afresh at every call (page faults no in-process
-    pin avoids), unless the environment turned glibc's mmap off (`malloc_env`, MALLOC_MMAP_MAX_=0)."""
-    if not doc["environment"].get("mpi_library", "").startswith("MPICH"):
+    """A note under the speed table when native rows of 32 MiB and more ran with glibc mapping the MPI
+    library's message-sized temporaries afresh at every call (page faults no in-process pin avoids):
+    MPICH's Reduce and Allreduce, Open MPI's Allreduce (measured with the PyPI wheels, 2 ranks); none
+    when the environment turned glibc's mmap off (`malloc_env`, MALLOC_MMAP_MAX_=0)."""
+    library = doc["environment"].get("mpi_library", "")
+    collectives: tuple[str, ...]
+    if library.startswith("MPICH"):
+        collectives, which = ("reduce", "allreduce", "ireduce", "iallreduce"), "MPICH's Reduce and Allreduce"
+    elif library.startswith("Open MPI"):
+        collectives, which = ("allreduce", "iallreduce"), "Open MPI's Allreduce"
+    else:
         return []
     if doc.get("malloc_env", {}).get("MALLOC_MMAP_MAX_") == "0":
         return []
-    big = [c for c in cells if "reduce" in c["collective"] and c["size"] >= REFAULT_FROM and not c["device"]]
+    big = [c for c in cells if c["collective"] in collectives and c["size"] >= REFAULT_FROM and not c["device"]]
     if not big:
         return []
     return [
-        f"  note: MPICH's Reduce and Allreduce of {format_size(REFAULT_FROM)} and more page-fault their "
-        "message-sized temporaries at every call (glibc maps them afresh);",
+        f"  note: {which} of {format_size(REFAULT_FROM)} and more page-fault their message-sized temporaries at "
+        "every call (glibc maps them afresh);",
         "        native is up to 2-3x faster with MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=17179869184 in the "
         'environment (bench/RESULTS.md, "MPICH\'s large temporaries")',
     ]
