@@ -239,7 +239,7 @@ def test_the_report_notes_mpichs_refaulted_temporaries():
     doc = _doc([(3.5, "faster")])
     doc["speed"][0]["size"] = 64 << 20
     doc["recommendation"] = recommendation(doc)
-    assert "page-fault their message-sized temporaries" in format_report(doc)
+    assert "their message-sized temporaries are page-faulted in" in format_report(doc)
     assert "MALLOC_MMAP_MAX_=0" in format_report(doc)
     doc["malloc_env"] = {"MALLOC_MMAP_MAX_": "0"}
     assert "page-fault" not in format_report(doc)
@@ -247,7 +247,7 @@ def test_the_report_notes_mpichs_refaulted_temporaries():
     doc["environment"]["mpi_library"] = "Open MPI v5.0.11"
     assert "page-fault" not in format_report(doc)  # Open MPI's Reduce does not (its Allreduce does)
     doc["speed"][0]["collective"] = "allreduce"
-    assert "Open MPI's Allreduce of 32M and more page-fault" in format_report(doc)
+    assert "Open MPI's Allreduce of 32M and more: their" in format_report(doc)
     doc["environment"]["mpi_library"] = "Intel(R) MPI Library 2021"
     assert "page-fault" not in format_report(doc)
 

@@ -156,8 +156,8 @@ def _refault_note(doc: dict[str, Any], cells: list[dict[str, Any]]) -> list[str]
     if not big:
         return []
     return [
-        f"  note: {which} of {format_size(REFAULT_FROM)} and more page-fault their message-sized temporaries at "
-        "every call (glibc maps them afresh);",
+        f"  note: {which} of {format_size(REFAULT_FROM)} and more: their message-sized temporaries are "
+        "page-faulted in at every call (glibc maps them afresh);",
         "        native is up to 2-3x faster with MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=17179869184 in the "
         'environment (bench/RESULTS.md, "MPICH\'s large temporaries")',
     ]
