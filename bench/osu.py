@@ -48,6 +48,7 @@ from adaptcoll.measure import (
     SettingsSwitch,
     first_blocking_calls,
     make_buffers,
+    malloc_env,
     parse_overrides,
     parse_size,
     parse_size_range,
@@ -886,7 +887,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
                 "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 "malloc": {
                     "mode": malloc,
-                    "env": {k: v for k, v in os.environ.items() if k.startswith("MALLOC_") or k == "GLIBC_TUNABLES"},
+                    "env": malloc_env(),
                 },
                 "options": {k: v for k, v in vars(args).items() if k != "impl"},
                 "impls": [

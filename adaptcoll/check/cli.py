@@ -11,14 +11,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
 
-from ..measure import Progress, import_cupy, parse_overrides, parse_size, pin_malloc
+from ..measure import Progress, import_cupy, malloc_env, parse_overrides, parse_size, pin_malloc
 from .cases import DEVICE_COLLECTIVES, cases
 from .correctness import Runner, run_cases
 from .environment import gather_environment
@@ -152,7 +151,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         }
     if do_speed:
         doc["malloc"] = pin_malloc() if args.malloc == "pinned" else "as-is"
-        doc["malloc_env"] = {k: v for k, v in os.environ.items() if k.startswith("MALLOC_") or k == "GLIBC_TUNABLES"}
+        doc["malloc_env"] = malloc_env()
         adaptcoll.reset_stats()
         impls = make_impls(world, MPI, adaptcoll, bool(env["tuning"].get("table")), extra)
         advance = lambda amount, label: progress.advance(20 * amount, label)  # noqa: E731

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any
 
-from ..measure import format_size
+from ..measure import M_MMAP_MAX_THRESHOLD, format_size
 
 __all__ = ["recommendation", "format_report", "served_summary"]
 
@@ -133,10 +133,6 @@ def _speed_lines(cells: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-REFAULT_FROM = 32 << 20
-"""glibc maps every malloc of this many bytes or more afresh (its largest dynamic mmap threshold)."""
-
-
 def _refault_note(doc: dict[str, Any], cells: list[dict[str, Any]]) -> list[str]:
     """A note under the speed table when native rows of 32 MiB and more ran with glibc mapping the MPI
     library's message-sized temporaries afresh at every call (page faults no in-process pin avoids):
@@ -152,11 +148,11 @@ def _refault_note(doc: dict[str, Any], cells: list[dict[str, Any]]) -> list[str]
         return []
     if doc.get("malloc_env", {}).get("MALLOC_MMAP_MAX_") == "0":
         return []
-    big = [c for c in cells if c["collective"] in collectives and c["size"] >= REFAULT_FROM and not c["device"]]
+    big = [c for c in cells if c["collective"] in collectives and c["size"] >= M_MMAP_MAX_THRESHOLD and not c["device"]]
     if not big:
         return []
     return [
-        f"  note: {which} of {format_size(REFAULT_FROM)} and more: their message-sized temporaries are "
+        f"  note: {which} of {format_size(M_MMAP_MAX_THRESHOLD)} and more: their message-sized temporaries are "
         "page-faulted in at every call (glibc maps them afresh);",
         "        native is up to 2-3x faster with MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=17179869184 in the "
         'environment (bench/RESULTS.md, "MPICH\'s large temporaries")',

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 
-__all__ = ["pin_malloc", "M_MMAP_MAX_THRESHOLD"]
+__all__ = ["pin_malloc", "malloc_env", "M_MMAP_MAX_THRESHOLD"]
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
@@ -34,3 +35,9 @@ def pin_malloc() -> str:
     if not ok:
         return "not pinned (mallopt refused)"
     return "pinned (M_TRIM_THRESHOLD 1 GiB, M_MMAP_THRESHOLD 32 MiB: blocks up to 32 MiB are reused, not refaulted)"
+
+
+def malloc_env() -> dict[str, str]:
+    """The environment's glibc malloc settings (MALLOC_* and GLIBC_TUNABLES): which state native MPI's
+    per-call temporaries were timed in, for a report."""
+    return {k: v for k, v in os.environ.items() if k.startswith("MALLOC_") or k == "GLIBC_TUNABLES"}

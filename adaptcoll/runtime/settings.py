@@ -283,10 +283,8 @@ def _parse_progress_thread(text: Any, name: str) -> float:
     word = str(text).strip().lower()
     try:
         value = float(word)
-    except ValueError:
-        if word in _TRUE_WORDS or word in _FALSE_WORDS:
-            return PROGRESS_PAUSE_US if word in _TRUE_WORDS else 0.0
-        value = -1.0
+    except ValueError:  # on/off words ("1" and "0" are numbers above: 1 us, off)
+        value = PROGRESS_PAUSE_US if word in _TRUE_WORDS else 0.0 if word in _FALSE_WORDS else -1.0
     if not 0 <= value <= 1e6:
         raise ValueError(
             f"{name}: expected on, off, or the progress thread's pause in microseconds "
