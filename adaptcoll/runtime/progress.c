@@ -15,8 +15,14 @@
  * Built at first use with the MPI library's own mpicc, loaded with ctypes (which releases the GIL
  * during each call); the engine's mutex makes it safe for several threads. An optional progress
  * thread (ac_engine_thread) sweeps the running operations while the program computes.
+ *
+ * The simulator runs these same state machines (adaptcoll/simulate/simcore.c includes this file with
+ * AC_SIM defined and its own stand-ins for MPI): there post() hands each send or receive to the
+ * simulated network, folds and copies charge simulated CPU time, and no segment memory is allocated.
  */
+#ifndef AC_SIM
 #include <mpi.h>
+#endif
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
@@ -130,6 +136,17 @@ struct ac_engine {
     int64_t thr_sleep_ns;
 };
 
+#ifdef AC_SIM
+/* the simulator's side (simcore.c): a post, a fold or copy of `nelem` elements, an operation done */
+static void sim_post(ac_op *op, const entry_t *en, int is_recv, int synchronous, int64_t nelem);
+static void sim_fold(int64_t nelem);
+static void sim_op_done(ac_op *op);
+static char sim_buffer_token; /* what a pool "buffer" is in the simulator: nothing is stored */
+#define POOL_FREE(b) ((void)(b))
+#else
+#define POOL_FREE(b) free(b)
+#endif
+
 /* ---------------------------------------------------------------- small helpers */
 
 static int grow(void **p, int *cap, int need, size_t elem) {
@@ -160,11 +177,19 @@ static int sync_below(int mode, int window, int n) {
 static void fail_op(ac_op *op, int kind, int peer, int64_t got, int64_t want, int code);
 
 static char *pool_take(ac_op *op) {
+#ifdef AC_SIM
+    (void)op;
+    return &sim_buffer_token;
+#endif
     if (op->npool) return op->pool[--op->npool];
     return (char *)malloc(op->seg_bytes ? (size_t)op->seg_bytes : 1);
 }
 
 static void pool_give(ac_op *op, char *buf) {
+#ifdef AC_SIM
+    (void)op, (void)buf;
+    return;
+#endif
     if (grow((void **)&op->pool, &op->cappool, op->npool + 1, sizeof(char *))) {
         free(buf);
         return;
@@ -251,11 +276,20 @@ int ac_fold(int dcode, int opcode, char *out, const char *lower, const char *hig
 }
 
 static void fold(ac_op *op, char *out, const char *lower, const char *higher, int64_t nelem) {
+#ifdef AC_SIM
+    (void)op, (void)out, (void)lower, (void)higher;
+    sim_fold(nelem);
+    return;
+#endif
     if (op->eng->fake) return; /* a fake engine's buffers hold nothing */
     ac_fold(op->dcode, op->opcode, out, lower, higher, nelem);
 }
 
 static void copy_bytes(ac_op *op, char *dst, const char *src, int64_t nbytes) {
+#ifdef AC_SIM
+    if (dst != src) sim_fold(nbytes / op->itemsize); /* as the simulated backend charges a copy */
+    return;
+#endif
     if (op->eng->fake || dst == src) return;
     memcpy(dst, src, (size_t)nbytes);
 }
@@ -280,6 +314,14 @@ static void post(ac_op *op, int li, int kind, int child, int pos, int peer, int 
     }
     int is_recv = kind == RK_PARENT_RECV || kind == RK_CHILD_RECV;
     int64_t nbytes = nelem * op->itemsize;
+#ifdef AC_SIM
+    {
+        entry_t sim_en = {op, li, kind, child, pos, peer, tag, into_target, is_recv ? nbytes : -1, buf};
+        op->live++;
+        sim_post(op, &sim_en, is_recv, synchronous, nelem);
+        return;
+    }
+#endif
     MPI_Request req = MPI_REQUEST_NULL;
     if (e->fake) {
         if (grow((void **)&e->log, &e->caplog, e->nlog + 4, sizeof(int64_t)) == 0) {
@@ -322,6 +364,10 @@ static void post(ac_op *op, int li, int kind, int child, int pos, int peer, int 
 static void op_link_done(ac_op *op) {
     if (--op->links_left == 0 && op->state == ST_RUNNING) {
         op->state = ST_DONE;
+#ifdef AC_SIM
+        sim_op_done(op);
+        return;
+#endif
         ac_engine *e = op->eng;
         if (grow((void **)&e->finished, &e->capfin, e->nfin + 1, sizeof(ac_op *)) == 0) {
             op->fin_idx = e->nfin;
@@ -646,12 +692,12 @@ static void op_free(ac_op *op) {
         if (L->st) {
             for (int pos = 0; pos < L->n; pos++) {
                 seg_t *st = &L->st[pos];
-                if (st->acc && st->acc_pool) free(st->acc);
+                if (st->acc && st->acc_pool) POOL_FREE(st->acc);
                 for (int k = 0; k < st->nq; k++)
-                    if (st->q[k].pool) free(st->q[k].buf);
+                    if (st->q[k].pool) POOL_FREE(st->q[k].buf);
                 if (st->inputs) {
                     for (int k = 1; k < L->inputs; k++)
-                        if (st->inputs[k]) free(st->inputs[k]);
+                        if (st->inputs[k]) POOL_FREE(st->inputs[k]);
                     free(st->inputs);
                 }
             }
@@ -663,7 +709,7 @@ static void op_free(ac_op *op) {
         free(L->rallowed);
         free(L->released);
     }
-    for (int k = 0; k < op->npool; k++) free(op->pool[k]);
+    for (int k = 0; k < op->npool; k++) POOL_FREE(op->pool[k]);
     free(op->pool);
     free(op->links);
     free(op);
@@ -705,14 +751,14 @@ static void complete(ac_engine *e, entry_t en, int64_t got, int err) {
     op->live--;
     e->events++;
     if (op->state != ST_RUNNING) {
-        if (en.kind == RK_CHILD_RECV && !en.into_target && en.buf) free(en.buf); /* a dropped pool buffer */
+        if (en.kind == RK_CHILD_RECV && !en.into_target && en.buf) POOL_FREE(en.buf); /* a dropped pool buffer */
         maybe_free(op);
         return;
     }
     if (err != MPI_SUCCESS && en.want < 0) {
         fail_op(op, ERR_MPI, en.peer, 0, 0, err);
     } else if (en.want >= 0 && got != en.want) {
-        if (en.kind == RK_CHILD_RECV && !en.into_target) free(en.buf);
+        if (en.kind == RK_CHILD_RECV && !en.into_target) POOL_FREE(en.buf);
         fail_op(op, ERR_SIZE, en.peer, got, en.want, 0);
     } else {
         handle(op, &en);
@@ -783,7 +829,7 @@ static int sweep(ac_engine *e) {
         if (got[j] == -2) { /* cancelled: its operation has failed, nothing arrived */
             ac_op *op = done[j].op;
             op->live--;
-            if (done[j].kind == RK_CHILD_RECV && !done[j].into_target) free(done[j].buf);
+            if (done[j].kind == RK_CHILD_RECV && !done[j].into_target) POOL_FREE(done[j].buf);
             maybe_free(op);
             continue;
         }

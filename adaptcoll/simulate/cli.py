@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import statistics
 import sys
 import time
@@ -24,7 +25,7 @@ from typing import Any, Optional
 
 from ..runtime.settings import parse_size
 from ..schedule import describe
-from . import measured
+from . import fastcore, measured
 from .calibrate import TIE, calibrate, sign_agreement, validate
 from .lockstep import BASELINES
 from .noise_setup import parse_noise
@@ -117,6 +118,14 @@ def _run_parser() -> argparse.ArgumentParser:
         help="how messages share a --topology's links: max-min fair rates (default) or 'bottleneck', each at "
         "its equal share of its most crowded link (the earlier model)",
     )
+    p.add_argument(
+        "--core",
+        choices=fastcore.CORES,
+        default=None,
+        help="where adaptcoll's protocols run: 'c' (the compiled engine's tree protocols on the C event core), "
+        "'python' (the library's Python protocols on the Python core) or 'auto' (C where it applies; the "
+        "default, or ADAPTCOLL_SIM_CORE). Both give the same results; C is 20-30x faster",
+    )
     return p
 
 
@@ -183,6 +192,8 @@ def _print_report(report: dict[str, Any]) -> None:
 
 def run_main(argv: Sequence[str]) -> int:
     args = _run_parser().parse_args(argv)
+    if args.core:
+        os.environ["ADAPTCOLL_SIM_CORE"] = args.core  # (every run of this process, baselines' best included)
     params = _args_params(args)
     noise = parse_noise(args.noise)
     job = Job(args.collective, args.ranks, args.size, args.segment, args.algorithm)
@@ -207,7 +218,7 @@ def run_main(argv: Sequence[str]) -> int:
     wall = time.perf_counter() - wall0
     _print_report(report)
     events = sum(r["events"] * (1 + (report["samples"] or 0)) for r in report["results"])
-    print(f"[{events:,} events simulated in {wall:.1f} s wall]", file=sys.stderr)
+    print(f"[{events:,} events simulated in {wall:.1f} s wall; {fastcore.USE.summary()}]", file=sys.stderr)
     if routes is not None:
         print(f"[{routes.cached:,} routes, {routes.dijkstras:,} switch Dijkstras]", file=sys.stderr)
     if args.json:

@@ -54,6 +54,7 @@ __all__ = [
     "prepare",
     "make_buffers",
     "library_goes_native",
+    "runs_trees",
     "SUM",
     "TOPO_NEEDS_NODES",
     "BLOCK_COLLECTIVES",
@@ -508,6 +509,12 @@ def _prepare_blocks(job: Job, ranks_per_node: int) -> Prepared:
 
     plan = tag_plan(blocks, 0, space)
     return Prepared(job, plan, (), send_window, recv_window, cfg.sync_sends, False, start_one, "ring", chosen)
+
+
+def runs_trees(prepared: Prepared) -> bool:
+    """Whether `prepared` runs the tree protocols (Bcast / Reduce / Allreduce on its trees, no node level)."""
+    c = prepared.job.collective
+    return prepared.node is None and prepared.start_one is _PROTOCOLS.get((c, "tree"))
 
 
 def library_goes_native(job: Job, ranks_per_node: int = 1) -> bool:

@@ -14,10 +14,11 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from . import fastcore
 from .lockstep import baseline_names, baseline_starter, check_applicable, estimated_messages
 from .noise_setup import NoiseSetup, mix_seed
 from .params import CostParams
-from .programs import Buffers, Job, Prepared, make_buffers, prepare
+from .programs import Buffers, Job, Prepared, make_buffers, prepare, runs_trees
 from .routes import Routes
 from .world import TraceLog, World
 
@@ -59,11 +60,14 @@ def run_once(
     trace: Optional[TraceLog] = None,
     prepared: Optional[Prepared] = None,
     topology: Optional[Routes] = None,
-) -> tuple[RunStats, World, Buffers]:
+    core: str = "",
+) -> tuple[RunStats, Any, Buffers]:
     """Simulate `job` once with `impl` under `noise` (draw `sample` of `seed`); returns (stats, world, buffers).
 
     `topology`: the routes of a described network (`Routes(describe.load(FILE))`, reusable across runs)
-    whose links carry the messages instead of one link per node."""
+    whose links carry the messages instead of one link per node. `core`: 'auto', 'python' or 'c'
+    (default: ADAPTCOLL_SIM_CORE, else auto): adaptcoll's tree protocols run on the C core
+    (`fastcore`) where it applies and is built, and the world returned is then a `fastcore.CoreRun`."""
     native = impl != ADAPTCOLL
     size = job.size
     cpu_tl = net_tl = None
@@ -73,6 +77,26 @@ def run_once(
         cpu_tl = noise.cpu_timeline(size, draw)
         net_tl = noise.net_timeline(size, draw)
         starts = noise.start_times(size, seed, sample)
+    if not native:
+        core = core or fastcore.core_setting()
+        if core not in fastcore.CORES:
+            raise ValueError(f"core must be one of {', '.join(fastcore.CORES)}, got {core!r}")
+        why = "ADAPTCOLL_SIM_CORE=python"
+        if core != "python":
+            prepared = prepared or prepare(job, params.ranks_per_node)
+            why = fastcore.unsupported(
+                job, params, prepared, runs_trees(prepared), cpu_tl, data, record, trace, topology
+            ) or ("" if fastcore.library() is not None else fastcore.status())
+            if not why:
+                ran = fastcore.run(job, params, prepared, params.engine, params.o, cpu_tl, net_tl, starts)
+                fastcore.USE.c += 1
+                elapsed = max(f - s for f, s in zip(ran.finished, ran.started))
+                stats = RunStats(elapsed, ran.messages, ran.bytes, ran.events, ran.callbacks)
+                return stats, ran, make_buffers(job.collective, size, job.count, job.root, False, seed)
+            if core == "c":
+                raise fastcore.CoreUnavailable(f"adaptcoll: the simulator's C core cannot run this: {why}")
+        fastcore.USE.python += 1
+        fastcore.USE.why = why
     world = World(
         size,
         params,

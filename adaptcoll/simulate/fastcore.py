@@ -1,0 +1,369 @@
+"""The simulator's C core: the compiled engine's tree protocols on a C copy of the event world.
+
+`simcore.c` is world.py and network.py's fair links event for event (the same (time, sequence) keys
+in the same order) running the tree protocols of adaptcoll/runtime/progress.c, the code the compiled
+engine runs over MPI; tests/test_simcore.py checks that both cores give the same times, messages,
+events and callbacks. It serves the runs that take the Python core minutes: trees (every kind, several
+trees, forests) for Bcast / Reduce / Allreduce, fair or 'pair' links, quiet or with detour noise and
+start skew. Everything else (lock-step baselines, rings, the node level, described networks, FIFO
+links, fixed-fraction noise, data, records and traces) runs on the Python core.
+
+`ADAPTCOLL_SIM_CORE=auto|python|c` chooses (auto: C where it applies and a C compiler is there; c: an
+error where it cannot run). Built at first use with the C compiler (`CC`, else cc / gcc / clang) into
+the same cache as the compiled engine; no MPI is needed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+from ..plans.dealing import tree_links
+from .params import CostParams
+from .timelines import FixedFraction, Timeline
+from .world import Deadlock
+
+__all__ = [
+    "CORES",
+    "USE",
+    "CoreUse",
+    "CoreUnavailable",
+    "CoreRun",
+    "core_setting",
+    "library",
+    "status",
+    "unsupported",
+    "run",
+]
+
+CORES = ("auto", "python", "c")
+SIM_ABI = 1
+FLAGS = ("-O2", "-shared", "-fPIC", "-pthread")
+_KINDS = {"bcast": 0, "reduce": 1, "allreduce": 2}
+_SYNC = {"first": 0, "all": 1, "none": 2}
+_ERRORS = {
+    1: "deadlock",
+    2: "out of memory",
+    3: "a message and its receive differ in size",
+    5: "a protocol failed",
+}
+_HORIZON = 4  # SIM_HORIZON: a detour beyond the drawn ones was needed
+FIRST_HORIZON = 0.02
+"""Seconds of detours drawn for a noisy run at first (doubled, and the run repeated, while it needs more)."""
+
+
+@dataclass
+class CoreUse:
+    """How many of adaptcoll's simulated runs each core took in this process, and why the last one that
+    went to the Python core did (the CLI prints it)."""
+
+    c: int = 0
+    python: int = 0
+    why: str = ""
+
+    def summary(self) -> str:
+        """One line: the runs per core (and the reason for the Python core's)."""
+        parts = []
+        if self.c:
+            parts.append(f"{self.c} on the C core")
+        if self.python:
+            parts.append(f"{self.python} on the Python core ({self.why})")
+        return "adaptcoll's runs: " + ("; ".join(parts) if parts else "none")
+
+
+USE = CoreUse()
+
+
+class CoreUnavailable(RuntimeError):
+    """ADAPTCOLL_SIM_CORE=c, but the C core cannot be built here or cannot run this simulation."""
+
+
+def core_setting() -> str:
+    """ADAPTCOLL_SIM_CORE (default auto); ValueError for anything but auto, python or c."""
+    value = os.environ.get("ADAPTCOLL_SIM_CORE", "auto").strip().lower() or "auto"
+    if value not in CORES:
+        raise ValueError(f"ADAPTCOLL_SIM_CORE must be one of {', '.join(CORES)}, got {value!r}")
+    return value
+
+
+def _find_cc() -> Optional[str]:
+    for name in (os.environ.get("CC", "").strip(), "cc", "gcc", "clang"):
+        if name:
+            found = shutil.which(name)
+            if found:
+                return found
+    return None
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME", "").strip()
+    return (Path(base) if base else Path.home() / ".cache") / "adaptcoll" / "simcore"
+
+
+def _sources() -> dict[str, bytes]:
+    return {
+        "simcore.c": resources.files(__package__).joinpath("simcore.c").read_bytes(),
+        "progress.c": resources.files("adaptcoll.runtime").joinpath("progress.c").read_bytes(),
+    }
+
+
+def build(cc: str, out_dir: Optional[Path] = None) -> Path:
+    """Compile simcore.c (with progress.c) into the cache, once per source and compiler; returns the
+    library's path. RuntimeError with the compiler's output if it fails."""
+    sources = _sources()
+    key = hashlib.sha256()
+    for part in (*sources.values(), os.path.realpath(cc).encode(), " ".join(FLAGS).encode()):
+        key.update(part)
+        key.update(b"\0")
+    out_dir = out_dir or _cache_dir()
+    target = out_dir / f"libadaptcoll_simcore-{key.hexdigest()[:16]}.so"
+    if target.exists():
+        return target
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out_dir, prefix=".build-") as tmp:
+        for name, text in sources.items():
+            (Path(tmp) / name).write_bytes(text)
+        lib = Path(tmp) / target.name
+        try:
+            done = subprocess.run(
+                [cc, *FLAGS, "-o", str(lib), str(Path(tmp) / "simcore.c"), "-lm"],
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise RuntimeError(f"{cc} could not run: {exc}") from exc
+        if done.returncode != 0 or not lib.exists():
+            raise RuntimeError(f"{cc} failed ({done.returncode}): {(done.stderr or done.stdout).strip()[-2000:]}")
+        os.replace(lib, target)
+    return target
+
+
+_P = ctypes.c_void_p
+
+
+@functools.lru_cache(maxsize=1)
+def _load() -> tuple[Optional[ctypes.CDLL], str]:
+    cc = _find_cc()
+    if cc is None:
+        return None, "no C compiler found (set CC, or install cc / gcc / clang)"
+    try:
+        lib = ctypes.CDLL(str(build(cc)))
+    except (RuntimeError, OSError) as exc:
+        return None, f"the C core could not be built: {exc}"
+    if lib.ac_sim_abi() != SIM_ABI:
+        return None, f"the C core's interface is {lib.ac_sim_abi()}, this module speaks {SIM_ABI}"
+    lib.ac_sim_run.restype = ctypes.c_int
+    lib.ac_sim_run.argtypes = [_P] * 11
+    return lib, "built with " + cc
+
+
+def library() -> Optional[ctypes.CDLL]:
+    """The loaded C core, or None where it cannot be built (`status` says why)."""
+    return _load()[0]
+
+
+def status() -> str:
+    """Where the C core stands: how it was built, or why it is not there."""
+    return _load()[1]
+
+
+def unsupported(
+    job: Any,
+    params: CostParams,
+    prepared: Any,
+    trees: bool,
+    cpu_noise: Optional[Timeline],
+    data: bool,
+    record: bool,
+    trace: Any,
+    topology: Any,
+) -> Optional[str]:
+    """Why the C core cannot run this simulation (None: it can). `trees`: `prepared` runs the tree
+    protocols (programs.runs_trees)."""
+    if data or record or trace is not None:
+        return "data, records and traces are kept by the Python core only"
+    if topology is not None:
+        return "described networks (--topology) run on the Python core"
+    if params.links not in ("fair", "pair"):
+        return f"links {params.links!r} run on the Python core"
+    if job.collective not in _KINDS or not trees:
+        return f"protocol {prepared.protocol!r} runs on the Python core (the C core runs the trees)"
+    if prepared.plan.seg_count >= 1 << 31:
+        return "segments of 2**31 elements or more run on the Python core"
+    if isinstance(cpu_noise, FixedFraction):
+        return "fixed-fraction noise runs on the Python core"
+    return None
+
+
+@dataclass
+class CoreRun:
+    """What a run on the C core leaves (the parts of a World its callers read)."""
+
+    size: int
+    started: list[float]
+    finished: list[float]
+    messages: int
+    bytes: int
+    events: int
+    callbacks: int
+    cpu_noise: Optional[Timeline]
+    now: float
+    """The time of the last event (World.now after the run)."""
+    unmatched: int
+    """Sends never received plus receives never matched."""
+
+
+def _packed_links(prepared: Any, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every rank's links as ac_start takes them, one after another, and each rank's offset."""
+    nseg = prepared.plan.nseg
+    parts: list[Any] = []
+    offsets = np.empty(size, np.int64)
+    at = 0
+    for r in range(size):
+        links = tree_links(prepared.trees, r, nseg)
+        block = [len(links)]
+        for link in links:
+            segs = list(link.segs)
+            block += [-1 if link.parent is None else link.parent, len(link.children), *link.children, len(segs), *segs]
+        offsets[r] = at
+        at += len(block)
+        parts.append(block)
+    flat = np.fromiter((v for block in parts for v in block), np.int32, count=at)
+    return flat, offsets
+
+
+@functools.lru_cache(maxsize=4)
+def _links_for(prepared: Any, size: int) -> tuple[np.ndarray, np.ndarray]:
+    return _packed_links(prepared, size)
+
+
+def _detours(tl: Optional[Timeline], count: int, horizon: float) -> tuple[np.ndarray, np.ndarray]:
+    """The detours of `count` ranks (or nodes) starting before `horizon`, drawn afresh in order."""
+    offsets = np.zeros(count + 1, np.int64)
+    if tl is None:
+        return np.zeros(2, np.float64), offsets
+    flat: list[float] = []
+    for r in range(count):
+        while True:
+            s, e = tl._generate(r)
+            flat += (s, e)
+            if s >= horizon:
+                break
+        offsets[r + 1] = len(flat) // 2
+    tl._reset()
+    return np.asarray(flat, np.float64), offsets
+
+
+def run(
+    job: Any,
+    params: CostParams,
+    prepared: Any,
+    event_cost: float,
+    post_cost: float,
+    cpu_noise: Optional[Timeline],
+    net_noise: Optional[Timeline],
+    starts: Optional[list[float]],
+) -> CoreRun:
+    """Simulate `job` (adaptcoll's trees as `prepared`) on the C core; CoreUnavailable if it is not built."""
+    lib = library()
+    if lib is None:
+        raise CoreUnavailable(f"adaptcoll: the simulator's C core is not available: {status()}")
+    size, itemsize, rpn = job.size, job.itemsize, params.ranks_per_node
+    nodes = -(-size // rpn)
+    plan = prepared.plan
+    links, offsets = _links_for(prepared, size)
+    start = np.asarray(starts if starts else [0.0] * size, np.float64)
+    large = params.large_from // itemsize if params.large_from else -1
+    ip = np.array(
+        [
+            size,
+            rpn,
+            _KINDS[job.collective],
+            itemsize,
+            plan.count,
+            plan.seg_count,
+            plan.tag_base,
+            plan.tag_space,
+            prepared.send_window,
+            prepared.recv_window,
+            _SYNC[prepared.sync_mode],
+            int(prepared.ordered),
+            job.root,
+            params.eager // itemsize,
+            large,
+            int(params.links == "pair"),
+            int(params.transfer == "cpu"),
+            int(cpu_noise is not None),
+            int(net_noise is not None),
+        ],
+        np.int64,
+    )
+    finished = np.empty(size + 1, np.float64)
+    counts = np.zeros(7, np.int64)
+    horizon = FIRST_HORIZON
+    while True:
+        cpu_d, cpu_off = _detours(cpu_noise, size, horizon)
+        net_d, net_off = _detours(net_noise, nodes, horizon)
+        fp = np.array(
+            [
+                event_cost,
+                post_cost,
+                params.L,
+                params.g,
+                params.G * itemsize,
+                (params.copy or params.G) * itemsize,
+                params.fold * itemsize,
+                params.large_cost,
+                params.node_bw or 0.0,
+                horizon,
+                horizon,
+            ],
+            np.float64,
+        )
+        rc = lib.ac_sim_run(
+            ip.ctypes.data,
+            fp.ctypes.data,
+            links.ctypes.data,
+            offsets.ctypes.data,
+            start.ctypes.data,
+            cpu_d.ctypes.data,
+            cpu_off.ctypes.data,
+            net_d.ctypes.data,
+            net_off.ctypes.data,
+            finished.ctypes.data,
+            counts.ctypes.data,
+        )
+        if rc != _HORIZON:
+            break
+        horizon *= 2
+    if rc == 1:
+        raise Deadlock(
+            f"{int(counts[4])} of {size} ranks never finished; {int(counts[5])} sends and {int(counts[6])} "
+            "receives unmatched (C core)"
+        )
+    if rc != 0:
+        raise RuntimeError(f"adaptcoll: the simulator's C core failed: {_ERRORS.get(rc, rc)}")
+    return CoreRun(
+        size,
+        [float(t) for t in start],
+        finished[:size].tolist(),
+        int(counts[0]),
+        int(counts[1]),
+        int(counts[2]),
+        int(counts[3]),
+        cpu_noise,
+        float(finished[size]),
+        int(counts[5] + counts[6]),
+    )

@@ -1,0 +1,1088 @@
+/* The simulator's event core in C, running the compiled engine's own tree protocols.
+ *
+ * The same discrete-event world as adaptcoll/simulate/world.py (CPUs, message matching, eager and
+ * rendezvous transfers, shared-memory copies between ranks of a node) with network.py's fair links
+ * (and the 'pair' order), event for event: every event takes its (time, sequence) key in the same
+ * order as there, so a run gives the same times, messages, events and callbacks as the Python core
+ * (tests/test_simcore.py compares them). The ranks run the tree protocols of
+ * adaptcoll/runtime/progress.c, included here with AC_SIM: what the compiled engine runs over MPI.
+ *
+ * Detour noise comes as per-rank (CPU) and per-node (link) arrays of detours [start, end) drawn in
+ * Python up to a horizon; a run that needs a detour beyond it says so (SIM_HORIZON) and Python runs
+ * it again with a longer horizon. No MPI is needed: MPI's names below only let progress.c compile.
+ * Built at first use with the C compiler and loaded with ctypes (adaptcoll/simulate/fastcore.py).
+ */
+#define AC_SIM 1
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- MPI's names, never called here */
+typedef intptr_t MPI_Comm;
+typedef intptr_t MPI_Datatype;
+typedef intptr_t MPI_Request;
+typedef struct {
+    int MPI_ERROR;
+} MPI_Status;
+#define MPI_REQUEST_NULL 0
+#define MPI_SUCCESS 0
+#define MPI_ERR_IN_STATUS 17
+#define MPI_UNDEFINED (-32766)
+#define MPI_BYTE 1
+#define MPI_STATUSES_IGNORE ((MPI_Status *)0)
+#define MPI_STATUS_IGNORE ((MPI_Status *)0)
+static inline int sim_no_mpi(void) { return 1; }
+#define MPI_Irecv(...) sim_no_mpi()
+#define MPI_Isend(...) sim_no_mpi()
+#define MPI_Issend(...) sim_no_mpi()
+#define MPI_Cancel(...) sim_no_mpi()
+#define MPI_Testsome(...) sim_no_mpi()
+#define MPI_Test_cancelled(...) sim_no_mpi()
+#define MPI_Get_count(...) sim_no_mpi()
+#define MPI_Comm_rank(...) sim_no_mpi()
+#define MPI_Barrier(...) sim_no_mpi()
+#define MPI_Request_get_status(...) sim_no_mpi()
+#define MPI_Wtime() 0.0
+
+#include "progress.c"
+
+#define SIM_ABI 1
+enum { SIM_OK = 0, SIM_DEADLOCK = 1, SIM_NOMEM = 2, SIM_SIZE = 3, SIM_HORIZON = 4, SIM_FAILED = 5 };
+enum { EV_START, EV_WAKE, EV_READY, EV_DEPART, EV_BEGIN, EV_ARRIVE, EV_EAGER_SENT, EV_LATE_RECV,
+       EV_PAIR_NEXT };
+
+typedef struct {
+    double t;
+    int64_t seq;
+    int type, a;
+    int64_t b;
+} ev_t;
+
+typedef struct {
+    /* what the fair links touch on every change of load, first: one cache line */
+    double rem, rate, tupd, tfin;
+    int64_t sq;
+    int snode, dnode;
+    int src, dst, tag, next;
+    unsigned char eager, landed, has_recv, pending;
+    int64_t n;
+    double ts, tr, start, end;
+    entry_t sen, ren;
+} msg_t;
+
+typedef struct { /* an unmatched receive */
+    entry_t en;
+    double tr;
+    int next;
+} recv_t;
+
+typedef struct { /* a matching key (src, dst, tag), or a sender-receiver pair (src, dst, -1) */
+    int src, dst, tag, next;
+    int qh, qt; /* queue of messages (sends, or a pair's waiting ones) */
+    int rh, rt; /* queue of unmatched receives */
+} key_t_;
+
+typedef struct { /* a callback waiting for its rank's CPU */
+    int start, next;
+    entry_t en;
+} cb_t;
+
+typedef struct {
+    int *v, n, cap;
+} ivec;
+
+typedef struct { /* an unmatched send or receive at its receiving rank */
+    int src, tag, idx;
+} pend_t;
+
+typedef struct {
+    pend_t *v;
+    int n, cap;
+} pvec;
+
+typedef struct {
+    const double *d; /* detours, (start, end) pairs */
+    const int64_t *off; /* per index: its first detour; off[count] = the end */
+    int64_t *cur;
+    double horizon;
+} timeline_t;
+
+static struct {
+    /* parameters */
+    int size, rpn, nodes, kind, itemsize, tag_base, tag_space, send_window, recv_window, sync_mode, ordered, root;
+    int64_t count, seg_count, eager_elems, large_elems;
+    int pair, cpu_copy;
+    double event_cost, post_cost, L, g, bytecost, copycost, foldcost, large_cost, node_bw;
+    const int32_t *links;
+    const int64_t *loff;
+    timeline_t cpu, net;
+    int has_cpu, has_net;
+    /* state */
+    ev_t *heap;
+    int64_t nheap, capheap, seq;
+    msg_t *msgs;
+    int nmsg, capmsg, freemsg;
+    recv_t *recvs;
+    int nrecv, caprecv, freerecv;
+    key_t_ *keys;
+    int nkey, capkey, freekey, *buckets, nbuckets, livekeys;
+    cb_t *cbs;
+    int ncb, capcb, freecb;
+    int *qhead, *qtail;
+    pvec *precv, *psend;
+    double *busy, now, clock;
+    int cur;
+    ivec *out, *inn;
+    int64_t *lkey;
+    double *lkt;
+    int *lmsg, *lpos, *lheap, nlheap;
+    double *last_start;
+    unsigned char *has_last;
+    ivec *copies_i;
+    double **copies;
+    int *ncopies, *capcopies, ncopynodes;
+    double *finished;
+    ac_op **ops;
+    ac_engine *eng;
+    int left, err, overflow;
+    int64_t events, dropped, callbacks, messages, bytes;
+    double latest; /* the latest finish time a link ever scheduled (FairLinks.latest) */
+} W;
+
+/* ---------------------------------------------------------------- the heap (4-ary): (time, sequence) order */
+static int ev_less(const ev_t *x, const ev_t *y) { return x->t < y->t || (x->t == y->t && x->seq < y->seq); }
+
+static void push_key(double t, int64_t seq, int type, int a, int64_t b) {
+    if (W.nheap == W.capheap) {
+        int64_t cap = W.capheap ? 2 * W.capheap : 1024;
+        ev_t *h = (ev_t *)realloc(W.heap, (size_t)cap * sizeof(ev_t));
+        if (!h) {
+            W.err = SIM_NOMEM;
+            return;
+        }
+        W.heap = h;
+        W.capheap = cap;
+    }
+    ev_t e = {t, seq, type, a, b};
+    int64_t i = W.nheap++;
+    while (i > 0) {
+        int64_t p = (i - 1) >> 2;
+        if (!ev_less(&e, &W.heap[p])) break;
+        W.heap[i] = W.heap[p];
+        i = p;
+    }
+    W.heap[i] = e;
+}
+
+static void push(double t, int type, int a, int64_t b) { push_key(t, W.seq++, type, a, b); }
+
+/* Sift `x` down from slot i of the 4-ary heap of n entries. */
+static void sift_down(int64_t i, ev_t x, int64_t n) {
+    ev_t *h = W.heap;
+    for (;;) {
+        int64_t c = 4 * i + 1;
+        if (c >= n) break;
+        int64_t best = c, end = c + 4 < n ? c + 4 : n;
+        for (int64_t j = c + 1; j < end; j++)
+            if (ev_less(&h[j], &h[best])) best = j;
+        if (!ev_less(&h[best], &x)) break;
+        h[i] = h[best];
+        i = best;
+    }
+    h[i] = x;
+}
+
+static ev_t pop(void) {
+    ev_t top = W.heap[0];
+    ev_t last = W.heap[--W.nheap];
+    if (W.nheap) sift_down(0, last, W.nheap);
+    return top;
+}
+
+/* ---------------------------------------------------------------- detours (timelines.Timeline.advance) */
+static double advance(timeline_t *tl, int idx, double t, double w) {
+    const double *d = tl->d;
+    int64_t end = tl->off[idx + 1], c = tl->cur[idx];
+    while (c < end && d[2 * c + 1] <= t) c++;
+    tl->cur[idx] = c;
+    for (int64_t j = c;; j++) {
+        if (j == end) {
+            if (t + w >= tl->horizon) W.overflow = 1;
+            return t + w;
+        }
+        double s = d[2 * j], e = d[2 * j + 1];
+        if (t >= s)
+            t = e;
+        else if (t + w <= s)
+            return t + w;
+        else {
+            w -= s - t;
+            t = e;
+        }
+    }
+}
+
+static double cpu_after(int rank, double t, double w) { return W.has_cpu ? advance(&W.cpu, rank, t, w) : t + w; }
+
+/* ---------------------------------------------------------------- small pools */
+#define POOL_NEW(arr, n, cap, freel, T)                                                                \
+    int idx;                                                                                         \
+    if (freel >= 0) {                                                                                \
+        idx = freel;                                                                                 \
+        freel = arr[idx].next;                                                                       \
+    } else {                                                                                         \
+        if (n == cap) {                                                                              \
+            int c2 = cap ? 2 * cap : 1024;                                                           \
+            T *p2 = (T *)realloc(arr, (size_t)c2 * sizeof(T));                                       \
+            if (!p2) {                                                                               \
+                W.err = SIM_NOMEM;                                                                   \
+                return -1;                                                                           \
+            }                                                                                        \
+            arr = p2;                                                                                \
+            cap = c2;                                                                                \
+        }                                                                                            \
+        idx = n++;                                                                                   \
+    }
+
+static int msg_new(void) {
+    POOL_NEW(W.msgs, W.nmsg, W.capmsg, W.freemsg, msg_t)
+    memset(&W.msgs[idx], 0, sizeof(msg_t));
+    W.msgs[idx].next = -1;
+    return idx;
+}
+
+static void msg_free(int i) {
+    W.msgs[i].next = W.freemsg;
+    W.freemsg = i;
+}
+
+static int recv_new(void) {
+    POOL_NEW(W.recvs, W.nrecv, W.caprecv, W.freerecv, recv_t)
+    W.recvs[idx].next = -1;
+    return idx;
+}
+
+static int cb_new(void) {
+    POOL_NEW(W.cbs, W.ncb, W.capcb, W.freecb, cb_t)
+    W.cbs[idx].next = -1;
+    return idx;
+}
+
+static int ivec_push(ivec *v, int x) {
+    if (v->n == v->cap) {
+        int c = v->cap ? 2 * v->cap : 4;
+        int *p = (int *)realloc(v->v, (size_t)c * sizeof(int));
+        if (!p) {
+            W.err = SIM_NOMEM;
+            return -1;
+        }
+        v->v = p;
+        v->cap = c;
+    }
+    v->v[v->n++] = x;
+    return 0;
+}
+
+static void ivec_remove(ivec *v, int x) {
+    for (int i = 0; i < v->n; i++)
+        if (v->v[i] == x) {
+            memmove(v->v + i, v->v + i + 1, (size_t)(v->n - i - 1) * sizeof(int));
+            v->n--;
+            return;
+        }
+}
+
+/* ---------------------------------------------------------------- keys: (src, dst, tag) -> queues */
+static uint64_t key_hash(int src, int dst, int tag) {
+    uint64_t h = (uint64_t)(uint32_t)src * 0x9E3779B97F4A7C15ull;
+    h ^= (uint64_t)(uint32_t)dst * 0xC2B2AE3D27D4EB4Full + (h >> 29);
+    h ^= (uint64_t)(uint32_t)tag * 0x165667B19E3779F9ull + (h >> 31);
+    return h ^ (h >> 33);
+}
+
+static int key_rehash(int nb) {
+    int *b = (int *)malloc((size_t)nb * sizeof(int));
+    if (!b) {
+        W.err = SIM_NOMEM;
+        return -1;
+    }
+    for (int i = 0; i < nb; i++) b[i] = -1;
+    for (int i = 0; i < W.nbuckets; i++) {
+        int k = W.buckets[i];
+        while (k >= 0) {
+            int nx = W.keys[k].next;
+            int h = (int)(key_hash(W.keys[k].src, W.keys[k].dst, W.keys[k].tag) & (uint64_t)(nb - 1));
+            W.keys[k].next = b[h];
+            b[h] = k;
+            k = nx;
+        }
+    }
+    free(W.buckets);
+    W.buckets = b;
+    W.nbuckets = nb;
+    return 0;
+}
+
+/* The key's index, or -1 (made when `make`). */
+static int key_find(int src, int dst, int tag, int make) {
+    int h = (int)(key_hash(src, dst, tag) & (uint64_t)(W.nbuckets - 1));
+    for (int k = W.buckets[h]; k >= 0; k = W.keys[k].next)
+        if (W.keys[k].src == src && W.keys[k].dst == dst && W.keys[k].tag == tag) return k;
+    if (!make) return -1;
+    if (W.livekeys + 1 > W.nbuckets) {
+        if (key_rehash(2 * W.nbuckets)) return -1;
+        h = (int)(key_hash(src, dst, tag) & (uint64_t)(W.nbuckets - 1));
+    }
+    int k;
+    {
+        POOL_NEW(W.keys, W.nkey, W.capkey, W.freekey, key_t_)
+        k = idx;
+    }
+    key_t_ *K = &W.keys[k];
+    K->src = src;
+    K->dst = dst;
+    K->tag = tag;
+    K->qh = K->qt = K->rh = K->rt = -1;
+    K->next = W.buckets[h];
+    W.buckets[h] = k;
+    W.livekeys++;
+    return k;
+}
+
+static void key_drop(int k) {
+    key_t_ *K = &W.keys[k];
+    int h = (int)(key_hash(K->src, K->dst, K->tag) & (uint64_t)(W.nbuckets - 1));
+    int *p = &W.buckets[h];
+    while (*p != k) p = &W.keys[*p].next;
+    *p = K->next;
+    K->next = W.freekey;
+    W.freekey = k;
+    W.livekeys--;
+}
+
+static void mq_push(key_t_ *K, int m) {
+    W.msgs[m].next = -1;
+    if (K->qt >= 0)
+        W.msgs[K->qt].next = m;
+    else
+        K->qh = m;
+    K->qt = m;
+}
+
+static int mq_pop(key_t_ *K) {
+    int m = K->qh;
+    K->qh = W.msgs[m].next;
+    if (K->qh < 0) K->qt = -1;
+    return m;
+}
+
+/* ---------------------------------------------------------------- the CPUs */
+static void run_cb(int rank, int start, const entry_t *en) {
+    W.cur = rank;
+    W.clock = cpu_after(rank, W.now, W.event_cost);
+    if (start) {
+        int64_t off = W.loff[rank];
+        char *local = (char *)(intptr_t)0x10000;
+        char *target = NULL;
+        if (W.kind == OPK_ALLREDUCE || (W.kind == OPK_REDUCE && rank == W.root)) target = (char *)(intptr_t)0x20000;
+        intptr_t h = ac_start(W.eng, W.kind, 0, 0, 0, 0, W.itemsize, W.count, W.seg_count, W.tag_base, W.tag_space,
+                              W.send_window, W.recv_window, W.sync_mode, W.ordered, local, target, W.links + off);
+        if (!h) W.err = SIM_NOMEM;
+        W.ops[rank] = (ac_op *)h;
+    } else {
+        entry_t e = *en;
+        complete(W.eng, e, e.want, MPI_SUCCESS);
+        if (W.ops[rank] && W.ops[rank]->state == ST_FAILED) W.err = SIM_FAILED;
+    }
+    W.busy[rank] = W.clock;
+    W.callbacks++;
+}
+
+static void complete_on(int rank, int start, const entry_t *en) {
+    if (W.busy[rank] <= W.now && W.qhead[rank] < 0) {
+        run_cb(rank, start, en);
+        return;
+    }
+    int c = cb_new();
+    if (c < 0) return;
+    W.cbs[c].start = start;
+    if (en) W.cbs[c].en = *en;
+    if (W.qhead[rank] < 0) {
+        W.qhead[rank] = W.qtail[rank] = c;
+        push(W.busy[rank], EV_WAKE, rank, 0);
+    } else {
+        W.cbs[W.qtail[rank]].next = c;
+        W.qtail[rank] = c;
+    }
+}
+
+static void wake(int rank) {
+    if (W.busy[rank] > W.now) {
+        push(W.busy[rank], EV_WAKE, rank, 0);
+        return;
+    }
+    int c = W.qhead[rank];
+    W.qhead[rank] = W.cbs[c].next;
+    if (W.qhead[rank] < 0) W.qtail[rank] = -1;
+    cb_t item = W.cbs[c];
+    W.cbs[c].next = W.freecb;
+    W.freecb = c;
+    run_cb(rank, item.start, &item.en);
+    if (W.qhead[rank] >= 0) push(W.busy[rank], EV_WAKE, rank, 0);
+}
+
+static void sim_fold(int64_t nelem) {
+    double cost = (double)nelem * W.foldcost;
+    W.clock = cpu_after(W.cur, W.clock, nelem <= W.large_elems ? cost : cost * W.large_cost);
+}
+
+static void sim_op_done(ac_op *op) {
+    (void)op;
+    if (W.finished[W.cur] >= 0) {
+        W.err = SIM_FAILED;
+        return;
+    }
+    W.finished[W.cur] = W.clock;
+    W.left--;
+}
+
+/* ---------------------------------------------------------------- posting (World._isend / _irecv) */
+/* Unmatched sends and receives are kept per receiving rank, in posting order: short lists scanned for
+ * the first (source, tag) match give MPI's (and World's) matching order without a global table. */
+static int pvec_take(pvec *p, int src, int tag) {
+    for (int i = 0; i < p->n; i++)
+        if (p->v[i].src == src && p->v[i].tag == tag) {
+            int idx = p->v[i].idx;
+            memmove(p->v + i, p->v + i + 1, (size_t)(p->n - i - 1) * sizeof(pend_t));
+            p->n--;
+            return idx;
+        }
+    return -1;
+}
+
+static void pvec_add(pvec *p, int src, int tag, int idx) {
+    if (p->n == p->cap) {
+        int c = p->cap ? 2 * p->cap : 8;
+        pend_t *q = (pend_t *)realloc(p->v, (size_t)c * sizeof(pend_t));
+        if (!q) {
+            W.err = SIM_NOMEM;
+            return;
+        }
+        p->v = q;
+        p->cap = c;
+    }
+    p->v[p->n++] = (pend_t){src, tag, idx};
+}
+
+static void sim_post(ac_op *op, const entry_t *en, int is_recv, int synchronous, int64_t nelem) {
+    (void)op;
+    int rank = W.cur;
+    double t = W.clock = cpu_after(rank, W.clock, W.post_cost);
+    if (!is_recv) {
+        int m = msg_new();
+        if (m < 0) return;
+        msg_t *M = &W.msgs[m];
+        M->src = rank;
+        M->dst = en->peer;
+        M->tag = en->tag;
+        M->n = nelem;
+        M->sen = *en;
+        M->ts = t;
+        M->eager = !synchronous && nelem <= W.eager_elems;
+        M->pending = M->eager ? 2 : 1;
+        int r = pvec_take(&W.precv[en->peer], rank, en->tag);
+        if (r >= 0) {
+            M->ren = W.recvs[r].en;
+            M->tr = W.recvs[r].tr;
+            M->has_recv = 1;
+            W.recvs[r].next = W.freerecv;
+            W.freerecv = r;
+            if (!M->eager) {
+                push((M->ts > M->tr ? M->ts : M->tr) + W.L, EV_READY, 0, m);
+                return;
+            }
+        } else {
+            pvec_add(&W.psend[en->peer], rank, en->tag, m);
+        }
+        if (M->eager) push(M->ts, EV_READY, 0, m);
+        return;
+    }
+    int m = pvec_take(&W.psend[rank], en->peer, en->tag);
+    if (m >= 0) {
+        msg_t *M = &W.msgs[m];
+        M->ren = *en;
+        M->tr = t;
+        M->has_recv = 1;
+        if (!M->eager)
+            push((M->ts > t ? M->ts : t) + W.L, EV_READY, 0, m);
+        else if (M->landed)
+            push(t, EV_LATE_RECV, 0, m);
+        return;
+    }
+    int r = recv_new();
+    if (r < 0) return;
+    W.recvs[r].en = *en;
+    W.recvs[r].tr = t;
+    pvec_add(&W.precv[rank], en->peer, en->tag, r);
+}
+
+/* ---------------------------------------------------------------- the network */
+static int node_of(int rank) { return W.rpn > 1 ? rank / W.rpn : 0; }
+
+/* World._shared: a shared-memory copy's duration under node_bw */
+static double shared_copy(int dst, double start, int64_t n, double dur) {
+    int nd = node_of(dst);
+    double *ends = W.copies[nd];
+    int k = 0;
+    for (int i = 0; i < W.ncopies[nd]; i++)
+        if (ends[i] > start) ends[k++] = ends[i];
+    W.ncopies[nd] = k;
+    double need = (double)n * W.itemsize * (double)(k + 1) / W.node_bw;
+    return dur > need ? dur : need;
+}
+
+static void copy_ended(int dst, double end) {
+    int nd = node_of(dst);
+    if (W.ncopies[nd] == W.capcopies[nd]) {
+        int c = W.capcopies[nd] ? 2 * W.capcopies[nd] : 8;
+        double *p = (double *)realloc(W.copies[nd], (size_t)c * sizeof(double));
+        if (!p) {
+            W.err = SIM_NOMEM;
+            return;
+        }
+        W.copies[nd] = p;
+        W.capcopies[nd] = c;
+    }
+    W.copies[nd][W.ncopies[nd]++] = end;
+}
+
+static void land(int m, double arrival) {
+    msg_t *M = &W.msgs[m];
+    if (W.pair) {
+        int k = key_find(M->src, M->dst, -1, 0);
+        if (k >= 0) push(W.now, EV_PAIR_NEXT, M->src, M->dst);
+    }
+    if (M->eager) push(M->end, EV_EAGER_SENT, 0, m);
+    push(arrival, EV_ARRIVE, 0, m);
+    W.messages++;
+    W.bytes += M->n * W.itemsize;
+}
+
+/* ---------------------------------------------------------------- fair links (network.FairLinks)
+ * Each busy outgoing link's next finish is the least (finish time, sequence) key of its messages, as
+ * FairLinks keeps it; here the links sit in an indexed heap of their own (lheap, one slot per node,
+ * re-keyed in place) instead of leaving replaced entries stale in the event heap. The main loop takes
+ * whichever of the two heaps' tops has the smaller key: the same order of events. A replaced key counts
+ * one event, as its stale entry would when popped or swept there. */
+static int lh_less(int x, int y) {
+    return W.lkt[x] < W.lkt[y] || (W.lkt[x] == W.lkt[y] && W.lkey[x] < W.lkey[y]);
+}
+
+static void lh_place(int i, int node) {
+    W.lheap[i] = node;
+    W.lpos[node] = i;
+}
+
+static void lh_up(int i) {
+    int node = W.lheap[i];
+    while (i > 0) {
+        int p = (i - 1) >> 1;
+        if (!lh_less(node, W.lheap[p])) break;
+        lh_place(i, W.lheap[p]);
+        i = p;
+    }
+    lh_place(i, node);
+}
+
+static void lh_down(int i) {
+    int node = W.lheap[i], n = W.nlheap;
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && lh_less(W.lheap[c + 1], W.lheap[c])) c++;
+        if (!lh_less(W.lheap[c], node)) break;
+        lh_place(i, W.lheap[c]);
+        i = c;
+    }
+    lh_place(i, node);
+}
+
+/* Give `node`'s link the key (t, sq) of message m (inserting it, or re-keying it in place). */
+static void lh_set(int node, double t, int64_t sq, int m) {
+    W.lkt[node] = t;
+    W.lkey[node] = sq;
+    W.lmsg[node] = m;
+    int i = W.lpos[node];
+    if (i < 0) {
+        i = W.nlheap++;
+        lh_place(i, node);
+        lh_up(i);
+        return;
+    }
+    lh_up(i);
+    lh_down(W.lpos[node]);
+}
+
+static int lh_pop(void) {
+    int top = W.lheap[0];
+    W.lpos[top] = -1;
+    int last = W.lheap[--W.nlheap];
+    if (W.nlheap) {
+        lh_place(0, last);
+        lh_down(0);
+    }
+    return top;
+}
+
+static void enter_min(int node, double bt, int64_t bs, int bm) {
+    int64_t old = W.lkey[node];
+    if (old == bs) return;
+    /* FairLinks: -1 for each entry it pushes (counted when popped), +1 for the stale one it replaces */
+    if (old < 0) W.dropped--;
+    lh_set(node, bt, bs, bm);
+}
+
+typedef struct {
+    int node, bm, full;
+    double bt;
+    int64_t bs;
+} least_t;
+
+static void reshare(int src, int dst, double now) {
+    ivec *out = &W.out[src], *inn = &W.inn[dst];
+    int n_out = out->n;
+    double bt = INFINITY;
+    int64_t bs = INT64_MAX;
+    int bm = -1;
+    for (int i = 0; i < out->n; i++) {
+        int m = out->v[i];
+        msg_t *f = &W.msgs[m];
+        f->rem -= f->rate * (now - f->tupd);
+        f->tupd = now;
+        int n_in = W.inn[f->dnode].n;
+        f->rate = 1.0 / (double)(n_out > n_in ? n_out : n_in);
+        double rem = f->rem;
+        double t = f->tfin = now + (rem > 0.0 ? rem : 0.0) / f->rate;
+        int64_t sq = f->sq = W.seq++;
+        if (t > W.latest) W.latest = t;
+        if (t < bt || (t == bt && sq < bs)) {
+            bt = t;
+            bs = sq;
+            bm = m;
+        }
+    }
+    int n_in = inn->n, k = n_out;
+    least_t others[32], *oth = others;
+    int nothers = 0, capoth = 32;
+    for (int i = 0; i < inn->n; i++) {
+        int m = inn->v[i];
+        msg_t *f = &W.msgs[m];
+        int snode = f->snode;
+        if (snode == src) continue;
+        k++;
+        least_t *o = NULL;
+        for (int j = 0; j < nothers; j++)
+            if (oth[j].node == snode) {
+                o = &oth[j];
+                break;
+            }
+        if (!o) {
+            if (nothers == capoth) {
+                least_t *p = (least_t *)malloc((size_t)capoth * 2 * sizeof(least_t));
+                if (!p) {
+                    W.err = SIM_NOMEM;
+                    return;
+                }
+                memcpy(p, oth, (size_t)nothers * sizeof(least_t));
+                if (oth != others) free(oth);
+                oth = p;
+                capoth *= 2;
+            }
+            o = &oth[nothers++];
+            *o = (least_t){snode, W.lmsg[snode], 0, W.lkt[snode], W.lkey[snode]};
+        }
+        if (f->sq == W.lkey[snode]) o->full = 1; /* the link's least message moves: look at them all */
+        f->rem -= f->rate * (now - f->tupd);
+        f->tupd = now;
+        int no = W.out[snode].n;
+        f->rate = 1.0 / (double)(no > n_in ? no : n_in);
+        double rem = f->rem;
+        double t = f->tfin = now + (rem > 0.0 ? rem : 0.0) / f->rate;
+        int64_t sq = f->sq = W.seq++;
+        if (t > W.latest) W.latest = t;
+        if (!o->full && (t < o->bt || (t == o->bt && sq < o->bs))) {
+            o->bt = t;
+            o->bs = sq;
+            o->bm = m;
+        }
+    }
+    W.dropped += k;
+    if (out->n) enter_min(src, bt, bs, bm);
+    for (int j = 0; j < nothers; j++) {
+        least_t *o = &oth[j];
+        if (o->full) {
+            ivec *fl = &W.out[o->node];
+            o->bt = INFINITY;
+            o->bs = INT64_MAX;
+            for (int i = 0; i < fl->n; i++) {
+                msg_t *f = &W.msgs[fl->v[i]];
+                if (f->tfin < o->bt || (f->tfin == o->bt && f->sq < o->bs)) {
+                    o->bt = f->tfin;
+                    o->bs = f->sq;
+                    o->bm = fl->v[i];
+                }
+            }
+        }
+        enter_min(o->node, o->bt, o->bs, o->bm);
+    }
+    if (oth != others) free(oth);
+}
+
+static void begin(int m) {
+    msg_t *M = &W.msgs[m];
+    double now = W.now;
+    int src = W.rpn == 1 ? M->src : M->src / W.rpn, dst = W.rpn == 1 ? M->dst : M->dst / W.rpn;
+    M->snode = src;
+    M->dnode = dst;
+    M->start = M->tupd = now;
+    M->rem = (double)M->n * W.bytecost;
+    M->rate = 0.0;
+    if (ivec_push(&W.out[src], m) || ivec_push(&W.inn[dst], m)) return;
+    if (W.out[src].n == 1 && W.inn[dst].n == 1) { /* alone on both links: full speed */
+        M->rate = 1.0;
+        M->tfin = now + M->rem;
+        if (M->tfin > W.latest) W.latest = M->tfin;
+        M->sq = W.seq++;
+        lh_set(src, M->tfin, M->sq, m);
+        return;
+    }
+    reshare(src, dst, now);
+}
+
+/* The least message of `src`'s outgoing link (just taken off the link heap) has finished leaving. */
+static void finish(int src) {
+    int m = W.lmsg[src];
+    msg_t *M = &W.msgs[m];
+    int dst = M->dnode;
+    ivec *out = &W.out[src];
+    ivec_remove(out, m);
+    ivec_remove(&W.inn[dst], m);
+    M->end = W.now;
+    W.lkey[src] = -1;
+    if (out->n || W.inn[dst].n) reshare(src, dst, W.now);
+    land(m, W.now + W.L);
+}
+
+static void links_depart(int m) {
+    msg_t *M = &W.msgs[m];
+    int node = M->src / W.rpn;
+    double now = W.now, start = now;
+    if (W.g > 0) {
+        if (W.has_last[node] && W.last_start[node] + W.g > start) start = W.last_start[node] + W.g;
+        W.last_start[node] = start;
+        W.has_last[node] = 1;
+    }
+    if (W.has_net) start = advance(&W.net, node, start, 0.0);
+    if (start > now)
+        push(start, EV_BEGIN, 0, m);
+    else
+        begin(m);
+}
+
+static void depart(int m) {
+    msg_t *M = &W.msgs[m];
+    int rpn = W.rpn;
+    if (rpn > 1 && M->src / rpn == M->dst / rpn) {
+        double now = W.now, copy = (double)M->n * W.copycost;
+        if (M->n > W.large_elems) copy *= W.large_cost;
+        if (W.node_bw > 0) {
+            copy = shared_copy(M->dst, now, M->n, copy);
+            copy_ended(M->dst, now + copy);
+        }
+        M->start = now;
+        M->end = now + copy;
+        land(m, now + W.L + copy);
+        return;
+    }
+    if (W.pair) {
+        int k = key_find(M->src, M->dst, -1, 0);
+        if (k >= 0) {
+            mq_push(&W.keys[k], m);
+            return;
+        }
+        if (key_find(M->src, M->dst, -1, 1) < 0) return;
+    }
+    links_depart(m);
+}
+
+static void pair_next(int src, int dst) {
+    int k = key_find(src, dst, -1, 0);
+    key_t_ *K = &W.keys[k];
+    if (K->qh >= 0)
+        links_depart(mq_pop(K));
+    else
+        key_drop(k);
+}
+
+static void ready(int m) {
+    msg_t *M = &W.msgs[m];
+    if (!M->eager) {
+        int dst = M->dst, rpn = W.rpn;
+        double now = W.now, start = W.busy[dst] > now ? W.busy[dst] : now;
+        if (W.cpu_copy || (rpn > 1 && M->src / rpn == dst / rpn)) {
+            double dur = (double)M->n * W.copycost;
+            if (M->n > W.large_elems) dur *= W.large_cost;
+            if (W.node_bw > 0) dur = shared_copy(dst, start, M->n, dur);
+            double end = cpu_after(dst, start, dur);
+            if (W.node_bw > 0) copy_ended(dst, end);
+            W.busy[dst] = end;
+            M->start = M->end = start;
+            W.messages++;
+            W.bytes += M->n * W.itemsize;
+            push(end, EV_ARRIVE, 0, m);
+            return;
+        }
+        if (W.has_cpu) start = advance(&W.cpu, dst, start, 0.0);
+        if (start > now) {
+            push(start, EV_DEPART, 0, m);
+            return;
+        }
+    }
+    depart(m);
+}
+
+static void settle(int m) {
+    if (--W.msgs[m].pending == 0) msg_free(m);
+}
+
+static void deliver(int m) {
+    msg_t *M = &W.msgs[m];
+    if (M->ren.want != M->n * W.itemsize) {
+        W.err = SIM_SIZE;
+        return;
+    }
+    entry_t en = M->ren;
+    int dst = M->dst;
+    settle(m);
+    complete_on(dst, 0, &en);
+}
+
+static void arrive(int m) {
+    msg_t *M = &W.msgs[m];
+    if (!M->has_recv) { /* eager, receive not posted yet: it completes when posted */
+        M->landed = 1;
+        return;
+    }
+    int eager = M->eager, src = M->src;
+    entry_t sen = M->sen;
+    deliver(m); /* (may free an eager message whose send completed) */
+    if (!eager) complete_on(src, 0, &sen);
+}
+
+static void eager_sent(int m) {
+    entry_t sen = W.msgs[m].sen;
+    int src = W.msgs[m].src;
+    settle(m);
+    complete_on(src, 0, &sen);
+}
+
+/* ---------------------------------------------------------------- the run */
+static void cleanup(void) {
+    if (W.ops)
+        for (int r = 0; r < W.size; r++)
+            if (W.ops[r]) op_free(W.ops[r]);
+    if (W.precv)
+        for (int r = 0; r < W.size; r++) {
+            free(W.precv[r].v);
+            free(W.psend[r].v);
+        }
+    free(W.precv);
+    free(W.psend);
+    if (W.out)
+        for (int i = 0; i < W.nodes; i++) {
+            free(W.out[i].v);
+            free(W.inn[i].v);
+        }
+    if (W.copies)
+        for (int i = 0; i < W.ncopynodes; i++) free(W.copies[i]);
+    free(W.heap);
+    free(W.msgs);
+    free(W.recvs);
+    free(W.keys);
+    free(W.buckets);
+    free(W.cbs);
+    free(W.qhead);
+    free(W.qtail);
+    free(W.busy);
+    free(W.out);
+    free(W.inn);
+    free(W.lkey);
+    free(W.lkt);
+    free(W.lmsg);
+    free(W.lpos);
+    free(W.lheap);
+    free(W.last_start);
+    free(W.has_last);
+    free(W.copies);
+    free(W.ncopies);
+    free(W.capcopies);
+    free(W.ops);
+    free(W.cpu.cur);
+    free(W.net.cur);
+    if (W.eng) {
+        pthread_mutex_destroy(&W.eng->mu);
+        pthread_cond_destroy(&W.eng->cv);
+        free(W.eng->finished);
+        free(W.eng);
+    }
+}
+
+int ac_sim_abi(void) { return SIM_ABI; }
+
+/* Run one simulated call of the tree protocols. ip: [size, ranks per node, kind, itemsize, count,
+ * seg_count, tag_base, tag_space, send_window, recv_window, sync_mode, ordered, root, eager elements,
+ * large elements (-1: none), pair order, cpu copies (transfer 'cpu'), has cpu noise, has net noise];
+ * fp: [event_cost, post_cost, L, g, G per element, copy per element, fold per element, large_cost,
+ * node_bw (0: none), cpu horizon, net horizon]. links + loff[rank]: each rank's packed links (as
+ * ac_start takes them); starts[rank]: its start time. cpu_d / cpu_off (per rank) and net_d / net_off
+ * (per node): detours. Out: finished[rank] (and finished[size]: the time of the last event, as
+ * World.now after World.run); counts = [messages, bytes, events, callbacks, unfinished
+ * ranks, unmatched sends, unmatched receives]. Returns SIM_OK or an error (SIM_*). */
+int ac_sim_run(const int64_t *ip, const double *fp, const int32_t *links, const int64_t *loff, const double *starts,
+               const double *cpu_d, const int64_t *cpu_off, const double *net_d, const int64_t *net_off,
+               double *finished, int64_t *counts) {
+    memset(&W, 0, sizeof(W));
+    W.size = (int)ip[0];
+    W.rpn = (int)ip[1];
+    W.kind = (int)ip[2];
+    W.itemsize = (int)ip[3];
+    W.count = ip[4];
+    W.seg_count = ip[5];
+    W.tag_base = (int)ip[6];
+    W.tag_space = (int)ip[7];
+    W.send_window = (int)ip[8];
+    W.recv_window = (int)ip[9];
+    W.sync_mode = (int)ip[10];
+    W.ordered = (int)ip[11];
+    W.root = (int)ip[12];
+    W.eager_elems = ip[13];
+    W.large_elems = ip[14] < 0 ? INT64_MAX : ip[14];
+    W.pair = (int)ip[15];
+    W.cpu_copy = (int)ip[16];
+    W.has_cpu = (int)ip[17];
+    W.has_net = (int)ip[18];
+    W.event_cost = fp[0];
+    W.post_cost = fp[1];
+    W.L = fp[2];
+    W.g = fp[3];
+    W.bytecost = fp[4];
+    W.copycost = fp[5];
+    W.foldcost = fp[6];
+    W.large_cost = fp[7];
+    W.node_bw = fp[8];
+    W.links = links;
+    W.loff = loff;
+    W.finished = finished;
+    W.nodes = (W.size + W.rpn - 1) / W.rpn;
+    W.freemsg = W.freerecv = W.freekey = W.freecb = -1;
+    int n = W.size, nodes = W.nodes;
+    W.eng = ac_engine_new(1);
+    W.qhead = (int *)malloc((size_t)n * sizeof(int));
+    W.qtail = (int *)malloc((size_t)n * sizeof(int));
+    W.busy = (double *)malloc((size_t)n * sizeof(double));
+    W.precv = (pvec *)calloc((size_t)n, sizeof(pvec));
+    W.psend = (pvec *)calloc((size_t)n, sizeof(pvec));
+    W.ops = (ac_op **)calloc((size_t)n, sizeof(ac_op *));
+    W.out = (ivec *)calloc((size_t)nodes, sizeof(ivec));
+    W.inn = (ivec *)calloc((size_t)nodes, sizeof(ivec));
+    W.lkey = (int64_t *)malloc((size_t)nodes * sizeof(int64_t));
+    W.lkt = (double *)malloc((size_t)nodes * sizeof(double));
+    W.lmsg = (int *)malloc((size_t)nodes * sizeof(int));
+    W.lpos = (int *)malloc((size_t)nodes * sizeof(int));
+    W.lheap = (int *)malloc((size_t)nodes * sizeof(int));
+    W.last_start = (double *)calloc((size_t)nodes, sizeof(double));
+    W.has_last = (unsigned char *)calloc((size_t)nodes, 1);
+    int cnodes = W.ncopynodes = W.rpn > 1 ? nodes : 1;
+    W.copies = (double **)calloc((size_t)cnodes, sizeof(double *));
+    W.ncopies = (int *)calloc((size_t)cnodes, sizeof(int));
+    W.capcopies = (int *)calloc((size_t)cnodes, sizeof(int));
+    W.nbuckets = 1024;
+    W.buckets = (int *)malloc((size_t)W.nbuckets * sizeof(int));
+    if (W.has_cpu) {
+        W.cpu.d = cpu_d;
+        W.cpu.off = cpu_off;
+        W.cpu.horizon = fp[9];
+        W.cpu.cur = (int64_t *)malloc((size_t)n * sizeof(int64_t));
+    }
+    if (W.has_net) {
+        W.net.d = net_d;
+        W.net.off = net_off;
+        W.net.horizon = fp[10];
+        W.net.cur = (int64_t *)malloc((size_t)nodes * sizeof(int64_t));
+    }
+    if (!W.eng || !W.qhead || !W.qtail || !W.busy || !W.precv || !W.psend || !W.ops || !W.out || !W.inn || !W.lkey || !W.lkt || !W.lmsg || !W.lpos || !W.lheap || !W.last_start ||
+        !W.has_last || !W.copies || !W.ncopies || !W.capcopies || !W.buckets || (W.has_cpu && !W.cpu.cur) ||
+        (W.has_net && !W.net.cur)) {
+        cleanup();
+        return SIM_NOMEM;
+    }
+    for (int i = 0; i < W.nbuckets; i++) W.buckets[i] = -1;
+    for (int r = 0; r < n; r++) {
+        W.qhead[r] = W.qtail[r] = -1;
+        W.busy[r] = -INFINITY;
+        finished[r] = -1.0;
+    }
+    for (int i = 0; i < nodes; i++) W.lkey[i] = W.lpos[i] = -1;
+    if (W.has_cpu)
+        for (int r = 0; r < n; r++) W.cpu.cur[r] = cpu_off[r];
+    if (W.has_net)
+        for (int i = 0; i < nodes; i++) W.net.cur[i] = net_off[i];
+    W.left = n;
+    W.cur = -1;
+    W.latest = 0.0;
+    for (int r = 0; r < n; r++) push(starts[r], EV_START, r, 0);
+    int64_t popped = 0;
+    while ((W.nheap || W.nlheap) && !W.err) {
+        if (W.nlheap) {
+            int node = W.lheap[0];
+            if (!W.nheap || W.lkt[node] < W.heap[0].t || (W.lkt[node] == W.heap[0].t && W.lkey[node] < W.heap[0].seq)) {
+                W.now = W.lkt[node];
+                popped++;
+                finish(lh_pop());
+                continue;
+            }
+        }
+        ev_t e = pop();
+        W.now = e.t;
+        popped++;
+        switch (e.type) {
+        case EV_START: complete_on(e.a, 1, NULL); break;
+        case EV_WAKE: wake(e.a); break;
+        case EV_READY: ready((int)e.b); break;
+        case EV_DEPART: depart((int)e.b); break;
+        case EV_BEGIN: begin((int)e.b); break;
+        case EV_ARRIVE: arrive((int)e.b); break;
+        case EV_EAGER_SENT: eager_sent((int)e.b); break;
+        case EV_LATE_RECV: deliver((int)e.b); break;
+        case EV_PAIR_NEXT: pair_next(e.a, (int)e.b); break;
+        }
+    }
+    int64_t sends = 0, recvs = 0;
+    for (int r = 0; r < n; r++) {
+        sends += W.psend[r].n;
+        recvs += W.precv[r].n;
+    }
+    finished[n] = W.latest > W.now ? W.latest : W.now;
+    counts[0] = W.messages;
+    counts[1] = W.bytes;
+    counts[2] = popped + W.dropped;
+    counts[3] = W.callbacks;
+    counts[4] = W.left;
+    counts[5] = sends;
+    counts[6] = recvs;
+    if (getenv("AC_SIM_DEBUG")) fprintf(stderr, "heapcap %ld msgs %d recvs %d keys %d cbs %d\n", (long)W.capheap, W.nmsg, W.nrecv, W.nkey, W.ncb);
+    int rc = W.err ? W.err : W.overflow ? SIM_HORIZON : W.left ? SIM_DEADLOCK : SIM_OK;
+    cleanup();
+    return rc;
+}
