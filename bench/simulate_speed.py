@@ -1,13 +1,17 @@
-"""Speed of adaptcoll.simulate on one core: simulated events per second, and the 65 536-rank, 16-segment Bcast.
+"""Speed of adaptcoll.simulate on one core: simulated events per second, and the 65 536-rank Bcasts.
 
 An "event" is one timestamped occurrence the simulator processes (a message ready, leaving, arriving;
-a completion or start delivered to a rank's CPU); each runs the protocols' Python callbacks it
-triggers. The adaptcoll rows therefore include the library's own protocol code; the lock-step rows
-show the simulator core with cheap callbacks. Times are process CPU seconds (not wall), so other
-load on the machine disturbs them less; take the lock anyway (flock -x) for figures you report.
+a completion or start delivered to a rank's CPU; a message's share of a link recomputed); on the
+Python core each runs the protocols' Python callbacks it triggers, on the C core (simcore.c) the
+compiled engine's C protocols. The adaptcoll rows are run on both cores (the same results, checked
+here); the lock-step rows show the Python core with cheap callbacks. Times are process CPU seconds
+(not wall), so other load on the machine disturbs them less; take the lock anyway (flock -x) for
+figures you report.
 
-    python bench/simulate_speed.py                 # the two figures
-    python bench/simulate_speed.py --profile       # plus a cProfile of the 4096-rank run (top 25)
+    python bench/simulate_speed.py                 # every row (the 65 536-rank Python row: minutes)
+    python bench/simulate_speed.py --skip-large    # without the 65 536-rank rows
+    python bench/simulate_speed.py --issue         # plus issue 37's two 65 536-rank Bcast 16M runs (C core)
+    python bench/simulate_speed.py --profile       # plus a cProfile of the 4096-rank run (Python core)
 """
 
 from __future__ import annotations
@@ -16,22 +20,27 @@ import argparse
 import cProfile
 import pstats
 import time
+from pathlib import Path
 
 from adaptcoll.runtime import settings
-from adaptcoll.simulate.params import DEFAULT_PARAMS
-from adaptcoll.simulate.programs import Job
+from adaptcoll.simulate.params import DEFAULT_PARAMS, CostParams, load_params
+from adaptcoll.simulate.programs import Job, prepare
 from adaptcoll.simulate.run import run_once
 
+COMPILED_PARAMS = Path(__file__).parent / "results" / "simulate" / "params_scale_compiled.json"
 
-def timed(job: Job, impl: str = "adaptcoll") -> dict:
+
+def timed(job: Job, impl: str = "adaptcoll", core: str = "", params: CostParams = DEFAULT_PARAMS) -> dict:
     """One quiet run: CPU seconds, events, messages and their rates."""
+    prepared = prepare(job, params.ranks_per_node) if impl == "adaptcoll" else None
     t0 = time.process_time()
-    stats, _, _ = run_once(job, DEFAULT_PARAMS, impl)
+    stats, _, _ = run_once(job, params, impl, prepared=prepared, core=core)
     cpu = time.process_time() - t0
     return {
-        "impl": impl,
+        "impl": impl + (f" ({core})" if core else ""),
+        "stats": stats,
         "ranks": job.size,
-        "segments": -(-job.nbytes // job.segment),
+        "segments": prepared.plan.nseg if prepared else -(-job.nbytes // max(job.segment, 1)),
         "cpu_s": cpu,
         "events": stats.events,
         "callbacks": stats.callbacks,
@@ -51,22 +60,41 @@ def show(row: dict) -> None:
     )
 
 
+def both_cores(job: Job, params: CostParams = DEFAULT_PARAMS) -> None:
+    """adaptcoll's run on the Python core and on the C core: the rows, their ratio, and the same results."""
+    py, c = timed(job, core="python", params=params), timed(job, core="c", params=params)
+    show(py)
+    show(c)
+    same = "the same results" if py["stats"] == c["stats"] else f"DIFFERENT results: {py['stats']} / {c['stats']}"
+    print(f"{'':>22} C core {py['cpu_s'] / c['cpu_s']:.1f}x faster; {same}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", action="store_true", help="cProfile the 4096-rank adaptcoll Bcast")
-    parser.add_argument("--skip-large", action="store_true", help="skip the 65 536-rank run")
+    parser.add_argument("--skip-large", action="store_true", help="skip the 65 536-rank runs")
+    parser.add_argument("--issue", action="store_true", help="issue 37's 65 536-rank Bcast 16M runs on the C core")
     args = parser.parse_args()
     cfg = settings.Settings(max_segments=16)  # 8 MiB in 512 KiB segments: 16 segments
     small = Job("bcast", 4096, 8 << 20, 512 << 10, settings=cfg)
-    for impl in ("adaptcoll", "scatter_allgather", "binomial"):
+    both_cores(small)
+    for impl in ("scatter_allgather", "binomial"):
         show(timed(small, impl))
-    show(timed(Job("allreduce", 4096, 8 << 20, 512 << 10, settings=cfg)))
+    both_cores(Job("allreduce", 4096, 8 << 20, 512 << 10, settings=cfg))
     if not args.skip_large:
-        show(timed(Job("bcast", 65536, 8 << 20, 512 << 10, settings=cfg)))
+        both_cores(Job("bcast", 65536, 8 << 20, 512 << 10, settings=cfg))
+    if args.issue:
+        # the issue's 64-segment run (521 s of CPU on the Python core, 2026-11-25) ...
+        uncapped = settings.Settings(max_segments=0)
+        show(timed(Job("bcast", 65536, 16 << 20, 256 << 10, "two_tree", settings=uncapped), core="c"))
+        # ... and the shipped rule's choice for the compiled engine (256 segments of 64 KiB, two_tree)
+        compiled = settings.from_environ({"ADAPTCOLL_ENGINE": "compiled"})
+        rule = Job("bcast", 65536, 16 << 20, 0, settings=compiled)
+        show(timed(rule, core="c", params=load_params(COMPILED_PARAMS)))
     if args.profile:
         prof = cProfile.Profile()
         prof.enable()
-        run_once(small, DEFAULT_PARAMS)
+        run_once(small, DEFAULT_PARAMS, core="python")
         prof.disable()
         pstats.Stats(prof).sort_stats("tottime").print_stats(25)
 

@@ -149,3 +149,17 @@ def test_a_deadlock_is_reported_not_hung() -> None:
         run_once(job, BASE, prepared=broken, core="c")
     with pytest.raises(Deadlock, match=r"1 of 3 ranks never finished .* 0 sends and 3 receives unmatched"):
         run_once(job, BASE, prepared=broken, core="python")
+
+
+@pytest.mark.parametrize("collective", ["bcast", "reduce", "allreduce"])
+def test_weighted_forests_run_alike(collective: str, tmp_path) -> None:
+    """`forest:PATH` schedules: random trees of random weights, segments dealt by weight on both cores."""
+    from forest_files import random_schedule, write_schedule
+
+    rng = random.Random(collective)
+    for size in (5, 12):
+        roots = list(range(size)) if collective == "allreduce" else [rng.randrange(size)]
+        algorithm = write_schedule(tmp_path / f"{collective}-{size}.json", random_schedule(size, roots, rng))
+        job = Job(collective, size, 1 << 20, 16 << 10, algorithm, root=roots[0],
+                  settings=settings.from_environ({"ADAPTCOLL_MAX_SEGMENTS": "0"}))  # fmt: skip
+        _both(job, BASE)
