@@ -124,7 +124,7 @@ def _run_parser() -> argparse.ArgumentParser:
         default=None,
         help="where adaptcoll's protocols run: 'c' (the compiled engine's tree protocols on the C event core), "
         "'python' (the library's Python protocols on the Python core) or 'auto' (C where it applies; the "
-        "default, or ADAPTCOLL_SIM_CORE). Both give the same results; C is 20-30x faster",
+        "default, or ADAPTCOLL_SIM_CORE). Both give the same results; C is 12-27x faster",
     )
     return p
 
