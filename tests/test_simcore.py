@@ -163,3 +163,42 @@ def test_weighted_forests_run_alike(collective: str, tmp_path) -> None:
         job = Job(collective, size, 1 << 20, 16 << 10, algorithm, root=roots[0],
                   settings=settings.from_environ({"ADAPTCOLL_MAX_SEGMENTS": "0"}))  # fmt: skip
         _both(job, BASE)
+
+
+# -- lock-step baselines -----------------------------------------------------------------------------
+LOCKSTEP_VARIANTS = {
+    "default": ({}, []),
+    "4 ranks per node, node_bw": ({"ranks_per_node": 4, "node_bw": 5e9}, []),
+    "pair links, faults": ({"links": "pair", "fault": 6e-10, "fault_from": 1 << 16}, []),
+    "noise and skew": ({}, ["20kHz x 10us", "net: 50kHz x 2us", "skew: uniform:20us"]),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(LOCKSTEP_VARIANTS))
+def test_lockstep_baselines_run_alike(variant: str) -> None:
+    """Every baseline whose steps are flat runs on the C core as lockstep.LockStep runs it in Python."""
+    from adaptcoll.simulate.lockstep import BASELINES, NotModelled
+
+    fields, noise_texts = LOCKSTEP_VARIANTS[variant]
+    params = dataclasses.replace(CostParams(), **fields)
+    noise = parse_noise(noise_texts) if noise_texts else None
+    ran = 0
+    for name in sorted(BASELINES):
+        for collective in BASELINES[name]:
+            for size in (3, 8, 13):
+                job = Job(collective, size, 1 << 20, 1 << 16, root=size // 3)
+                try:
+                    py_stats, py_world, _ = run_once(job, params, name, noise, 2, 1, core="python")
+                except NotModelled:
+                    with pytest.raises(NotModelled):
+                        run_once(job, params, name, noise, 2, 1, core="c")
+                    continue
+                try:
+                    c_stats, c_world, _ = run_once(job, params, name, noise, 2, 1, core="c")
+                except fastcore.CoreUnavailable as exc:
+                    assert name == "ompi_han" and "concurrent parts" in str(exc)
+                    continue
+                assert c_world.finished == py_world.finished, (name, collective, size)
+                assert (c_stats, c_world.now) == (py_stats, py_world.now), (name, collective, size)
+                ran += 1
+    assert ran >= 60

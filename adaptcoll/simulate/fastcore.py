@@ -25,16 +25,20 @@ import tempfile
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import numpy as np
 
 from ..plans.dealing import tree_links
+from .lockstep import BASELINES, Together, check_applicable
 from .params import CostParams
 from .timelines import FixedFraction, Timeline
 from .world import Deadlock
 
 __all__ = [
+    "NotFlat",
+    "lockstep_steps",
+    "run_lockstep",
     "CORES",
     "USE",
     "CoreUse",
@@ -48,7 +52,7 @@ __all__ = [
 ]
 
 CORES = ("auto", "python", "c")
-SIM_ABI = 1
+SIM_ABI = 2
 FLAGS = ("-O2", "-shared", "-fPIC", "-pthread")
 _KINDS = {"bcast": 0, "reduce": 1, "allreduce": 2}
 _SYNC = {"first": 0, "all": 1, "none": 2}
@@ -65,8 +69,8 @@ FIRST_HORIZON = 0.02
 
 @dataclass
 class CoreUse:
-    """How many of adaptcoll's simulated runs each core took in this process, and why the last one that
-    went to the Python core did (the CLI prints it)."""
+    """How many simulated runs each core took in this process, and why the last one that went to the
+    Python core did (the CLI prints it)."""
 
     c: int = 0
     python: int = 0
@@ -79,7 +83,7 @@ class CoreUse:
             parts.append(f"{self.c} on the C core")
         if self.python:
             parts.append(f"{self.python} on the Python core ({self.why})")
-        return "adaptcoll's runs: " + ("; ".join(parts) if parts else "none")
+        return "runs: " + ("; ".join(parts) if parts else "none")
 
 
 USE = CoreUse()
@@ -165,7 +169,7 @@ def _load() -> tuple[Optional[ctypes.CDLL], str]:
     if lib.ac_sim_abi() != SIM_ABI:
         return None, f"the C core's interface is {lib.ac_sim_abi()}, this module speaks {SIM_ABI}"
     lib.ac_sim_run.restype = ctypes.c_int
-    lib.ac_sim_run.argtypes = [_P] * 11
+    lib.ac_sim_run.argtypes = [_P] * 14
     return lib, "built with " + cc
 
 
@@ -190,20 +194,22 @@ def unsupported(
     trace: Any,
     topology: Any,
 ) -> Optional[str]:
-    """Why the C core cannot run this simulation (None: it can). `trees`: `prepared` runs the tree
-    protocols (programs.runs_trees)."""
+    """Why the C core cannot run this simulation (None: it can). `prepared`: adaptcoll's set-up, None
+    for a lock-step baseline; `trees`: `prepared` runs the tree protocols (programs.runs_trees)."""
     if data or record or trace is not None:
         return "data, records and traces are kept by the Python core only"
     if topology is not None:
         return "described networks (--topology) run on the Python core"
     if params.links not in ("fair", "pair"):
         return f"links {params.links!r} run on the Python core"
+    if isinstance(cpu_noise, FixedFraction):
+        return "fixed-fraction noise runs on the Python core"
+    if prepared is None:
+        return None
     if job.collective not in _KINDS or not trees:
         return f"protocol {prepared.protocol!r} runs on the Python core (the C core runs the trees)"
     if prepared.plan.seg_count >= 1 << 31:
         return "segments of 2**31 elements or more run on the Python core"
-    if isinstance(cpu_noise, FixedFraction):
-        return "fixed-fraction noise runs on the Python core"
     return None
 
 
@@ -266,6 +272,27 @@ def _detours(tl: Optional[Timeline], count: int, horizon: float) -> tuple[np.nda
     return np.asarray(flat, np.float64), offsets
 
 
+@dataclass
+class _Program:
+    """What the ranks run on the C core: the tree protocols (links) or lock-step steps."""
+
+    kind: int = 0
+    count: int = 0
+    seg_count: int = 1
+    tag_base: int = 0
+    tag_space: int = 1
+    windows: tuple[int, int] = (1, 1)
+    sync: int = 0
+    ordered: int = 0
+    links: Any = None
+    offsets: Any = None
+    lockstep: int = 0
+    copy: int = 0
+    ls_rank: Any = None
+    ls_step: Any = None
+    ls_ops: Any = None
+
+
 def run(
     job: Any,
     params: CostParams,
@@ -277,29 +304,106 @@ def run(
     starts: Optional[list[float]],
 ) -> CoreRun:
     """Simulate `job` (adaptcoll's trees as `prepared`) on the C core; CoreUnavailable if it is not built."""
+    plan = prepared.plan
+    links, offsets = _links_for(prepared, job.size)
+    program = _Program(
+        _KINDS[job.collective],
+        plan.count,
+        plan.seg_count,
+        plan.tag_base,
+        plan.tag_space,
+        (prepared.send_window, prepared.recv_window),
+        _SYNC[prepared.sync_mode],
+        int(prepared.ordered),
+        links,
+        offsets,
+    )
+    return _simulate(job, params, program, event_cost, post_cost, cpu_noise, net_noise, starts)
+
+
+class NotFlat(ValueError):
+    """A lock-step schedule with steps of several concurrent parts (`Together`): the Python core runs it."""
+
+
+def lockstep_steps(name: str, job: Any, rpn: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every rank's steps of baseline `name` (lockstep.BASELINES) as the C core takes them: per rank its
+    first step, per step its first operation, and the operations (kind, peer, lo, hi, tag). NotModelled
+    where the baseline does not apply (as lockstep.baseline_starter), NotFlat for `Together` steps."""
+    check_applicable(name, job.collective, job.size, job.count, rpn)
+    schedule = BASELINES[name][job.collective]
+    node_aware = getattr(schedule, "node_aware", False)
+    size, root, count = job.size, job.root, job.count
+    rank_off, step_off, ops = [0], [0], cast(list[int], [])
+    for r in range(size):
+        steps = schedule(r, size, root, count, rpn) if node_aware else schedule(r, size, root, count)  # type: ignore[call-arg]
+        for step in steps:
+            if isinstance(step, Together):
+                raise NotFlat(f"baseline {name!r} runs steps of concurrent parts: it runs on the Python core")
+            for op in step:
+                ops.extend(op)
+            step_off.append(len(ops) // 5)
+        rank_off.append(len(step_off) - 1)
+    return np.asarray(rank_off, np.int64), np.asarray(step_off, np.int64), np.asarray(ops or [0], np.int64)
+
+
+@functools.lru_cache(maxsize=4)
+def _steps_for(name: str, job: Any, rpn: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return lockstep_steps(name, job, rpn)
+
+
+def run_lockstep(
+    name: str,
+    job: Any,
+    params: CostParams,
+    cpu_noise: Optional[Timeline],
+    net_noise: Optional[Timeline],
+    starts: Optional[list[float]],
+) -> CoreRun:
+    """Simulate lock-step baseline `name` for `job` on the C core (native_o per message, no engine cost)."""
+    rank_off, step_off, ops = _steps_for(name, job, params.ranks_per_node)
+    copy = 0 if job.collective == "bcast" else job.count
+    program = _Program(
+        _KINDS.get(job.collective, 0),
+        lockstep=1,
+        copy=copy,
+        ls_rank=rank_off,
+        ls_step=step_off,
+        ls_ops=ops,
+    )
+    return _simulate(job, params, program, 0.0, params.native_o, cpu_noise, net_noise, starts)
+
+
+def _simulate(
+    job: Any,
+    params: CostParams,
+    program: _Program,
+    event_cost: float,
+    post_cost: float,
+    cpu_noise: Optional[Timeline],
+    net_noise: Optional[Timeline],
+    starts: Optional[list[float]],
+) -> CoreRun:
     lib = library()
     if lib is None:
         raise CoreUnavailable(f"adaptcoll: the simulator's C core is not available: {status()}")
     size, itemsize, rpn = job.size, job.itemsize, params.ranks_per_node
     nodes = -(-size // rpn)
-    plan = prepared.plan
-    links, offsets = _links_for(prepared, size)
     start = np.asarray(starts if starts else [0.0] * size, np.float64)
     large = params.large_from // itemsize if params.large_from else -1
     ip = np.array(
         [
             size,
             rpn,
-            _KINDS[job.collective],
+            program.kind,
             itemsize,
-            plan.count,
-            plan.seg_count,
-            plan.tag_base,
-            plan.tag_space,
-            prepared.send_window,
-            prepared.recv_window,
-            _SYNC[prepared.sync_mode],
-            int(prepared.ordered),
+            program.count,
+            program.seg_count,
+            program.tag_base,
+            program.tag_space,
+            program.windows[0],
+            program.windows[1],
+            program.sync,
+            program.ordered,
             job.root,
             params.eager // itemsize,
             large,
@@ -307,9 +411,16 @@ def run(
             int(params.transfer == "cpu"),
             int(cpu_noise is not None),
             int(net_noise is not None),
+            program.lockstep,
+            program.copy,
+            params.fault_from // itemsize,
         ],
         np.int64,
     )
+    none32, none64 = np.zeros(1, np.int32), np.zeros(1, np.int64)
+    links = program.links if program.links is not None else none32
+    offsets = program.offsets if program.offsets is not None else none64
+    ls = [a if a is not None else none64 for a in (program.ls_rank, program.ls_step, program.ls_ops)]
     finished = np.empty(size + 1, np.float64)
     counts = np.zeros(7, np.int64)
     horizon = FIRST_HORIZON
@@ -329,6 +440,7 @@ def run(
                 params.node_bw or 0.0,
                 horizon,
                 horizon,
+                params.fault * itemsize,
             ],
             np.float64,
         )
@@ -342,6 +454,9 @@ def run(
             cpu_off.ctypes.data,
             net_d.ctypes.data,
             net_off.ctypes.data,
+            ls[0].ctypes.data,
+            ls[1].ctypes.data,
+            ls[2].ctypes.data,
             finished.ctypes.data,
             counts.ctypes.data,
         )

@@ -66,8 +66,9 @@ def run_once(
 
     `topology`: the routes of a described network (`Routes(describe.load(FILE))`, reusable across runs)
     whose links carry the messages instead of one link per node. `core`: 'auto', 'python' or 'c'
-    (default: ADAPTCOLL_SIM_CORE, else auto): adaptcoll's tree protocols run on the C core
-    (`fastcore`) where it applies and is built, and the world returned is then a `fastcore.CoreRun`."""
+    (default: ADAPTCOLL_SIM_CORE, else auto): adaptcoll's tree protocols and the lock-step baselines
+    run on the C core (`fastcore`) where it applies and is built, and the world returned is then a
+    `fastcore.CoreRun`."""
     native = impl != ADAPTCOLL
     size = job.size
     cpu_tl = net_tl = None
@@ -77,26 +78,34 @@ def run_once(
         cpu_tl = noise.cpu_timeline(size, draw)
         net_tl = noise.net_timeline(size, draw)
         starts = noise.start_times(size, seed, sample)
-    if not native:
-        core = core or fastcore.core_setting()
-        if core not in fastcore.CORES:
-            raise ValueError(f"core must be one of {', '.join(fastcore.CORES)}, got {core!r}")
-        why = "ADAPTCOLL_SIM_CORE=python"
-        if core != "python":
+    core = core or fastcore.core_setting()
+    if core not in fastcore.CORES:
+        raise ValueError(f"core must be one of {', '.join(fastcore.CORES)}, got {core!r}")
+    why = "ADAPTCOLL_SIM_CORE=python"
+    if core != "python":
+        if not native:
             prepared = prepared or prepare(job, params.ranks_per_node)
-            why = fastcore.unsupported(
-                job, params, prepared, runs_trees(prepared), cpu_tl, data, record, trace, topology
-            ) or ("" if fastcore.library() is not None else fastcore.status())
-            if not why:
-                ran = fastcore.run(job, params, prepared, params.engine, params.o, cpu_tl, net_tl, starts)
-                fastcore.USE.c += 1
-                elapsed = max(f - s for f, s in zip(ran.finished, ran.started))
-                stats = RunStats(elapsed, ran.messages, ran.bytes, ran.events, ran.callbacks)
-                return stats, ran, make_buffers(job.collective, size, job.count, job.root, False, seed)
-            if core == "c":
-                raise fastcore.CoreUnavailable(f"adaptcoll: the simulator's C core cannot run this: {why}")
-        fastcore.USE.python += 1
-        fastcore.USE.why = why
+        trees = not native and runs_trees(prepared)  # type: ignore[arg-type]
+        why = fastcore.unsupported(
+            job, params, None if native else prepared, trees, cpu_tl, data, record, trace, topology
+        ) or ("" if fastcore.library() is not None else fastcore.status())
+        ran = None
+        if not why and native:
+            try:
+                ran = fastcore.run_lockstep(impl, job, params, cpu_tl, net_tl, starts)
+            except fastcore.NotFlat as exc:
+                why = str(exc)
+        elif not why:
+            ran = fastcore.run(job, params, prepared, params.engine, params.o, cpu_tl, net_tl, starts)
+        if ran is not None:
+            fastcore.USE.c += 1
+            elapsed = max(f - s for f, s in zip(ran.finished, ran.started))
+            stats = RunStats(elapsed, ran.messages, ran.bytes, ran.events, ran.callbacks)
+            return stats, ran, make_buffers(job.collective, size, job.count, job.root, False, seed)
+        if core == "c":
+            raise fastcore.CoreUnavailable(f"adaptcoll: the simulator's C core cannot run this: {why}")
+    fastcore.USE.python += 1
+    fastcore.USE.why = why
     world = World(
         size,
         params,

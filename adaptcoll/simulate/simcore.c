@@ -47,7 +47,7 @@ static inline int sim_no_mpi(void) { return 1; }
 
 #include "progress.c"
 
-#define SIM_ABI 1
+#define SIM_ABI 2
 enum { SIM_OK = 0, SIM_DEADLOCK = 1, SIM_NOMEM = 2, SIM_SIZE = 3, SIM_HORIZON = 4, SIM_FAILED = 5 };
 enum { EV_START, EV_WAKE, EV_READY, EV_DEPART, EV_BEGIN, EV_ARRIVE, EV_EAGER_SENT, EV_LATE_RECV,
        EV_PAIR_NEXT };
@@ -68,14 +68,19 @@ typedef struct {
     unsigned char eager, landed, has_recv, pending;
     int64_t n;
     double ts, tr, start, end;
-    entry_t sen, ren;
+    int se, re; /* the send's and the receive's entries (in W.ents): read only when they complete */
 } msg_t;
 
 typedef struct { /* an unmatched receive */
-    entry_t en;
+    int ei; /* its entry (in W.ents) */
     double tr;
     int next;
 } recv_t;
+
+typedef struct { /* a posted send's or receive's completion entry, kept apart from the hot message state */
+    entry_t en;
+    int next;
+} ent_t;
 
 typedef struct { /* a matching key (src, dst, tag), or a sender-receiver pair (src, dst, -1) */
     int src, dst, tag, next;
@@ -125,6 +130,8 @@ static struct {
     int nmsg, capmsg, freemsg;
     recv_t *recvs;
     int nrecv, caprecv, freerecv;
+    ent_t *ents;
+    int nent, capent, freeent;
     key_t_ *keys;
     int nkey, capkey, freekey, *buckets, nbuckets, livekeys;
     cb_t *cbs;
@@ -148,6 +155,13 @@ static struct {
     int left, err, overflow;
     int64_t events, dropped, callbacks, messages, bytes;
     double latest; /* the latest finish time a link ever scheduled (FairLinks.latest) */
+    /* lock-step baselines (lockstep.LockStep): every rank's steps, as Python's schedules wrote them */
+    int lockstep;
+    int64_t ls_copy; /* elements each rank copies at its start (Reduce, Allreduce: MPI's scratch copy) */
+    const int64_t *ls_rank, *ls_step, *ls_ops;
+    double fault_cost;
+    int64_t fault_elems;
+    struct ls_rank *ls;
 } W;
 
 /* ---------------------------------------------------------------- the heap (4-ary): (time, sequence) order */
@@ -261,6 +275,19 @@ static int recv_new(void) {
     POOL_NEW(W.recvs, W.nrecv, W.caprecv, W.freerecv, recv_t)
     W.recvs[idx].next = -1;
     return idx;
+}
+
+static int ent_new(const entry_t *en) {
+    POOL_NEW(W.ents, W.nent, W.capent, W.freeent, ent_t)
+    W.ents[idx].en = *en;
+    return idx;
+}
+
+/* The entry, taken off the pool. */
+static entry_t ent_take(int i) {
+    W.ents[i].next = W.freeent;
+    W.freeent = i;
+    return W.ents[i].en;
 }
 
 static int cb_new(void) {
@@ -378,10 +405,18 @@ static int mq_pop(key_t_ *K) {
 }
 
 /* ---------------------------------------------------------------- the CPUs */
+static void ls_start(int rank);
+static void ls_complete(int rank, const entry_t *en);
+
 static void run_cb(int rank, int start, const entry_t *en) {
     W.cur = rank;
     W.clock = cpu_after(rank, W.now, W.event_cost);
-    if (start) {
+    if (W.lockstep) {
+        if (start)
+            ls_start(rank);
+        else
+            ls_complete(rank, en);
+    } else if (start) {
         int64_t off = W.loff[rank];
         char *local = (char *)(intptr_t)0x10000;
         char *target = NULL;
@@ -487,13 +522,13 @@ static void sim_post(ac_op *op, const entry_t *en, int is_recv, int synchronous,
         M->dst = en->peer;
         M->tag = en->tag;
         M->n = nelem;
-        M->sen = *en;
+        M->se = ent_new(en);
         M->ts = t;
         M->eager = !synchronous && nelem <= W.eager_elems;
         M->pending = M->eager ? 2 : 1;
         int r = pvec_take(&W.precv[en->peer], rank, en->tag);
         if (r >= 0) {
-            M->ren = W.recvs[r].en;
+            M->re = W.recvs[r].ei;
             M->tr = W.recvs[r].tr;
             M->has_recv = 1;
             W.recvs[r].next = W.freerecv;
@@ -511,7 +546,7 @@ static void sim_post(ac_op *op, const entry_t *en, int is_recv, int synchronous,
     int m = pvec_take(&W.psend[rank], en->peer, en->tag);
     if (m >= 0) {
         msg_t *M = &W.msgs[m];
-        M->ren = *en;
+        M->re = ent_new(en);
         M->tr = t;
         M->has_recv = 1;
         if (!M->eager)
@@ -522,7 +557,7 @@ static void sim_post(ac_op *op, const entry_t *en, int is_recv, int synchronous,
     }
     int r = recv_new();
     if (r < 0) return;
-    W.recvs[r].en = *en;
+    W.recvs[r].ei = ent_new(en);
     W.recvs[r].tr = t;
     pvec_add(&W.precv[rank], en->peer, en->tag, r);
 }
@@ -858,11 +893,11 @@ static void settle(int m) {
 
 static void deliver(int m) {
     msg_t *M = &W.msgs[m];
-    if (M->ren.want != M->n * W.itemsize) {
+    entry_t en = ent_take(M->re);
+    if (en.want != M->n * W.itemsize) {
         W.err = SIM_SIZE;
         return;
     }
-    entry_t en = M->ren;
     int dst = M->dst;
     settle(m);
     complete_on(dst, 0, &en);
@@ -874,21 +909,196 @@ static void arrive(int m) {
         M->landed = 1;
         return;
     }
-    int eager = M->eager, src = M->src;
-    entry_t sen = M->sen;
+    int eager = M->eager, src = M->src, se = M->se;
     deliver(m); /* (may free an eager message whose send completed) */
-    if (!eager) complete_on(src, 0, &sen);
+    if (!eager) {
+        entry_t sen = ent_take(se);
+        complete_on(src, 0, &sen);
+    }
 }
 
 static void eager_sent(int m) {
-    entry_t sen = W.msgs[m].sen;
+    entry_t sen = ent_take(W.msgs[m].se);
     int src = W.msgs[m].src;
     settle(m);
     complete_on(src, 0, &sen);
 }
 
+/* ---------------------------------------------------------------- lock-step baselines (lockstep.LockStep)
+ * A rank walks its steps: a step's pre-posted receives first, then its sends and receives, all
+ * waited for, then its folds, then the next step (steps whose waits are all done run on in the same
+ * callback). The steps come from lockstep.py's schedules (Python writes them out per rank), so the C
+ * core runs the same messages in the same order; tests/test_simcore.py compares the runs. */
+enum { LS_SEND, LS_RECV, LS_FOLD, LS_POST, LS_POSTFOLD, LS_WAIT, LS_TOUCH };
+enum { LSK_ONE = 100, LSK_POSTED = 101 }; /* the kind of a lock-step entry (its op is NULL) */
+
+typedef struct {
+    int peer, tag, id;
+    int64_t lo, hi;
+    unsigned char in_dict, done, waited, tmp;
+} ls_post_t;
+
+struct ls_rank {
+    int64_t step; /* the next step (an index into W.ls_step) */
+    int left, nfolds, capfolds, nposted, capposted, nextid;
+    int64_t *folds;
+    ls_post_t *posted;
+};
+
+static void ls_post_op(int rank, int kind, int peer, int64_t lo, int64_t hi, int tag, int id) {
+    entry_t en = {NULL, 0, kind, id, 0, peer, tag, 0, (hi - lo) * W.itemsize, NULL};
+    sim_post(NULL, &en, 1, 0, hi - lo);
+}
+
+static void ls_fold_add(struct ls_rank *S, int64_t n) {
+    if (S->nfolds == S->capfolds) {
+        int c = S->capfolds ? 2 * S->capfolds : 4;
+        int64_t *p = (int64_t *)realloc(S->folds, (size_t)c * sizeof(int64_t));
+        if (!p) {
+            W.err = SIM_NOMEM;
+            return;
+        }
+        S->folds = p;
+        S->capfolds = c;
+    }
+    S->folds[S->nfolds++] = n;
+}
+
+static void ls_folds(struct ls_rank *S) {
+    for (int i = 0; i < S->nfolds; i++) sim_fold(S->folds[i]);
+}
+
+static ls_post_t *ls_find(struct ls_rank *S, int id) {
+    for (int i = 0; i < S->nposted; i++)
+        if (S->posted[i].id == id) return &S->posted[i];
+    return NULL;
+}
+
+static void ls_forget(struct ls_rank *S, ls_post_t *p) {
+    int i = (int)(p - S->posted);
+    memmove(S->posted + i, S->posted + i + 1, (size_t)(S->nposted - i - 1) * sizeof(ls_post_t));
+    S->nposted--;
+}
+
+static void ls_step(int rank) {
+    struct ls_rank *S = &W.ls[rank];
+    const int64_t *ops = W.ls_ops;
+    for (;;) {
+        if (S->step == W.ls_rank[rank + 1]) {
+            for (int i = 0; i < S->nposted; i++)
+                if (S->posted[i].in_dict) {
+                    W.err = SIM_FAILED; /* receives posted, never waited */
+                    return;
+                }
+            sim_op_done(NULL);
+            return;
+        }
+        int64_t a = W.ls_step[S->step], b = W.ls_step[S->step + 1];
+        S->step++;
+        S->nfolds = 0;
+        int left = 0;
+        for (int64_t k = a; k < b; k++) { /* pre-posted receives first */
+            const int64_t *op = ops + 5 * k;
+            if (op[0] != LS_POST && op[0] != LS_POSTFOLD) continue;
+            if (S->nposted == S->capposted) {
+                int c = S->capposted ? 2 * S->capposted : 4;
+                ls_post_t *p = (ls_post_t *)realloc(S->posted, (size_t)c * sizeof(ls_post_t));
+                if (!p) {
+                    W.err = SIM_NOMEM;
+                    return;
+                }
+                S->posted = p;
+                S->capposted = c;
+            }
+            for (int i = 0; i < S->nposted; i++) /* the same key posted again replaces it (a dict) */
+                if (S->posted[i].in_dict && S->posted[i].peer == (int)op[1] && S->posted[i].lo == op[2] &&
+                    S->posted[i].hi == op[3] && S->posted[i].tag == (int)op[4])
+                    S->posted[i].in_dict = 0;
+            int id = S->nextid++;
+            S->posted[S->nposted++] =
+                (ls_post_t){(int)op[1], (int)op[4], id, op[2], op[3], 1, 0, 0, op[0] == LS_POSTFOLD};
+            ls_post_op(rank, LSK_POSTED, (int)op[1], op[2], op[3], (int)op[4], id);
+        }
+        for (int64_t k = a; k < b; k++) {
+            const int64_t *op = ops + 5 * k;
+            if (op[0] <= LS_FOLD) {
+                left++;
+            } else if (op[0] == LS_WAIT) {
+                ls_post_t *p = NULL;
+                for (int i = 0; i < S->nposted; i++)
+                    if (S->posted[i].in_dict && S->posted[i].peer == (int)op[1] && S->posted[i].lo == op[2] &&
+                        S->posted[i].hi == op[3] && S->posted[i].tag == (int)op[4]) {
+                        p = &S->posted[i];
+                        break;
+                    }
+                if (!p) {
+                    W.err = SIM_FAILED; /* a wait for nothing posted (lockstep.py raises KeyError) */
+                    return;
+                }
+                p->in_dict = 0;
+                p->waited = 1;
+                if (p->tmp) ls_fold_add(S, op[3] - op[2]);
+                if (!p->done)
+                    left++;
+                else
+                    ls_forget(S, p);
+            }
+        }
+        S->left = left;
+        for (int64_t k = a; k < b; k++) {
+            const int64_t *op = ops + 5 * k;
+            int kind = (int)op[0];
+            if (kind == LS_SEND || kind == LS_RECV || kind == LS_FOLD) {
+                if (kind == LS_FOLD) ls_fold_add(S, op[3] - op[2]);
+                entry_t en = {NULL, 0, LSK_ONE, 0, 0, (int)op[1], (int)op[4], 0,
+                              kind == LS_SEND ? -1 : (op[3] - op[2]) * W.itemsize, NULL};
+                sim_post(NULL, &en, kind != LS_SEND, 0, op[3] - op[2]);
+            } else if (kind == LS_TOUCH) {
+                if (W.fault_cost > 0 && op[3] >= W.fault_elems) /* SimRank.touch */
+                    W.clock = cpu_after(W.cur, W.clock, (double)op[2] * W.fault_cost);
+            }
+        }
+        if (left) return;
+        ls_folds(S);
+    }
+}
+
+static void ls_one_done(int rank) {
+    struct ls_rank *S = &W.ls[rank];
+    if (--S->left) return;
+    ls_folds(S);
+    ls_step(rank);
+}
+
+static void ls_start(int rank) {
+    W.ls[rank].step = W.ls_rank[rank];
+    if (W.ls_copy) sim_fold(W.ls_copy); /* MPI folds into a copy of the contribution */
+    ls_step(rank);
+}
+
+static void ls_complete(int rank, const entry_t *en) {
+    if (en->kind == LSK_ONE) {
+        ls_one_done(rank);
+        return;
+    }
+    struct ls_rank *S = &W.ls[rank];
+    ls_post_t *p = ls_find(S, en->child);
+    p->done = 1;
+    if (p->waited) {
+        ls_forget(S, p);
+        ls_one_done(rank);
+    }
+}
+
 /* ---------------------------------------------------------------- the run */
 static void cleanup(void) {
+    if (W.ls) {
+        for (int r = 0; r < W.size; r++) {
+            free(W.ls[r].folds);
+            free(W.ls[r].posted);
+        }
+        free(W.ls);
+    }
     if (W.ops)
         for (int r = 0; r < W.size; r++)
             if (W.ops[r]) op_free(W.ops[r]);
@@ -909,6 +1119,7 @@ static void cleanup(void) {
     free(W.heap);
     free(W.msgs);
     free(W.recvs);
+    free(W.ents);
     free(W.keys);
     free(W.buckets);
     free(W.cbs);
@@ -942,16 +1153,20 @@ int ac_sim_abi(void) { return SIM_ABI; }
 
 /* Run one simulated call of the tree protocols. ip: [size, ranks per node, kind, itemsize, count,
  * seg_count, tag_base, tag_space, send_window, recv_window, sync_mode, ordered, root, eager elements,
- * large elements (-1: none), pair order, cpu copies (transfer 'cpu'), has cpu noise, has net noise];
- * fp: [event_cost, post_cost, L, g, G per element, copy per element, fold per element, large_cost,
- * node_bw (0: none), cpu horizon, net horizon]. links + loff[rank]: each rank's packed links (as
+ * large elements (-1: none), pair order, cpu copies (transfer 'cpu'), has cpu noise, has net noise,
+ * lock-step (1: the ranks run ls_* steps instead of the tree protocols), elements each lock-step rank
+ * copies first, fault_from in elements]; fp: [event_cost, post_cost, L, g, G per element, copy per
+ * element, fold per element, large_cost, node_bw (0: none), cpu horizon, net horizon, fault per
+ * element]. Lock-step: rank r's steps are ls_rank[r]..ls_rank[r+1]-1, step k's operations
+ * ls_step[k]..ls_step[k+1]-1, each 5 values in ls_ops (kind, peer, lo, hi, tag). links + loff[rank]: each rank's packed links (as
  * ac_start takes them); starts[rank]: its start time. cpu_d / cpu_off (per rank) and net_d / net_off
  * (per node): detours. Out: finished[rank] (and finished[size]: the time of the last event, as
  * World.now after World.run); counts = [messages, bytes, events, callbacks, unfinished
  * ranks, unmatched sends, unmatched receives]. Returns SIM_OK or an error (SIM_*). */
 int ac_sim_run(const int64_t *ip, const double *fp, const int32_t *links, const int64_t *loff, const double *starts,
                const double *cpu_d, const int64_t *cpu_off, const double *net_d, const int64_t *net_off,
-               double *finished, int64_t *counts) {
+               const int64_t *ls_rank, const int64_t *ls_step, const int64_t *ls_ops, double *finished,
+               int64_t *counts) {
     memset(&W, 0, sizeof(W));
     W.size = (int)ip[0];
     W.rpn = (int)ip[1];
@@ -972,6 +1187,13 @@ int ac_sim_run(const int64_t *ip, const double *fp, const int32_t *links, const 
     W.cpu_copy = (int)ip[16];
     W.has_cpu = (int)ip[17];
     W.has_net = (int)ip[18];
+    W.lockstep = (int)ip[19];
+    W.ls_copy = ip[20];
+    W.fault_elems = ip[21];
+    W.fault_cost = fp[11];
+    W.ls_rank = ls_rank;
+    W.ls_step = ls_step;
+    W.ls_ops = ls_ops;
     W.event_cost = fp[0];
     W.post_cost = fp[1];
     W.L = fp[2];
@@ -985,7 +1207,7 @@ int ac_sim_run(const int64_t *ip, const double *fp, const int32_t *links, const 
     W.loff = loff;
     W.finished = finished;
     W.nodes = (W.size + W.rpn - 1) / W.rpn;
-    W.freemsg = W.freerecv = W.freekey = W.freecb = -1;
+    W.freemsg = W.freerecv = W.freekey = W.freecb = W.freeent = -1;
     int n = W.size, nodes = W.nodes;
     W.eng = ac_engine_new(1);
     W.qhead = (int *)malloc((size_t)n * sizeof(int));
@@ -994,6 +1216,7 @@ int ac_sim_run(const int64_t *ip, const double *fp, const int32_t *links, const 
     W.precv = (pvec *)calloc((size_t)n, sizeof(pvec));
     W.psend = (pvec *)calloc((size_t)n, sizeof(pvec));
     W.ops = (ac_op **)calloc((size_t)n, sizeof(ac_op *));
+    if (W.lockstep) W.ls = (struct ls_rank *)calloc((size_t)n, sizeof(struct ls_rank));
     W.out = (ivec *)calloc((size_t)nodes, sizeof(ivec));
     W.inn = (ivec *)calloc((size_t)nodes, sizeof(ivec));
     W.lkey = (int64_t *)malloc((size_t)nodes * sizeof(int64_t));
@@ -1021,7 +1244,7 @@ int ac_sim_run(const int64_t *ip, const double *fp, const int32_t *links, const 
         W.net.horizon = fp[10];
         W.net.cur = (int64_t *)malloc((size_t)nodes * sizeof(int64_t));
     }
-    if (!W.eng || !W.qhead || !W.qtail || !W.busy || !W.precv || !W.psend || !W.ops || !W.out || !W.inn || !W.lkey || !W.lkt || !W.lmsg || !W.lpos || !W.lheap || !W.last_start ||
+    if ((W.lockstep && !W.ls) || !W.eng || !W.qhead || !W.qtail || !W.busy || !W.precv || !W.psend || !W.ops || !W.out || !W.inn || !W.lkey || !W.lkt || !W.lmsg || !W.lpos || !W.lheap || !W.last_start ||
         !W.has_last || !W.copies || !W.ncopies || !W.capcopies || !W.buckets || (W.has_cpu && !W.cpu.cur) ||
         (W.has_net && !W.net.cur)) {
         cleanup();
