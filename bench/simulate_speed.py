@@ -3,14 +3,15 @@
 An "event" is one timestamped occurrence the simulator processes (a message ready, leaving, arriving;
 a completion or start delivered to a rank's CPU; a message's share of a link recomputed); on the
 Python core each runs the protocols' Python callbacks it triggers, on the C core (simcore.c) the
-compiled engine's C protocols. The adaptcoll rows are run on both cores (the same results, checked
-here); the lock-step rows show the Python core with cheap callbacks. Times are process CPU seconds
+compiled engine's C protocols (or the lock-step steps). Most rows are run on both cores (the same
+results, checked here). Times are process CPU seconds
 (not wall), so other load on the machine disturbs them less; take the lock anyway (flock -x) for
 figures you report.
 
     python bench/simulate_speed.py                 # every row (the 65 536-rank Python row: minutes)
     python bench/simulate_speed.py --skip-large    # without the 65 536-rank rows
-    python bench/simulate_speed.py --issue         # plus issue 37's two 65 536-rank Bcast 16M runs (C core)
+    python bench/simulate_speed.py --issue         # plus issue 37's 65 536-rank runs (C core): two
+                                                   # Bcast 16M of adaptcoll, four lock-step baselines
     python bench/simulate_speed.py --profile       # plus a cProfile of the 4096-rank run (Python core)
 """
 
@@ -40,7 +41,7 @@ def timed(job: Job, impl: str = "adaptcoll", core: str = "", params: CostParams 
         "impl": impl + (f" ({core})" if core else ""),
         "stats": stats,
         "ranks": job.size,
-        "segments": prepared.plan.nseg if prepared else -(-job.nbytes // max(job.segment, 1)),
+        "segments": str(prepared.plan.nseg) if prepared else "-",  # (a baseline's are its own)
         "cpu_s": cpu,
         "events": stats.events,
         "callbacks": stats.callbacks,
@@ -60,9 +61,9 @@ def show(row: dict) -> None:
     )
 
 
-def both_cores(job: Job, params: CostParams = DEFAULT_PARAMS) -> None:
-    """adaptcoll's run on the Python core and on the C core: the rows, their ratio, and the same results."""
-    py, c = timed(job, core="python", params=params), timed(job, core="c", params=params)
+def both_cores(job: Job, params: CostParams = DEFAULT_PARAMS, impl: str = "adaptcoll") -> None:
+    """One run on the Python core and on the C core: the rows, their ratio, and the same results."""
+    py, c = timed(job, impl, core="python", params=params), timed(job, impl, core="c", params=params)
     show(py)
     show(c)
     same = "the same results" if py["stats"] == c["stats"] else f"DIFFERENT results: {py['stats']} / {c['stats']}"
@@ -79,7 +80,7 @@ def main() -> None:
     small = Job("bcast", 4096, 8 << 20, 512 << 10, settings=cfg)
     both_cores(small)
     for impl in ("scatter_allgather", "binomial"):
-        show(timed(small, impl))
+        both_cores(small, impl=impl)
     both_cores(Job("allreduce", 4096, 8 << 20, 512 << 10, settings=cfg))
     if not args.skip_large:
         both_cores(Job("bcast", 65536, 8 << 20, 512 << 10, settings=cfg))
@@ -91,6 +92,14 @@ def main() -> None:
         compiled = settings.from_environ({"ADAPTCOLL_ENGINE": "compiled"})
         rule = Job("bcast", 65536, 16 << 20, 0, settings=compiled)
         show(timed(rule, core="c", params=load_params(COMPILED_PARAMS)))
+        # ... and the lock-step baselines its scale tables divide by, on the C core
+        for collective, nbytes, impl in (
+            ("bcast", 16 << 20, "scatter_allgather"),
+            ("bcast", 1 << 20, "scatter_allgather"),
+            ("reduce", 4 << 20, "reduce_scatter_gather"),
+            ("allreduce", 4 << 20, "rabenseifner"),
+        ):
+            show(timed(Job(collective, 65536, nbytes, 0, settings=compiled), impl, core="c"))
     if args.profile:
         prof = cProfile.Profile()
         prof.enable()
