@@ -24,11 +24,8 @@ from __future__ import annotations
 import atexit
 import ctypes
 import functools
-import hashlib
 import os
 import shutil
-import subprocess
-import tempfile
 import threading
 import warnings
 from collections.abc import Callable
@@ -41,6 +38,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import settings
+from .cbuild import build_cached, cache_dir
 from .engine import MessageSizeError
 
 __all__ = [
@@ -152,8 +150,7 @@ def find_mpicc() -> Optional[str]:
 
 
 def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME", "").strip()
-    return (Path(base) if base else Path.home() / ".cache") / "adaptcoll" / "compiled"
+    return cache_dir("compiled")
 
 
 FLAGS = ("-O3", "-shared", "-fPIC")
@@ -166,35 +163,15 @@ def _source() -> bytes:
 def build(mpicc: str, out_dir: Optional[Path] = None) -> Path:
     """Compile progress.c with `mpicc` into the cache (once per source, compiler and MPI library);
     returns the library's path. RuntimeError with the compiler's output if it fails."""
-    source = _source()
-    key = hashlib.sha256()
-    for part in (
-        source,
-        os.path.realpath(mpicc).encode(),
-        MPI.Get_library_version().encode(),
-        " ".join(FLAGS).encode(),
-    ):
-        key.update(part)
-        key.update(b"\0")
-    out_dir = out_dir or _cache_dir()
-    target = out_dir / f"libadaptcoll_progress-{key.hexdigest()[:16]}.so"
-    if target.exists():
-        return target
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out_dir, prefix=".build-") as tmp:
-        src = Path(tmp) / "progress.c"
-        src.write_bytes(source)
-        lib = Path(tmp) / target.name
-        try:
-            done = subprocess.run(
-                [mpicc, *FLAGS, "-o", str(lib), str(src)], capture_output=True, text=True, timeout=300
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise RuntimeError(f"{mpicc} could not run: {exc}") from exc
-        if done.returncode != 0 or not lib.exists():
-            raise RuntimeError(f"{mpicc} failed ({done.returncode}): {(done.stderr or done.stdout).strip()[-2000:]}")
-        os.replace(lib, target)  # atomic: ranks building at once all end up with one complete file
-    return target
+    return build_cached(
+        mpicc,
+        {"progress.c": _source()},
+        "progress.c",
+        "adaptcoll_progress",
+        out_dir or _cache_dir(),
+        FLAGS,
+        key_parts=(MPI.Get_library_version().encode(),),
+    )
 
 
 def _declare(lib: ctypes.CDLL) -> None:

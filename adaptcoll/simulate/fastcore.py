@@ -17,11 +17,8 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import os
 import shutil
-import subprocess
-import tempfile
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -30,6 +27,7 @@ from typing import Any, Optional, cast
 import numpy as np
 
 from ..plans.dealing import tree_links
+from ..runtime.cbuild import build_cached, cache_dir
 from .lockstep import BASELINES, Together, check_applicable
 from .params import CostParams
 from .timelines import FixedFraction, Timeline
@@ -110,11 +108,6 @@ def _find_cc() -> Optional[str]:
     return None
 
 
-def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME", "").strip()
-    return (Path(base) if base else Path.home() / ".cache") / "adaptcoll" / "simcore"
-
-
 def _sources() -> dict[str, bytes]:
     return {
         "simcore.c": resources.files(__package__).joinpath("simcore.c").read_bytes(),
@@ -125,33 +118,9 @@ def _sources() -> dict[str, bytes]:
 def build(cc: str, out_dir: Optional[Path] = None) -> Path:
     """Compile simcore.c (with progress.c) into the cache, once per source and compiler; returns the
     library's path. RuntimeError with the compiler's output if it fails."""
-    sources = _sources()
-    key = hashlib.sha256()
-    for part in (*sources.values(), os.path.realpath(cc).encode(), " ".join(FLAGS).encode()):
-        key.update(part)
-        key.update(b"\0")
-    out_dir = out_dir or _cache_dir()
-    target = out_dir / f"libadaptcoll_simcore-{key.hexdigest()[:16]}.so"
-    if target.exists():
-        return target
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out_dir, prefix=".build-") as tmp:
-        for name, text in sources.items():
-            (Path(tmp) / name).write_bytes(text)
-        lib = Path(tmp) / target.name
-        try:
-            done = subprocess.run(
-                [cc, *FLAGS, "-o", str(lib), str(Path(tmp) / "simcore.c"), "-lm"],
-                capture_output=True,
-                text=True,
-                timeout=300,
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise RuntimeError(f"{cc} could not run: {exc}") from exc
-        if done.returncode != 0 or not lib.exists():
-            raise RuntimeError(f"{cc} failed ({done.returncode}): {(done.stderr or done.stdout).strip()[-2000:]}")
-        os.replace(lib, target)
-    return target
+    return build_cached(
+        cc, _sources(), "simcore.c", "adaptcoll_simcore", out_dir or cache_dir("simcore"), FLAGS, libs=("-lm",)
+    )
 
 
 _P = ctypes.c_void_p

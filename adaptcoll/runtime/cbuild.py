@@ -1,0 +1,67 @@
+"""Compiling a C source into a shared library in the user's cache, once per source and compiler.
+
+The compiled engine (`compiled.py`, progress.c with the MPI library's mpicc) and the simulator's C core
+(`adaptcoll.simulate.fastcore`, simcore.c with the plain C compiler) both build this way: the file name
+carries a hash of the sources, the compiler, its flags and whatever else the caller names, so a changed
+source or MPI library builds afresh and an unchanged one is reused; the build happens in a temporary
+directory beside the target and is moved into place atomically (ranks building at once all end up with
+one complete file).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["cache_dir", "build_cached"]
+
+
+def cache_dir(kind: str) -> Path:
+    """`$XDG_CACHE_HOME/adaptcoll/<kind>` (default `~/.cache/adaptcoll/<kind>`)."""
+    base = os.environ.get("XDG_CACHE_HOME", "").strip()
+    return (Path(base) if base else Path.home() / ".cache") / "adaptcoll" / kind
+
+
+def build_cached(
+    compiler: str,
+    sources: dict[str, bytes],
+    main: str,
+    name: str,
+    out_dir: Path,
+    flags: Sequence[str],
+    key_parts: Sequence[bytes] = (),
+    libs: Sequence[str] = (),
+) -> Path:
+    """Compile `sources` (file name -> text; `main` is the one compiled, the others it includes) with
+    `compiler` and `flags` into `out_dir/lib<name>-<hash>.so`; returns its path (built once). RuntimeError
+    with the compiler's output if it fails or cannot run."""
+    key = hashlib.sha256()
+    for part in (*sources.values(), os.path.realpath(compiler).encode(), *key_parts, " ".join(flags).encode()):
+        key.update(part)
+        key.update(b"\0")
+    target = out_dir / f"lib{name}-{key.hexdigest()[:16]}.so"
+    if target.exists():
+        return target
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out_dir, prefix=".build-") as tmp:
+        for file_name, text in sources.items():
+            (Path(tmp) / file_name).write_bytes(text)
+        lib = Path(tmp) / target.name
+        try:
+            done = subprocess.run(
+                [compiler, *flags, "-o", str(lib), str(Path(tmp) / main), *libs],
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise RuntimeError(f"{compiler} could not run: {exc}") from exc
+        if done.returncode != 0 or not lib.exists():
+            out = (done.stderr or done.stdout).strip()[-2000:]
+            raise RuntimeError(f"{compiler} failed ({done.returncode}): {out}")
+        os.replace(lib, target)  # atomic: ranks building at once all end up with one complete file
+    return target
