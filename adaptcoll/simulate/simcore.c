@@ -297,15 +297,9 @@ static int cb_new(void) {
 }
 
 static int ivec_push(ivec *v, int x) {
-    if (v->n == v->cap) {
-        int c = v->cap ? 2 * v->cap : 4;
-        int *p = (int *)realloc(v->v, (size_t)c * sizeof(int));
-        if (!p) {
-            W.err = SIM_NOMEM;
-            return -1;
-        }
-        v->v = p;
-        v->cap = c;
+    if (grow((void **)&v->v, &v->cap, v->n + 1, sizeof(int))) {
+        W.err = SIM_NOMEM;
+        return -1;
     }
     v->v[v->n++] = x;
     return 0;
@@ -497,15 +491,9 @@ static int pvec_take(pvec *p, int src, int tag) {
 }
 
 static void pvec_add(pvec *p, int src, int tag, int idx) {
-    if (p->n == p->cap) {
-        int c = p->cap ? 2 * p->cap : 8;
-        pend_t *q = (pend_t *)realloc(p->v, (size_t)c * sizeof(pend_t));
-        if (!q) {
-            W.err = SIM_NOMEM;
-            return;
-        }
-        p->v = q;
-        p->cap = c;
+    if (grow((void **)&p->v, &p->cap, p->n + 1, sizeof(pend_t))) {
+        W.err = SIM_NOMEM;
+        return;
     }
     p->v[p->n++] = (pend_t){src, tag, idx};
 }
@@ -579,15 +567,9 @@ static double shared_copy(int dst, double start, int64_t n, double dur) {
 
 static void copy_ended(int dst, double end) {
     int nd = node_of(dst);
-    if (W.ncopies[nd] == W.capcopies[nd]) {
-        int c = W.capcopies[nd] ? 2 * W.capcopies[nd] : 8;
-        double *p = (double *)realloc(W.copies[nd], (size_t)c * sizeof(double));
-        if (!p) {
-            W.err = SIM_NOMEM;
-            return;
-        }
-        W.copies[nd] = p;
-        W.capcopies[nd] = c;
+    if (grow((void **)&W.copies[nd], &W.capcopies[nd], W.ncopies[nd] + 1, sizeof(double))) {
+        W.err = SIM_NOMEM;
+        return;
     }
     W.copies[nd][W.ncopies[nd]++] = end;
 }
@@ -951,15 +933,9 @@ static void ls_post_op(int rank, int kind, int peer, int64_t lo, int64_t hi, int
 }
 
 static void ls_fold_add(struct ls_rank *S, int64_t n) {
-    if (S->nfolds == S->capfolds) {
-        int c = S->capfolds ? 2 * S->capfolds : 4;
-        int64_t *p = (int64_t *)realloc(S->folds, (size_t)c * sizeof(int64_t));
-        if (!p) {
-            W.err = SIM_NOMEM;
-            return;
-        }
-        S->folds = p;
-        S->capfolds = c;
+    if (grow((void **)&S->folds, &S->capfolds, S->nfolds + 1, sizeof(int64_t))) {
+        W.err = SIM_NOMEM;
+        return;
     }
     S->folds[S->nfolds++] = n;
 }
@@ -1000,15 +976,9 @@ static void ls_step(int rank) {
         for (int64_t k = a; k < b; k++) { /* pre-posted receives first */
             const int64_t *op = ops + 5 * k;
             if (op[0] != LS_POST && op[0] != LS_POSTFOLD) continue;
-            if (S->nposted == S->capposted) {
-                int c = S->capposted ? 2 * S->capposted : 4;
-                ls_post_t *p = (ls_post_t *)realloc(S->posted, (size_t)c * sizeof(ls_post_t));
-                if (!p) {
-                    W.err = SIM_NOMEM;
-                    return;
-                }
-                S->posted = p;
-                S->capposted = c;
+            if (grow((void **)&S->posted, &S->capposted, S->nposted + 1, sizeof(ls_post_t))) {
+                W.err = SIM_NOMEM;
+                return;
             }
             for (int i = 0; i < S->nposted; i++) /* the same key posted again replaces it (a dict) */
                 if (S->posted[i].in_dict && S->posted[i].peer == (int)op[1] && S->posted[i].lo == op[2] &&
