@@ -71,6 +71,13 @@ def _variants() -> list[tuple[str, dict[str, str], dict[str, object], list[str]]
     """(name, settings, parameters, noise) of the model's other branches."""
     return [
         ("pair links", {}, {"links": "pair"}, []),
+        ("fifo links", {}, {"links": "fifo"}, []),
+        (
+            "fifo links, 4 per node, gap, noise",
+            {},
+            {"links": "fifo", "ranks_per_node": 4, "g": 2e-6},
+            ["20kHz x 5us", "net: 50kHz x 2us"],
+        ),
         ("4 ranks per node", {}, {"ranks_per_node": 4}, []),
         ("4 per node, node_bw, large copies", {}, NODE_BW, []),
         ("transfer cpu", {}, {"transfer": "cpu"}, []),
@@ -118,8 +125,8 @@ def test_core_setting_and_what_the_c_core_refuses(monkeypatch) -> None:
     tree = Job("bcast", 4, 1 << 20, 1 << 16, "binomial")
     assert isinstance(run_once(tree, BASE)[1], fastcore.CoreRun)  # auto: C where it applies
     assert isinstance(run_once(tree, BASE, data=True)[1], World)
-    with pytest.raises(fastcore.CoreUnavailable, match="fifo"):
-        run_once(tree, dataclasses.replace(BASE, links="fifo"), core="c")
+    with pytest.raises(fastcore.CoreUnavailable, match="fixed-fraction noise"):
+        run_once(tree, BASE, "adaptcoll", parse_noise(["fraction: 2.5%"]), core="c")
     monkeypatch.setenv("ADAPTCOLL_SIM_CORE", "python")
     assert isinstance(run_once(tree, BASE)[1], World)
     monkeypatch.setenv("ADAPTCOLL_SIM_CORE", "fast")
@@ -170,6 +177,7 @@ LOCKSTEP_VARIANTS = {
     "default": ({}, []),
     "4 ranks per node, node_bw": ({"ranks_per_node": 4, "node_bw": 5e9}, []),
     "pair links, faults": ({"links": "pair", "fault": 6e-10, "fault_from": 1 << 16}, []),
+    "fifo links, noise": ({"links": "fifo"}, ["20kHz x 10us", "net: 50kHz x 2us"]),
     "noise and skew": ({}, ["20kHz x 10us", "net: 50kHz x 2us", "skew: uniform:20us"]),
 }
 

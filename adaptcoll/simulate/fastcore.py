@@ -4,9 +4,10 @@
 in the same order) running the tree protocols of adaptcoll/runtime/progress.c, the code the compiled
 engine runs over MPI; tests/test_simcore.py checks that both cores give the same times, messages,
 events and callbacks. It serves the runs that take the Python core minutes: trees (every kind, several
-trees, forests) for Bcast / Reduce / Allreduce, fair or 'pair' links, quiet or with detour noise and
-start skew. Everything else (lock-step baselines, rings, the node level, described networks, FIFO
-links, fixed-fraction noise, data, records and traces) runs on the Python core.
+trees, forests) for Bcast / Reduce / Allreduce, and the lock-step baselines whose steps have no
+concurrent parts, on fair, 'pair' or FIFO links, quiet or with detour noise and start skew. Everything
+else (ompi_han, rings, the node level, described networks, fixed-fraction noise, data, records and
+traces) runs on the Python core.
 
 `ADAPTCOLL_SIM_CORE=auto|python|c` chooses (auto: C where it applies and a C compiler is there; c: an
 error where it cannot run). Built at first use with the C compiler (`CC`, else cc / gcc / clang) into
@@ -50,7 +51,7 @@ __all__ = [
 ]
 
 CORES = ("auto", "python", "c")
-SIM_ABI = 2
+SIM_ABI = 3
 FLAGS = ("-O2", "-shared", "-fPIC", "-pthread")
 _KINDS = {"bcast": 0, "reduce": 1, "allreduce": 2}
 _SYNC = {"first": 0, "all": 1, "none": 2}
@@ -169,8 +170,6 @@ def unsupported(
         return "data, records and traces are kept by the Python core only"
     if topology is not None:
         return "described networks (--topology) run on the Python core"
-    if params.links not in ("fair", "pair"):
-        return f"links {params.links!r} run on the Python core"
     if isinstance(cpu_noise, FixedFraction):
         return "fixed-fraction noise runs on the Python core"
     if prepared is None:
@@ -383,6 +382,7 @@ def _simulate(
             program.lockstep,
             program.copy,
             params.fault_from // itemsize,
+            int(params.links == "fifo"),
         ],
         np.int64,
     )

@@ -2,10 +2,11 @@
  *
  * The same discrete-event world as adaptcoll/simulate/world.py (CPUs, message matching, eager and
  * rendezvous transfers, shared-memory copies between ranks of a node) with network.py's fair links
- * (and the 'pair' order), event for event: every event takes its (time, sequence) key in the same
+ * (and the 'pair' order) and FIFO links, event for event: every event takes its (time, sequence) key in the same
  * order as there, so a run gives the same times, messages, events and callbacks as the Python core
  * (tests/test_simcore.py compares them). The ranks run the tree protocols of
- * adaptcoll/runtime/progress.c, included here with AC_SIM: what the compiled engine runs over MPI.
+ * adaptcoll/runtime/progress.c, included here with AC_SIM: what the compiled engine runs over MPI; or
+ * the lock-step baselines' steps, as lockstep.py's schedules write them.
  *
  * Detour noise comes as per-rank (CPU) and per-node (link) arrays of detours [start, end) drawn in
  * Python up to a horizon; a run that needs a detour beyond it says so (SIM_HORIZON) and Python runs
@@ -47,10 +48,10 @@ static inline int sim_no_mpi(void) { return 1; }
 
 #include "progress.c"
 
-#define SIM_ABI 2
+#define SIM_ABI 3
 enum { SIM_OK = 0, SIM_DEADLOCK = 1, SIM_NOMEM = 2, SIM_SIZE = 3, SIM_HORIZON = 4, SIM_FAILED = 5 };
 enum { EV_START, EV_WAKE, EV_READY, EV_DEPART, EV_BEGIN, EV_ARRIVE, EV_EAGER_SENT, EV_LATE_RECV,
-       EV_PAIR_NEXT };
+       EV_PAIR_NEXT, EV_LEAVE };
 
 typedef struct {
     double t;
@@ -156,6 +157,8 @@ static struct {
     int64_t events, dropped, callbacks, messages, bytes;
     double latest; /* the latest finish time a link ever scheduled (FairLinks.latest) */
     /* lock-step baselines (lockstep.LockStep): every rank's steps, as Python's schedules wrote them */
+    int fifo; /* links 'fifo' (FifoLinks): the links' next free times instead of fair shares */
+    double *out_free, *in_free;
     int lockstep;
     int64_t ls_copy; /* elements each rank copies at its start (Reduce, Allreduce: MPI's scratch copy) */
     const int64_t *ls_rank, *ls_step, *ls_ops;
@@ -791,7 +794,42 @@ static void finish(int src) {
     land(m, W.now + W.L);
 }
 
+/* ---------------------------------------------------------------- FIFO links (network.FifoLinks) */
+/* The message crosses its receiver's link in order of first-byte arrival (it left at M->start). */
+static void fifo_leave(int m) {
+    msg_t *M = &W.msgs[m];
+    int node = M->dst / W.rpn;
+    double dur = (double)M->n * W.bytecost;
+    double rx = M->start + W.L;
+    if (W.in_free[node] > rx) rx = W.in_free[node];
+    W.in_free[node] = rx + dur;
+    double arrival = rx + dur, tail = M->end + W.L;
+    land(m, tail > arrival ? tail : arrival);
+}
+
+/* One message at a time on the sender's link, first ready first served. */
+static void fifo_depart(int m) {
+    msg_t *M = &W.msgs[m];
+    int node = M->src / W.rpn;
+    double now = W.now, free = W.out_free[node];
+    double start = free <= now ? now : free;
+    double dur = (double)M->n * W.bytecost;
+    double end = W.has_net ? advance(&W.net, node, start, dur) : start + dur;
+    double gap_end = start + W.g;
+    W.out_free[node] = end > gap_end ? end : gap_end;
+    M->start = start;
+    M->end = end;
+    if (start == now)
+        fifo_leave(m);
+    else
+        push(start, EV_LEAVE, 0, m);
+}
+
 static void links_depart(int m) {
+    if (W.fifo) {
+        fifo_depart(m);
+        return;
+    }
     msg_t *M = &W.msgs[m];
     int node = M->src / W.rpn;
     double now = W.now, start = now;
@@ -1100,6 +1138,8 @@ static void cleanup(void) {
     free(W.inn);
     free(W.lkey);
     free(W.lkt);
+    free(W.out_free);
+    free(W.in_free);
     free(W.lmsg);
     free(W.lpos);
     free(W.lheap);
@@ -1125,7 +1165,7 @@ int ac_sim_abi(void) { return SIM_ABI; }
  * seg_count, tag_base, tag_space, send_window, recv_window, sync_mode, ordered, root, eager elements,
  * large elements (-1: none), pair order, cpu copies (transfer 'cpu'), has cpu noise, has net noise,
  * lock-step (1: the ranks run ls_* steps instead of the tree protocols), elements each lock-step rank
- * copies first, fault_from in elements]; fp: [event_cost, post_cost, L, g, G per element, copy per
+ * copies first, fault_from in elements, FIFO links]; fp: [event_cost, post_cost, L, g, G per element, copy per
  * element, fold per element, large_cost, node_bw (0: none), cpu horizon, net horizon, fault per
  * element]. Lock-step: rank r's steps are ls_rank[r]..ls_rank[r+1]-1, step k's operations
  * ls_step[k]..ls_step[k+1]-1, each 5 values in ls_ops (kind, peer, lo, hi, tag). links + loff[rank]: each rank's packed links (as
@@ -1158,6 +1198,7 @@ int ac_sim_run(const int64_t *ip, const double *fp, const int32_t *links, const 
     W.has_cpu = (int)ip[17];
     W.has_net = (int)ip[18];
     W.lockstep = (int)ip[19];
+    W.fifo = (int)ip[22];
     W.ls_copy = ip[20];
     W.fault_elems = ip[21];
     W.fault_cost = fp[11];
@@ -1191,6 +1232,8 @@ int ac_sim_run(const int64_t *ip, const double *fp, const int32_t *links, const 
     W.inn = (ivec *)calloc((size_t)nodes, sizeof(ivec));
     W.lkey = (int64_t *)malloc((size_t)nodes * sizeof(int64_t));
     W.lkt = (double *)malloc((size_t)nodes * sizeof(double));
+    W.out_free = (double *)calloc((size_t)nodes, sizeof(double));
+    W.in_free = (double *)calloc((size_t)nodes, sizeof(double));
     W.lmsg = (int *)malloc((size_t)nodes * sizeof(int));
     W.lpos = (int *)malloc((size_t)nodes * sizeof(int));
     W.lheap = (int *)malloc((size_t)nodes * sizeof(int));
@@ -1214,7 +1257,7 @@ int ac_sim_run(const int64_t *ip, const double *fp, const int32_t *links, const 
         W.net.horizon = fp[10];
         W.net.cur = (int64_t *)malloc((size_t)nodes * sizeof(int64_t));
     }
-    if ((W.lockstep && !W.ls) || !W.eng || !W.qhead || !W.qtail || !W.busy || !W.precv || !W.psend || !W.ops || !W.out || !W.inn || !W.lkey || !W.lkt || !W.lmsg || !W.lpos || !W.lheap || !W.last_start ||
+    if ((W.lockstep && !W.ls) || !W.eng || !W.qhead || !W.qtail || !W.busy || !W.precv || !W.psend || !W.ops || !W.out || !W.inn || !W.lkey || !W.lkt || !W.out_free || !W.in_free || !W.lmsg || !W.lpos || !W.lheap || !W.last_start ||
         !W.has_last || !W.copies || !W.ncopies || !W.capcopies || !W.buckets || (W.has_cpu && !W.cpu.cur) ||
         (W.has_net && !W.net.cur)) {
         cleanup();
@@ -1259,6 +1302,7 @@ int ac_sim_run(const int64_t *ip, const double *fp, const int32_t *links, const 
         case EV_EAGER_SENT: eager_sent((int)e.b); break;
         case EV_LATE_RECV: deliver((int)e.b); break;
         case EV_PAIR_NEXT: pair_next(e.a, (int)e.b); break;
+        case EV_LEAVE: fifo_leave((int)e.b); break;
         }
     }
     int64_t sends = 0, recvs = 0;
