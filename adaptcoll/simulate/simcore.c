@@ -83,10 +83,9 @@ typedef struct { /* a posted send's or receive's completion entry, kept apart fr
     int next;
 } ent_t;
 
-typedef struct { /* a matching key (src, dst, tag), or a sender-receiver pair (src, dst, -1) */
+typedef struct { /* links 'pair': a sender-receiver pair with a message on the network, (src, dst, -1) */
     int src, dst, tag, next;
-    int qh, qt; /* queue of messages (sends, or a pair's waiting ones) */
-    int rh, rt; /* queue of unmatched receives */
+    int qh, qt; /* the pair's messages waiting behind it */
 } key_t_;
 
 typedef struct { /* a callback waiting for its rank's CPU */
@@ -317,7 +316,7 @@ static void ivec_remove(ivec *v, int x) {
         }
 }
 
-/* ---------------------------------------------------------------- keys: (src, dst, tag) -> queues */
+/* ---------------------------------------------------------------- keys: (src, dst, tag) -> a queue (pairs) */
 static uint64_t key_hash(int src, int dst, int tag) {
     uint64_t h = (uint64_t)(uint32_t)src * 0x9E3779B97F4A7C15ull;
     h ^= (uint64_t)(uint32_t)dst * 0xC2B2AE3D27D4EB4Full + (h >> 29);
@@ -367,7 +366,7 @@ static int key_find(int src, int dst, int tag, int make) {
     K->src = src;
     K->dst = dst;
     K->tag = tag;
-    K->qh = K->qt = K->rh = K->rt = -1;
+    K->qh = K->qt = -1;
     K->next = W.buckets[h];
     W.buckets[h] = k;
     W.livekeys++;
@@ -1318,7 +1317,6 @@ int ac_sim_run(const int64_t *ip, const double *fp, const int32_t *links, const 
     counts[4] = W.left;
     counts[5] = sends;
     counts[6] = recvs;
-    if (getenv("AC_SIM_DEBUG")) fprintf(stderr, "heapcap %ld msgs %d recvs %d keys %d cbs %d\n", (long)W.capheap, W.nmsg, W.nrecv, W.nkey, W.ncb);
     int rc = W.err ? W.err : W.overflow ? SIM_HORIZON : W.left ? SIM_DEADLOCK : SIM_OK;
     cleanup();
     return rc;
