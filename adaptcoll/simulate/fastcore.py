@@ -157,26 +157,23 @@ def unsupported(
     job: Any,
     params: CostParams,
     prepared: Any,
-    trees: bool,
     cpu_noise: Optional[Timeline],
     data: bool,
     record: bool,
     trace: Any,
     topology: Any,
 ) -> Optional[str]:
-    """Why the C core cannot run this simulation (None: it can). `prepared`: adaptcoll's set-up, None
-    for a lock-step baseline; `trees`: `prepared` runs the tree protocols (programs.runs_trees)."""
+    """Why the C core cannot run this simulation (None: it can, if `prepared` runs the tree protocols,
+    programs.runs_trees). `prepared`: adaptcoll's set-up, None for a lock-step baseline."""
     if data or record or trace is not None:
         return "data, records and traces are kept by the Python core only"
     if topology is not None:
         return "described networks (--topology) run on the Python core"
     if isinstance(cpu_noise, FixedFraction):
         return "fixed-fraction noise runs on the Python core"
-    if prepared is None:
-        return None
-    if job.collective not in _KINDS or not trees:
-        return f"protocol {prepared.protocol!r} runs on the Python core (the C core runs the trees)"
-    if prepared.plan.seg_count >= 1 << 31:
+    if prepared is not None and job.collective not in _KINDS:
+        return f"{job.collective} runs on the Python core (the C core runs the trees)"
+    if prepared is not None and prepared.plan.seg_count >= 1 << 31:
         return "segments of 2**31 elements or more run on the Python core"
     return None
 
@@ -224,20 +221,16 @@ def _links_for(prepared: Any, size: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _detours(tl: Optional[Timeline], count: int, horizon: float) -> tuple[np.ndarray, np.ndarray]:
-    """The detours of `count` ranks (or nodes) starting before `horizon`, drawn afresh in order."""
+    """The detours of `count` ranks (or nodes) that start before `horizon`, in order (Timeline.detours)."""
     offsets = np.zeros(count + 1, np.int64)
     if tl is None:
         return np.zeros(2, np.float64), offsets
     flat: list[float] = []
     for r in range(count):
-        while True:
-            s, e = tl._generate(r)
+        for s, e in tl.detours(r, -np.inf, horizon):
             flat += (s, e)
-            if s >= horizon:
-                break
         offsets[r + 1] = len(flat) // 2
-    tl._reset()
-    return np.asarray(flat, np.float64), offsets
+    return np.asarray(flat or [0.0, 0.0], np.float64), offsets
 
 
 @dataclass
@@ -265,8 +258,6 @@ def run(
     job: Any,
     params: CostParams,
     prepared: Any,
-    event_cost: float,
-    post_cost: float,
     cpu_noise: Optional[Timeline],
     net_noise: Optional[Timeline],
     starts: Optional[list[float]],
@@ -286,7 +277,7 @@ def run(
         links,
         offsets,
     )
-    return _simulate(job, params, program, event_cost, post_cost, cpu_noise, net_noise, starts)
+    return _simulate(job, params, program, params.engine, params.o, cpu_noise, net_noise, starts)
 
 
 class NotFlat(ValueError):

@@ -86,23 +86,12 @@ def run_once(
     if core != "python":
         if not native:
             prepared = prepared or prepare(job, params.ranks_per_node)
-        trees = not native and runs_trees(prepared)  # type: ignore[arg-type]
-        why = fastcore.unsupported(
-            job, params, None if native else prepared, trees, cpu_tl, data, record, trace, topology
-        ) or ("" if fastcore.library() is not None else fastcore.status())
-        ran = None
-        if not why and native:
-            try:
-                ran = fastcore.run_lockstep(impl, job, params, cpu_tl, net_tl, starts)
-            except fastcore.NotFlat as exc:
-                why = str(exc)
-        elif not why:
-            ran = fastcore.run(job, params, prepared, params.engine, params.o, cpu_tl, net_tl, starts)
+        # (callers pass adaptcoll's set-up with every implementation of a comparison: a baseline ignores it)
+        tree = None if native else prepared
+        ran, why = _on_c_core(job, params, impl, tree, cpu_tl, net_tl, starts, data, record, trace, topology)
         if ran is not None:
             fastcore.USE.c += 1
-            elapsed = max(f - s for f, s in zip(ran.finished, ran.started))
-            stats = RunStats(elapsed, ran.messages, ran.bytes, ran.events, ran.callbacks)
-            return stats, ran, make_buffers(job.collective, size, job.count, job.root, False, seed)
+            return _stats(ran), ran, make_buffers(job.collective, size, job.count, job.root, False, seed)
         if core == "c":
             raise fastcore.CoreUnavailable(f"adaptcoll: the simulator's C core cannot run this: {why}")
     fastcore.USE.python += 1
@@ -128,8 +117,43 @@ def run_once(
     for r in range(size):
         world.start(r, starts[r] if starts else 0.0, starter(r))
     world.run()
+    return _stats(world), world, bufs
+
+
+def _stats(world: Any) -> RunStats:
+    """A finished run's RunStats (a World or a fastcore.CoreRun): the slowest rank's finish - start."""
     elapsed = max(f - s for f, s in zip(world.finished, world.started))
-    return RunStats(elapsed, world.messages, world.bytes, world.events, world.callbacks), world, bufs
+    return RunStats(elapsed, world.messages, world.bytes, world.events, world.callbacks)
+
+
+def _on_c_core(
+    job: Job,
+    params: CostParams,
+    impl: str,
+    prepared: Optional[Prepared],
+    cpu_tl: Any,
+    net_tl: Any,
+    starts: Optional[list[float]],
+    data: bool,
+    record: bool,
+    trace: Optional[TraceLog],
+    topology: Optional[Routes],
+) -> tuple[Optional[fastcore.CoreRun], str]:
+    """The run on the C core, or (None, why it cannot run there). `prepared`: adaptcoll's set-up, None
+    for the lock-step baseline `impl`."""
+    why = fastcore.unsupported(job, params, prepared, cpu_tl, data, record, trace, topology)
+    if not why and prepared is not None and not runs_trees(prepared):
+        why = f"protocol {prepared.protocol!r} runs on the Python core (the C core runs the trees)"
+    if not why and fastcore.library() is None:
+        why = fastcore.status()
+    if why:
+        return None, why
+    if prepared is not None:
+        return fastcore.run(job, params, prepared, cpu_tl, net_tl, starts), ""
+    try:
+        return fastcore.run_lockstep(impl, job, params, cpu_tl, net_tl, starts), ""
+    except fastcore.NotFlat as exc:
+        return None, str(exc)
 
 
 def _summary(quiet: RunStats, noisy: list[float]) -> dict[str, Any]:
