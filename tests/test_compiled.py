@@ -277,12 +277,34 @@ def test_folds_match_numpy(op: str, dt: str) -> None:
         b[:3] = [1, -1 if info.min < 0 else 1, 0]
     with np.errstate(all="ignore"):
         want = UFUNC_BY_OP[op](a, b).astype(dtype)
+    dcode, opcode = compiled.fold_codes(op, dtype)  # type: ignore[misc]
     for out_is in ("new", "lower", "higher"):
         lower, higher = a.copy(), b.copy()
         out = np.empty_like(a) if out_is == "new" else lower if out_is == "lower" else higher
-        dcode, opcode = compiled.fold_codes(op, dtype)  # type: ignore[misc]
         assert LIB.ac_fold(dcode, opcode, out.ctypes.data, lower.ctypes.data, higher.ctypes.data, n) == 0
         np.testing.assert_array_equal(out, want, err_msg=f"{op} {dt} out={out_is}")
+    # 1 MiB and more, out a little ahead of both inputs modulo 4096 bytes: the loop runs backwards
+    m = (1 << 20) // dtype.itemsize + n
+    big_a, big_b, big_want = np.resize(a, m), np.resize(b, m), np.resize(want, m)
+    for shift, backward in ((16, 1), (4096 - 16, 0), (2048, 0)):
+        lower, higher, out = _placed(m, dtype, shift)
+        lower[:], higher[:] = big_a, big_b
+        nbytes = m * dtype.itemsize
+        assert LIB.ac_fold_backward(out.ctypes.data, lower.ctypes.data, higher.ctypes.data, nbytes) == backward
+        assert LIB.ac_fold_backward(out.ctypes.data, lower.ctypes.data, higher.ctypes.data, 1 << 19) == 0
+        assert LIB.ac_fold(dcode, opcode, out.ctypes.data, lower.ctypes.data, higher.ctypes.data, m) == 0
+        np.testing.assert_array_equal(out, big_want, err_msg=f"{op} {dt} out at +{shift}")
+
+
+def _placed(n: int, dtype: np.dtype, shift: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(lower, higher, out) of n elements in one block: the inputs page-aligned, `out` at `shift` bytes
+    past a page boundary (so out - input is `shift` modulo 4096)."""
+    span = (n * dtype.itemsize // 4096 + 2) * 4096
+    raw = np.zeros(3 * span + 4096, np.uint8)
+    base = -raw.ctypes.data % 4096
+    views = [raw[base + k * span : base + k * span + n * dtype.itemsize].view(dtype) for k in (0, 1)]
+    start = base + 2 * span + shift
+    return views[0], views[1], raw[start : start + n * dtype.itemsize].view(dtype)
 
 
 def test_fold_codes_refuse_what_c_does_not_fold() -> None:

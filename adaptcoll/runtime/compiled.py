@@ -61,7 +61,7 @@ __all__ = [
 BCAST, REDUCE, ALLREDUCE = 0, 1, 2
 """Operation kinds of `ac_call_new`."""
 
-ABI_VERSION = 3
+ABI_VERSION = 4
 """`ac_abi_version()` of the source this module speaks to."""
 
 _DCODES = {
@@ -205,6 +205,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "ac_fake_complete": (c_int, [c_ptr, c_int, c_int, c_int]),
         "ac_fake_pending": (c_int, [c_ptr, c_ptr, c_int]),
         "ac_fold": (c_int, [c_int, c_int, c_ptr, c_ptr, c_ptr, c_i64]),
+        "ac_fold_backward": (c_int, [c_ptr, c_ptr, c_ptr, c_i64]),
         "ac_pingpong_loop": (c_double, [ctypes.c_ssize_t, c_int, c_int, c_int]),
     }
     for name, (res, args) in sigs.items():
