@@ -18,7 +18,7 @@ from adaptcoll.check.cli import build_parser
 from adaptcoll.check.correctness import _compare
 from adaptcoll.check.report import format_report, recommendation
 from adaptcoll.forms.grouped.layout import plan_units
-from adaptcoll.measure import median_ci, paired_ratios, verdict
+from adaptcoll.measure import PINNED_NO_MMAP, median_ci, paired_ratios, verdict
 from adaptcoll.runtime import settings
 
 HERE = Path(__file__).parent
@@ -244,6 +244,17 @@ def test_the_report_notes_mpichs_refaulted_temporaries():
     doc["malloc_env"] = {"MALLOC_MMAP_MAX_": "0"}
     assert "page-fault" not in format_report(doc)
     doc["malloc_env"] = {}
+    pinned = subprocess.run(  # pin_malloc in a child: it changes glibc for the whole process
+        [sys.executable, "-c", "from adaptcoll.measure import pin_malloc; print(pin_malloc())"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
+    assert PINNED_NO_MMAP in pinned, pinned  # glibc here: the check's pin turns mmap off as well
+    doc["malloc"] = pinned
+    assert "page-fault" not in format_report(doc)
+    doc["malloc"] = "as-is"
+    assert "page-fault" in format_report(doc)
     doc["environment"]["mpi_library"] = "Open MPI v5.0.11"
     assert "page-fault" not in format_report(doc)  # Open MPI's Reduce does not (its Allreduce does)
     doc["speed"][0]["collective"] = "allreduce"

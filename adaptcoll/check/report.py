@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any
 
-from ..measure import M_MMAP_MAX_THRESHOLD, format_size
+from ..measure import M_MMAP_MAX_THRESHOLD, PINNED_NO_MMAP, format_size
 
 __all__ = ["recommendation", "format_report", "served_summary"]
 
@@ -137,7 +137,8 @@ def _refault_note(doc: dict[str, Any], cells: list[dict[str, Any]]) -> list[str]
     """A note under the speed table when native rows of 32 MiB and more ran with glibc mapping the MPI
     library's message-sized temporaries afresh at every call (page faults no in-process pin avoids):
     MPICH's Reduce and Allreduce, Open MPI's Allreduce (measured with the PyPI wheels, 2 ranks); none
-    when the environment turned glibc's mmap off (`malloc_env`, MALLOC_MMAP_MAX_=0)."""
+    when the environment or the check's pin turned glibc's mmap off (`malloc_env`, MALLOC_MMAP_MAX_=0;
+    `pin_malloc`)."""
     library = doc["environment"].get("mpi_library", "")
     collectives: tuple[str, ...]
     if library.startswith("MPICH"):
@@ -146,7 +147,7 @@ def _refault_note(doc: dict[str, Any], cells: list[dict[str, Any]]) -> list[str]
         collectives, which = ("allreduce", "iallreduce"), "Open MPI's Allreduce"
     else:
         return []
-    if doc.get("malloc_env", {}).get("MALLOC_MMAP_MAX_") == "0":
+    if doc.get("malloc_env", {}).get("MALLOC_MMAP_MAX_") == "0" or PINNED_NO_MMAP in str(doc.get("malloc", "")):
         return []
     big = [c for c in cells if c["collective"] in collectives and c["size"] >= M_MMAP_MAX_THRESHOLD and not c["device"]]
     if not big:

@@ -14,7 +14,7 @@ from .interleave import (
     time_blocking,
     warmup,
 )
-from .malloc import M_MMAP_MAX_THRESHOLD, malloc_env, pin_malloc
+from .malloc import M_MMAP_MAX_THRESHOLD, PINNED_NO_MMAP, malloc_env, pin_malloc
 from .overrides import parse_overrides
 from .progress import Progress
 from .sizes import format_size, parse_size, parse_size_range, sizes_between
@@ -41,6 +41,7 @@ __all__ = [
     "pin_malloc",
     "malloc_env",
     "M_MMAP_MAX_THRESHOLD",
+    "PINNED_NO_MMAP",
     "route_of",
     "routes",
     "sizes_between",

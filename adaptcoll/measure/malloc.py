@@ -13,17 +13,21 @@ import ctypes
 import ctypes.util
 import os
 
-__all__ = ["pin_malloc", "malloc_env", "M_MMAP_MAX_THRESHOLD"]
+__all__ = ["pin_malloc", "malloc_env", "M_MMAP_MAX_THRESHOLD", "PINNED_NO_MMAP"]
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
+_M_MMAP_MAX = -4
 M_MMAP_MAX_THRESHOLD = 32 << 20
 """glibc's ceiling for M_MMAP_THRESHOLD on 64-bit (HEAP_MAX_SIZE / 2): larger blocks are always mmapped."""
 
 
 def pin_malloc() -> str:
-    """Keep freed memory in the heap (trim threshold 1 GiB, mmap threshold 32 MiB); returns what was
-    done, or why nothing was (not glibc)."""
+    """Keep freed memory in the heap (trim threshold 1 GiB, mmap threshold 32 MiB, and no mmapped blocks
+    at all, so that blocks over 32 MiB are reused too); returns what was done, or why nothing was (not
+    glibc). Until 2026-11-29 blocks over 32 MiB stayed mmapped: heap arrays made the compiled engine's
+    folds stall (4K aliasing, since fixed in progress.c; bench/RESULTS.md, "The compiled folds and 4K
+    aliasing")."""
     name = ctypes.util.find_library("c")
     try:
         libc = ctypes.CDLL(name)
@@ -34,7 +38,13 @@ def pin_malloc() -> str:
     ok = mallopt(_M_TRIM_THRESHOLD, 1 << 30) and mallopt(_M_MMAP_THRESHOLD, M_MMAP_MAX_THRESHOLD)
     if not ok:
         return "not pinned (mallopt refused)"
-    return "pinned (M_TRIM_THRESHOLD 1 GiB, M_MMAP_THRESHOLD 32 MiB: blocks up to 32 MiB are reused, not refaulted)"
+    if not mallopt(_M_MMAP_MAX, 0):
+        return "pinned (M_TRIM_THRESHOLD 1 GiB, M_MMAP_THRESHOLD 32 MiB: blocks up to 32 MiB are reused, not refaulted)"
+    return f"pinned ({PINNED_NO_MMAP}, M_TRIM_THRESHOLD 1 GiB: freed blocks of every size are reused, not refaulted)"
+
+
+PINNED_NO_MMAP = "M_MMAP_MAX 0"
+"""What `pin_malloc`'s answer says when glibc maps no block afresh (no refaults at any size)."""
 
 
 def malloc_env() -> dict[str, str]:
