@@ -31,6 +31,7 @@ from ..plans.dealing import tree_links
 from ..runtime.cbuild import build_cached, cache_dir
 from .lockstep import BASELINES, Together, check_applicable
 from .params import CostParams
+from .routes import Routes
 from .timelines import FixedFraction, Timeline
 from .world import Deadlock
 
@@ -51,8 +52,9 @@ __all__ = [
 ]
 
 CORES = ("auto", "python", "c")
-SIM_ABI = 3
-FLAGS = ("-O2", "-shared", "-fPIC", "-pthread")
+SIM_ABI = 4
+FLAGS = ("-O2", "-ffp-contract=off", "-shared", "-fPIC", "-pthread")
+"""(-ffp-contract=off: no fused multiply-adds, whose one rounding would part the floats from Python's)"""
 _KINDS = {"bcast": 0, "reduce": 1, "allreduce": 2}
 _SYNC = {"first": 0, "all": 1, "none": 2}
 _ERRORS = {
@@ -60,7 +62,11 @@ _ERRORS = {
     2: "out of memory",
     3: "a message and its receive differ in size",
     5: "a protocol failed",
+    7: "max-min sharing left a message no rate",
 }
+_ROUTE = 6  # SIM_ROUTE: a message needed a route Python did not hand over (it is added and the run repeated)
+SHARINGS = ("maxmin", "bottleneck")
+"""The sharing models of a described network (routes.SHARING) the C core runs."""
 _HORIZON = 4  # SIM_HORIZON: a detour beyond the drawn ones was needed
 FIRST_HORIZON = 0.02
 """Seconds of detours drawn for a noisy run at first (doubled, and the run repeated, while it needs more)."""
@@ -139,7 +145,7 @@ def _load() -> tuple[Optional[ctypes.CDLL], str]:
     if lib.ac_sim_abi() != SIM_ABI:
         return None, f"the C core's interface is {lib.ac_sim_abi()}, this module speaks {SIM_ABI}"
     lib.ac_sim_run.restype = ctypes.c_int
-    lib.ac_sim_run.argtypes = [_P] * 14
+    lib.ac_sim_run.argtypes = [_P] * 21
     return lib, "built with " + cc
 
 
@@ -168,7 +174,10 @@ def unsupported(
     if data or record or trace is not None:
         return "data, records and traces are kept by the Python core only"
     if topology is not None:
-        return "described networks (--topology) run on the Python core"
+        if params.links == "fifo":
+            return "a described network shares its links fairly (links 'fair' or 'pair'), not FIFO"
+        if topology.sharing not in SHARINGS:
+            return f"{topology.sharing!r} sharing of a described network runs on the Python core"
     if isinstance(cpu_noise, FixedFraction):
         return "fixed-fraction noise runs on the Python core"
     if prepared is not None and job.collective not in _KINDS:
@@ -252,6 +261,9 @@ class _Program:
     ls_rank: Any = None
     ls_step: Any = None
     ls_ops: Any = None
+    pairs: Any = None
+    """On a described network: the (source, destination) ranks of the messages expected, whose routes
+    the C core is handed (one found missing is added and the run repeated)."""
 
 
 def run(
@@ -261,8 +273,10 @@ def run(
     cpu_noise: Optional[Timeline],
     net_noise: Optional[Timeline],
     starts: Optional[list[float]],
+    topology: Optional[Routes] = None,
 ) -> CoreRun:
-    """Simulate `job` (adaptcoll's trees as `prepared`) on the C core; CoreUnavailable if it is not built."""
+    """Simulate `job` (adaptcoll's trees as `prepared`) on the C core; CoreUnavailable if it is not built.
+    `topology`: a described network's routes (see `unsupported` for what runs)."""
     plan = prepared.plan
     links, offsets = _links_for(prepared, job.size)
     program = _Program(
@@ -277,7 +291,9 @@ def run(
         links,
         offsets,
     )
-    return _simulate(job, params, program, params.engine, params.o, cpu_noise, net_noise, starts)
+    if topology is not None:
+        program.pairs = _tree_pairs(prepared, job.size, job.collective)
+    return _simulate(job, params, program, params.engine, params.o, cpu_noise, net_noise, starts, topology)
 
 
 class NotFlat(ValueError):
@@ -317,6 +333,7 @@ def run_lockstep(
     cpu_noise: Optional[Timeline],
     net_noise: Optional[Timeline],
     starts: Optional[list[float]],
+    topology: Optional[Routes] = None,
 ) -> CoreRun:
     """Simulate lock-step baseline `name` for `job` on the C core (native_o per message, no engine cost)."""
     rank_off, step_off, ops = _steps_for(name, job, params.ranks_per_node)
@@ -329,7 +346,64 @@ def run_lockstep(
         ls_step=step_off,
         ls_ops=ops,
     )
-    return _simulate(job, params, program, 0.0, params.native_o, cpu_noise, net_noise, starts)
+    if topology is not None:
+        program.pairs = _lockstep_pairs(rank_off, step_off, ops)
+    return _simulate(job, params, program, 0.0, params.native_o, cpu_noise, net_noise, starts, topology)
+
+
+def _tree_pairs(prepared: Any, size: int, collective: str) -> set[tuple[int, int]]:
+    """The (source, destination) of the tree protocols' messages: down the trees for Bcast, up for
+    Reduce, both ways for Allreduce."""
+    nseg = prepared.plan.nseg
+    down, up = collective != "reduce", collective != "bcast"
+    pairs: set[tuple[int, int]] = set()
+    for r in range(size):
+        for link in tree_links(prepared.trees, r, nseg):
+            if up and link.parent is not None:
+                pairs.add((r, link.parent))
+            if down:
+                pairs.update((r, c) for c in link.children)
+    return pairs
+
+
+def _lockstep_pairs(rank_off: np.ndarray, step_off: np.ndarray, ops: np.ndarray) -> set[tuple[int, int]]:
+    """The (source, destination) of a lock-step schedule's sends (lockstep_steps' arrays)."""
+    nops = int(step_off[-1])
+    if nops == 0:
+        return set()
+    per_rank = np.diff(step_off[rank_off])  # operations per rank
+    src = np.repeat(np.arange(len(per_rank)), per_rank)
+    table = ops[: 5 * nops].reshape(nops, 5)
+    sends = table[:, 0] == 0  # LS_SEND
+    return set(zip(src[sends].tolist(), table[sends, 1].tolist()))
+
+
+def _path_arrays(routes: Routes, pairs: set[tuple[int, int]], rpn: int) -> list[np.ndarray]:
+    """What ac_sim_run takes of a described network (pip, pkeys, poff, plinks, pweights, proute, lcost):
+    the routes of `pairs` (those within a node of `rpn` ranks go through shared memory: none needed)."""
+    size = routes.ranks
+    keys = sorted(s * size + d for s, d in pairs if s != d and not (rpn > 1 and s // rpn == d // rpn))
+    off = np.zeros(len(keys) + 1, np.int64)
+    links: list[int] = []
+    weights: list[float] = []
+    per_route = np.zeros(2 * len(keys) or 2, np.float64)
+    for i, key in enumerate(keys):
+        path, lat, wts, worst = routes.route(key // size, key % size)
+        links += path
+        weights += wts
+        off[i + 1] = len(links)
+        per_route[2 * i] = lat
+        per_route[2 * i + 1] = worst
+    pip = np.array([1, int(routes.sharing == "maxmin"), routes.links, len(keys)], np.int64)
+    return [
+        pip,
+        np.asarray(keys or [0], np.int64),
+        off,
+        np.asarray(links or [0], np.int32),
+        np.asarray(weights or [0.0], np.float64),
+        per_route,
+        np.asarray(routes.cost or [0.0], np.float64),
+    ]
 
 
 def _simulate(
@@ -341,12 +415,22 @@ def _simulate(
     cpu_noise: Optional[Timeline],
     net_noise: Optional[Timeline],
     starts: Optional[list[float]],
+    topology: Optional[Routes] = None,
 ) -> CoreRun:
     lib = library()
     if lib is None:
         raise CoreUnavailable(f"adaptcoll: the simulator's C core is not available: {status()}")
     size, itemsize, rpn = job.size, job.itemsize, params.ranks_per_node
     nodes = -(-size // rpn)
+    pairs: set[tuple[int, int]] = set()
+    if topology is not None:
+        topology.check_size(size)
+        pairs = set(program.pairs or ())
+        path = _path_arrays(topology, pairs, rpn)
+        nodes = size  # PathLinks: a gap and a link-noise timeline per rank
+    else:
+        path = [np.zeros(4, np.int64), *(np.zeros(1, t) for t in (np.int64, np.int64, np.int32, np.float64))]
+        path += [np.zeros(2, np.float64), np.zeros(1, np.float64)]
     start = np.asarray(starts if starts else [0.0] * size, np.float64)
     large = params.large_from // itemsize if params.large_from else -1
     ip = np.array(
@@ -382,7 +466,7 @@ def _simulate(
     offsets = program.offsets if program.offsets is not None else none64
     ls = [a if a is not None else none64 for a in (program.ls_rank, program.ls_step, program.ls_ops)]
     finished = np.empty(size + 1, np.float64)
-    counts = np.zeros(7, np.int64)
+    counts = np.zeros(8, np.int64)
     horizon = FIRST_HORIZON
     while True:
         cpu_d, cpu_off = _detours(cpu_noise, size, horizon)
@@ -419,7 +503,15 @@ def _simulate(
             ls[2].ctypes.data,
             finished.ctypes.data,
             counts.ctypes.data,
+            *(a.ctypes.data for a in path),
         )
+        if rc == _ROUTE and topology is not None:
+            missing = divmod(int(counts[7]), size)
+            if missing in pairs:
+                raise RuntimeError(f"adaptcoll: the C core found no route {missing[0]} -> {missing[1]} it was given")
+            pairs.add(missing)
+            path = _path_arrays(topology, pairs, rpn)
+            continue
         if rc != _HORIZON:
             break
         horizon *= 2

@@ -149,9 +149,9 @@ def _on_c_core(
     if why:
         return None, why
     if prepared is not None:
-        return fastcore.run(job, params, prepared, cpu_tl, net_tl, starts), ""
+        return fastcore.run(job, params, prepared, cpu_tl, net_tl, starts, topology), ""
     try:
-        return fastcore.run_lockstep(impl, job, params, cpu_tl, net_tl, starts), ""
+        return fastcore.run_lockstep(impl, job, params, cpu_tl, net_tl, starts, topology), ""
     except fastcore.NotFlat as exc:
         return None, str(exc)
 

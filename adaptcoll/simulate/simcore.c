@@ -48,8 +48,9 @@ static inline int sim_no_mpi(void) { return 1; }
 
 #include "progress.c"
 
-#define SIM_ABI 3
-enum { SIM_OK = 0, SIM_DEADLOCK = 1, SIM_NOMEM = 2, SIM_SIZE = 3, SIM_HORIZON = 4, SIM_FAILED = 5 };
+#define SIM_ABI 4
+enum { SIM_OK = 0, SIM_DEADLOCK = 1, SIM_NOMEM = 2, SIM_SIZE = 3, SIM_HORIZON = 4, SIM_FAILED = 5, SIM_ROUTE = 6,
+       SIM_NORATE = 7 };
 enum { EV_START, EV_WAKE, EV_READY, EV_DEPART, EV_BEGIN, EV_ARRIVE, EV_EAGER_SENT, EV_LATE_RECV,
        EV_PAIR_NEXT, EV_LEAVE };
 
@@ -70,6 +71,10 @@ typedef struct {
     int64_t n;
     double ts, tr, start, end;
     int se, re; /* the send's and the receive's entries (in W.ents): read only when they complete */
+    /* described networks (pathlinks.PathLinks): the route, and max-min's state of the message */
+    int route, bn, nbn;
+    int64_t stamp, mark;
+    double worst, nrate;
 } msg_t;
 
 typedef struct { /* an unmatched receive */
@@ -164,6 +169,22 @@ static struct {
     double fault_cost;
     int64_t fault_elems;
     struct ls_rank *ls;
+    /* described networks (pathlinks.PathLinks, maxmin.refill): the routes Python made, sorted by
+     * src * size + dst; a message's links, their weights, its route's latency and slowest link's cost */
+    int path, maxmin, nlinks, nroutes, lnodes; /* lnodes: link-heap slots (per rank on a described network) */
+    const int64_t *pkeys, *poff;
+    const int32_t *plinks;
+    const double *pweights, *proute, *lcost;
+    int64_t miss; /* the (src * size + dst) of a route Python did not hand over (SIM_ROUTE) */
+    ivec *on; /* per link: the messages on it, in order of arrival */
+    int64_t stamp, fgen;
+    int64_t *fgen_of, *top_gen, *least_gen, *touch_gen, *dirty_gen;
+    double *froom, *fheld, *top_val, *least_val;
+    int *fcount;
+    ivec *fmine;
+    ivec flinks, watch_x, watch_g, core, members, more, touched, least_links, dirty;
+    struct fh { double level; int x; } *fheap;
+    int nfheap, capfheap;
 } W;
 
 /* ---------------------------------------------------------------- the heap (4-ary): (time, sequence) order */
@@ -500,6 +521,8 @@ static void pvec_add(pvec *p, int src, int tag, int idx) {
     p->v[p->n++] = (pend_t){src, tag, idx};
 }
 
+static double handshake(int src, int dst);
+
 static void sim_post(ac_op *op, const entry_t *en, int is_recv, int synchronous, int64_t nelem) {
     (void)op;
     int rank = W.cur;
@@ -524,7 +547,7 @@ static void sim_post(ac_op *op, const entry_t *en, int is_recv, int synchronous,
             W.recvs[r].next = W.freerecv;
             W.freerecv = r;
             if (!M->eager) {
-                push((M->ts > M->tr ? M->ts : M->tr) + W.L, EV_READY, 0, m);
+                push((M->ts > M->tr ? M->ts : M->tr) + handshake(rank, en->peer), EV_READY, 0, m);
                 return;
             }
         } else {
@@ -540,7 +563,7 @@ static void sim_post(ac_op *op, const entry_t *en, int is_recv, int synchronous,
         M->tr = t;
         M->has_recv = 1;
         if (!M->eager)
-            push((M->ts > t ? M->ts : t) + W.L, EV_READY, 0, m);
+            push((M->ts > t ? M->ts : t) + handshake(en->peer, rank), EV_READY, 0, m);
         else if (M->landed)
             push(t, EV_LATE_RECV, 0, m);
         return;
@@ -758,7 +781,14 @@ static void reshare(int src, int dst, double now) {
     if (oth != others) free(oth);
 }
 
+static void path_begin(int m);
+static void path_finish(int src);
+
 static void begin(int m) {
+    if (W.path) {
+        path_begin(m);
+        return;
+    }
     msg_t *M = &W.msgs[m];
     double now = W.now;
     int src = W.rpn == 1 ? M->src : M->src / W.rpn, dst = W.rpn == 1 ? M->dst : M->dst / W.rpn;
@@ -781,6 +811,10 @@ static void begin(int m) {
 
 /* The least message of `src`'s outgoing link (just taken off the link heap) has finished leaving. */
 static void finish(int src) {
+    if (W.path) {
+        path_finish(src);
+        return;
+    }
     int m = W.lmsg[src];
     msg_t *M = &W.msgs[m];
     int dst = M->dnode;
@@ -791,6 +825,395 @@ static void finish(int src) {
     W.lkey[src] = -1;
     if (out->n || W.inn[dst].n) reshare(src, dst, W.now);
     land(m, W.now + W.L);
+}
+
+/* ---------------------------------------------------------------- described networks (pathlinks.PathLinks)
+ * A message crosses the links of its route (made in Python by routes.Routes and handed over); each
+ * sending rank's next finish sits in the link heap as with the fair links. When a message starts or
+ * finishes, the messages on its links get new rates: max-min fair (maxmin.refill, progressive filling,
+ * widened to held messages whose rate must move) or each its share of its most crowded link
+ * (bottleneck); every float is computed by the same operations in the same order as there. */
+static const double MM_EPS = 1e-9; /* maxmin.EPS */
+static const double MM_SAME = 1e-12; /* pathlinks._SAME */
+#define MM_SCAN 24 /* maxmin._SCAN */
+
+/* The index of the route from rank src to rank dst; -1 (and SIM_ROUTE) if Python did not hand it over. */
+static int route_of(int src, int dst) {
+    int64_t key = (int64_t)src * W.size + dst;
+    int lo = 0, hi = W.nroutes;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (W.pkeys[mid] < key)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < W.nroutes && W.pkeys[lo] == key) return lo;
+    if (!W.err) {
+        W.err = SIM_ROUTE;
+        W.miss = key;
+    }
+    return -1;
+}
+
+/* A rendezvous handshake's latency (World._route_latency on a described network; L otherwise). */
+static double handshake(int src, int dst) {
+    int rpn = W.rpn;
+    if (!W.path || W.cpu_copy || (rpn > 1 && src / rpn == dst / rpn)) return W.L;
+    int r = route_of(src, dst);
+    return r < 0 ? W.L : W.proute[2 * r];
+}
+
+/* maxmin's heap of (level, link) */
+static int fh_less(const struct fh *a, const struct fh *b) { return a->level < b->level || (a->level == b->level && a->x < b->x); }
+
+static void fh_push(double level, int x) {
+    if (grow((void **)&W.fheap, &W.capfheap, W.nfheap + 1, sizeof(struct fh))) {
+        W.err = SIM_NOMEM;
+        return;
+    }
+    struct fh e = {level, x};
+    int i = W.nfheap++;
+    while (i > 0) {
+        int p = (i - 1) >> 1;
+        if (!fh_less(&e, &W.fheap[p])) break;
+        W.fheap[i] = W.fheap[p];
+        i = p;
+    }
+    W.fheap[i] = e;
+}
+
+static struct fh fh_pop(void) {
+    struct fh top = W.fheap[0], x = W.fheap[--W.nfheap];
+    int n = W.nfheap, i = 0;
+    if (n) {
+        for (;;) {
+            int c = 2 * i + 1;
+            if (c >= n) break;
+            if (c + 1 < n && fh_less(&W.fheap[c + 1], &W.fheap[c])) c++;
+            if (!fh_less(&W.fheap[c], &x)) break;
+            W.fheap[i] = W.fheap[c];
+            i = c;
+        }
+        W.fheap[i] = x;
+    }
+    return top;
+}
+
+/* maxmin._fill: progressive filling of W.members (marked `token`) with the other messages held; the held
+ * messages that must join go to W.more (none: the rates are max-min fair). */
+static void mm_fill(int64_t token) {
+    int64_t gen = ++W.fgen;
+    const int64_t *poff = W.poff;
+    const int32_t *plinks = W.plinks;
+    const double *pw = W.pweights, *cost = W.lcost;
+    W.flinks.n = W.watch_x.n = W.watch_g.n = W.more.n = 0;
+    for (int i = 0; i < W.members.n; i++) {
+        int m = W.members.v[i];
+        msg_t *f = &W.msgs[m];
+        f->nrate = -1.0;
+        for (int64_t k = poff[f->route]; k < poff[f->route + 1]; k++) {
+            int x = plinks[k];
+            if (W.fgen_of[x] == gen) {
+                W.fcount[x]++;
+                if (ivec_push(&W.fmine[x], m)) return;
+                continue;
+            }
+            W.fgen_of[x] = gen;
+            W.fcount[x] = 1;
+            W.fmine[x].n = 0;
+            if (ivec_push(&W.fmine[x], m) || ivec_push(&W.flinks, x)) return;
+            double cx = cost[x], used = 0.0, top = 0.0;
+            const ivec *on = &W.on[x];
+            for (int j = 0; j < on->n; j++) {
+                msg_t *g = &W.msgs[on->v[j]];
+                if (g->mark != token) {
+                    double u = g->rate * (cx / g->worst);
+                    used += u;
+                    if (u > top) top = u;
+                    if (g->bn == x && (ivec_push(&W.watch_x, x) || ivec_push(&W.watch_g, on->v[j]))) return;
+                }
+            }
+            W.froom[x] = 1.0 - used;
+            W.fheld[x] = top;
+        }
+    }
+    int left = W.members.n;
+    int heap = W.flinks.n > MM_SCAN;
+    if (heap) {
+        W.nfheap = 0;
+        for (int i = 0; i < W.flinks.n; i++) {
+            int x = W.flinks.v[i];
+            fh_push(W.froom[x] / ((double)W.fcount[x] * cost[x]), x);
+        }
+    }
+    while (left) {
+        int x = -1;
+        if (!heap) {
+            double level = 0.0;
+            for (int i = 0; i < W.flinks.n; i++) {
+                int y = W.flinks.v[i], n = W.fcount[y];
+                if (n) {
+                    double v = W.froom[y] / ((double)n * cost[y]);
+                    if (x < 0 || v < level || (v == level && y < x)) {
+                        x = y;
+                        level = v;
+                    }
+                }
+            }
+        } else {
+            if (!W.nfheap || W.err) {
+                W.err = W.err ? W.err : SIM_NORATE;
+                return;
+            }
+            struct fh e = fh_pop();
+            x = e.x;
+            int n = W.fcount[x];
+            if (n == 0 || W.froom[x] / ((double)n * cost[x]) != e.level) continue;
+        }
+        int n = W.fcount[x];
+        double r0 = W.froom[x], cx = cost[x];
+        int64_t tg = 0;
+        if (heap) {
+            W.touched.n = 0;
+            tg = ++W.fgen;
+        }
+        const ivec *mine = &W.fmine[x];
+        for (int i = 0; i < mine->n; i++) {
+            msg_t *f = &W.msgs[mine->v[i]];
+            if (f->nrate >= 0.0) continue;
+            double rate = r0 > 0.0 ? r0 / ((double)n * (cx / f->worst)) : 0.0;
+            f->nrate = rate;
+            f->nbn = x;
+            left--;
+            for (int64_t k = poff[f->route]; k < poff[f->route + 1]; k++) {
+                int y = plinks[k];
+                W.froom[y] -= rate * pw[k];
+                W.fcount[y]--;
+                if (heap && W.touch_gen[y] != tg) {
+                    W.touch_gen[y] = tg;
+                    if (ivec_push(&W.touched, y)) return;
+                }
+            }
+        }
+        if (heap)
+            for (int i = 0; i < W.touched.n; i++) {
+                int y = W.touched.v[i], ny = W.fcount[y];
+                if (ny) fh_push(W.froom[y] / ((double)ny * cost[y]), y);
+            }
+    }
+    for (int i = 0; i < W.watch_x.n; i++) { /* a held message whose bottleneck was refilled */
+        int x = W.watch_x.v[i];
+        msg_t *g = &W.msgs[W.watch_g.v[i]];
+        double cx = cost[x];
+        if (W.top_gen[x] != gen) {
+            const ivec *mine = &W.fmine[x];
+            double most = 0.0;
+            for (int j = 0; j < mine->n; j++) {
+                msg_t *f = &W.msgs[mine->v[j]];
+                double u = f->nrate * (cx / f->worst);
+                if (j == 0 || u > most) most = u;
+            }
+            W.top_gen[x] = gen;
+            W.top_val[x] = most;
+        }
+        if (W.froom[x] > MM_EPS || (g->rate * (cx / g->worst)) * (1.0 + MM_EPS) < W.top_val[x])
+            if (ivec_push(&W.more, W.watch_g.v[i])) return;
+    }
+    W.least_links.n = 0;
+    for (int i = 0; i < W.members.n; i++) {
+        msg_t *f = &W.msgs[W.members.v[i]];
+        int x = f->nbn;
+        if (W.fheld[x] != 0.0) {
+            double u = f->nrate * (cost[x] / f->worst);
+            double cur = W.least_gen[x] == gen ? W.least_val[x] : 2.0;
+            if (u < cur) {
+                if (W.least_gen[x] != gen) {
+                    W.least_gen[x] = gen;
+                    if (ivec_push(&W.least_links, x)) return;
+                }
+                W.least_val[x] = u;
+            }
+        }
+    }
+    for (int i = 0; i < W.least_links.n; i++) { /* no held message faster than a member on its bottleneck */
+        int x = W.least_links.v[i];
+        double bound = W.least_val[x] * (1.0 + MM_EPS);
+        if (W.fheld[x] > bound) {
+            double cx = cost[x];
+            const ivec *on = &W.on[x];
+            for (int j = 0; j < on->n; j++) {
+                msg_t *g = &W.msgs[on->v[j]];
+                if (g->mark != token && g->rate * (cx / g->worst) > bound && ivec_push(&W.more, on->v[j])) return;
+            }
+        }
+    }
+}
+
+/* maxmin.refill: max-min fair rates (nrate, nbn) for W.core and whatever held messages must move with
+ * them, into W.members (W.core first, in its order). */
+static void mm_refill(int64_t token) {
+    W.members.n = 0;
+    if (W.core.n < 2) {
+        if (!W.core.n) return;
+        int m = W.core.v[0];
+        msg_t *f = &W.msgs[m];
+        int alone = 1, bn = -1;
+        for (int64_t k = W.poff[f->route]; k < W.poff[f->route + 1]; k++) {
+            int x = W.plinks[k];
+            if (W.on[x].n != 1) {
+                alone = 0;
+                break;
+            }
+            if (W.lcost[x] == f->worst && (bn < 0 || x < bn)) bn = x;
+        }
+        if (alone) { /* alone on its route: full speed, the costliest link first */
+            f->mark = token;
+            f->nrate = 1.0;
+            f->nbn = bn;
+            ivec_push(&W.members, m);
+            return;
+        }
+    }
+    for (int i = 0; i < W.core.n; i++) {
+        if (ivec_push(&W.members, W.core.v[i])) return;
+        W.msgs[W.core.v[i]].mark = token;
+    }
+    for (;;) {
+        mm_fill(token);
+        if (W.err || !W.more.n) return;
+        for (int i = 0; i < W.more.n; i++) {
+            msg_t *g = &W.msgs[W.more.v[i]];
+            if (g->mark != token) {
+                g->mark = token;
+                if (ivec_push(&W.members, W.more.v[i])) return;
+            }
+        }
+    }
+}
+
+/* PathLinks._apply for one message: its new rate and finish key; its sender's entry is looked at after. */
+static void path_apply(int m, double rate, double now) {
+    msg_t *f = &W.msgs[m];
+    f->rem -= f->rate * (now - f->tupd);
+    f->tupd = now;
+    f->rate = rate;
+    double rem = f->rem;
+    double t = f->tfin = now + (rem > 0.0 ? rem : 0.0) / rate;
+    if (t > W.latest) W.latest = t;
+    f->sq = W.seq++;
+    if (W.dirty_gen[f->snode] != W.stamp) {
+        W.dirty_gen[f->snode] = W.stamp;
+        ivec_push(&W.dirty, f->snode);
+    }
+}
+
+/* SharedLinks._enter: the link heap's entry of sending rank `node`, the least key of its messages. */
+static void path_enter(int node) {
+    const ivec *fl = &W.out[node];
+    if (!fl->n) return;
+    double bt = INFINITY;
+    int64_t bs = INT64_MAX;
+    int bm = -1;
+    for (int i = 0; i < fl->n; i++) {
+        msg_t *f = &W.msgs[fl->v[i]];
+        if (f->tfin < bt || (f->tfin == bt && f->sq < bs)) {
+            bt = f->tfin;
+            bs = f->sq;
+            bm = fl->v[i];
+        }
+    }
+    enter_min(node, bt, bs, bm);
+}
+
+/* PathLinks._reshare: new rates after a change of load on the links of route r (src's message started or
+ * finished), then new link-heap entries for src and every sender whose message moved. */
+static void path_reshare(int r, double now, int src) {
+    int64_t stamp = ++W.stamp;
+    W.dirty.n = 0;
+    W.dirty_gen[src] = stamp;
+    ivec_push(&W.dirty, src);
+    int moved = 0;
+    if (W.maxmin) {
+        W.core.n = 0;
+        for (int64_t k = W.poff[r]; k < W.poff[r + 1]; k++) {
+            const ivec *on = &W.on[W.plinks[k]];
+            for (int j = 0; j < on->n; j++) {
+                msg_t *f = &W.msgs[on->v[j]];
+                if (f->stamp != stamp) {
+                    f->stamp = stamp;
+                    if (ivec_push(&W.core, on->v[j])) return;
+                }
+            }
+        }
+        mm_refill(stamp);
+        if (W.err) return;
+        int ncore = W.core.n;
+        for (int i = 0; i < W.members.n; i++) {
+            int m = W.members.v[i];
+            msg_t *f = &W.msgs[m];
+            double rate = f->nrate;
+            f->bn = f->nbn;
+            if (i >= ncore && fabs(rate - f->rate) <= MM_SAME * f->rate) continue;
+            if (rate <= 0.0) {
+                W.err = SIM_NORATE;
+                return;
+            }
+            path_apply(m, rate, now);
+            moved++;
+        }
+    } else {
+        for (int64_t k = W.poff[r]; k < W.poff[r + 1]; k++) {
+            const ivec *on = &W.on[W.plinks[k]];
+            for (int j = 0; j < on->n; j++) {
+                int m = on->v[j];
+                msg_t *f = &W.msgs[m];
+                if (f->stamp == stamp) continue;
+                f->stamp = stamp;
+                double most = 0.0;
+                for (int64_t q = W.poff[f->route]; q < W.poff[f->route + 1]; q++) {
+                    double v = W.pweights[q] * (double)W.on[W.plinks[q]].n;
+                    if (v > most) most = v;
+                }
+                path_apply(m, 1.0 / most, now);
+                moved++;
+            }
+        }
+    }
+    W.dropped += moved; /* each message rescheduled is one event */
+    for (int i = 0; i < W.dirty.n; i++) path_enter(W.dirty.v[i]);
+}
+
+static void path_begin(int m) {
+    msg_t *M = &W.msgs[m];
+    double now = W.now;
+    int src = M->src, r = route_of(src, M->dst);
+    if (r < 0) return;
+    M->route = r;
+    M->snode = src;
+    M->start = M->tupd = now;
+    M->worst = W.proute[2 * r + 1];
+    M->rem = (double)M->n * (M->worst * (double)W.itemsize);
+    M->rate = 0.0;
+    M->stamp = M->mark = 0;
+    M->bn = -1;
+    for (int64_t k = W.poff[r]; k < W.poff[r + 1]; k++)
+        if (ivec_push(&W.on[W.plinks[k]], m)) return;
+    if (ivec_push(&W.out[src], m)) return;
+    path_reshare(r, now, src);
+}
+
+/* The least message of sending rank src (just taken off the link heap) has finished leaving. */
+static void path_finish(int src) {
+    int m = W.lmsg[src];
+    msg_t *M = &W.msgs[m];
+    int r = M->route;
+    ivec_remove(&W.out[src], m);
+    W.lkey[src] = -1;
+    M->end = W.now;
+    for (int64_t k = W.poff[r]; k < W.poff[r + 1]; k++) ivec_remove(&W.on[W.plinks[k]], m);
+    path_reshare(r, W.now, src);
+    land(m, W.now + W.proute[2 * r]);
 }
 
 /* ---------------------------------------------------------------- FIFO links (network.FifoLinks) */
@@ -830,7 +1253,7 @@ static void links_depart(int m) {
         return;
     }
     msg_t *M = &W.msgs[m];
-    int node = M->src / W.rpn;
+    int node = W.path ? M->src : M->src / W.rpn; /* PathLinks: one gap and detour timeline per rank */
     double now = W.now, start = now;
     if (W.g > 0) {
         if (W.has_last[node] && W.last_start[node] + W.g > start) start = W.last_start[node] + W.g;
@@ -1117,10 +1540,29 @@ static void cleanup(void) {
     free(W.precv);
     free(W.psend);
     if (W.out)
-        for (int i = 0; i < W.nodes; i++) {
+        for (int i = 0; i < W.lnodes; i++) {
             free(W.out[i].v);
             free(W.inn[i].v);
         }
+    for (int i = 0; i < W.nlinks; i++) {
+        if (W.on) free(W.on[i].v);
+        if (W.fmine) free(W.fmine[i].v);
+    }
+    free(W.on);
+    free(W.fmine);
+    free(W.fgen_of);
+    free(W.top_gen);
+    free(W.least_gen);
+    free(W.touch_gen);
+    free(W.dirty_gen);
+    free(W.froom);
+    free(W.fheld);
+    free(W.top_val);
+    free(W.least_val);
+    free(W.fcount);
+    free(W.fheap);
+    ivec *vs[] = {&W.flinks, &W.watch_x, &W.watch_g, &W.core, &W.members, &W.more, &W.touched, &W.least_links, &W.dirty};
+    for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++) free(vs[i]->v);
     if (W.copies)
         for (int i = 0; i < W.ncopynodes; i++) free(W.copies[i]);
     free(W.heap);
@@ -1171,11 +1613,17 @@ int ac_sim_abi(void) { return SIM_ABI; }
  * ac_start takes them); starts[rank]: its start time. cpu_d / cpu_off (per rank) and net_d / net_off
  * (per node): detours. Out: finished[rank] (and finished[size]: the time of the last event, as
  * World.now after World.run); counts = [messages, bytes, events, callbacks, unfinished
- * ranks, unmatched sends, unmatched receives]. Returns SIM_OK or an error (SIM_*). */
+ * ranks, unmatched sends, unmatched receives, the missing route's src * size + dst (SIM_ROUTE)].
+ * A described network (pip[0] = 1; pathlinks.PathLinks): pip = [1, max-min sharing (else bottleneck),
+ * links, routes]; pkeys: the routes' src * size + dst, ascending; route i's links are
+ * plinks[poff[i]..poff[i+1]-1] with their weights (cost / the slowest link's cost) in pweights;
+ * proute[2i], proute[2i+1]: its latency and its slowest link's cost (s/B); lcost: each link's cost (s/B).
+ * Net detours (net_d / net_off) are then per rank. Returns SIM_OK or an error (SIM_*). */
 int ac_sim_run(const int64_t *ip, const double *fp, const int32_t *links, const int64_t *loff, const double *starts,
                const double *cpu_d, const int64_t *cpu_off, const double *net_d, const int64_t *net_off,
                const int64_t *ls_rank, const int64_t *ls_step, const int64_t *ls_ops, double *finished,
-               int64_t *counts) {
+               int64_t *counts, const int64_t *pip, const int64_t *pkeys, const int64_t *poff, const int32_t *plinks,
+               const double *pweights, const double *proute, const double *lcost) {
     memset(&W, 0, sizeof(W));
     W.size = (int)ip[0];
     W.rpn = (int)ip[1];
@@ -1218,7 +1666,35 @@ int ac_sim_run(const int64_t *ip, const double *fp, const int32_t *links, const 
     W.finished = finished;
     W.nodes = (W.size + W.rpn - 1) / W.rpn;
     W.freemsg = W.freerecv = W.freekey = W.freecb = W.freeent = -1;
-    int n = W.size, nodes = W.nodes;
+    W.path = (int)pip[0];
+    int n = W.size, nodes = W.lnodes = W.path ? W.size : W.nodes;
+    int path_ok = 1;
+    if (W.path) {
+        W.maxmin = (int)pip[1];
+        W.nlinks = (int)pip[2];
+        W.nroutes = (int)pip[3];
+        W.pkeys = pkeys;
+        W.poff = poff;
+        W.plinks = plinks;
+        W.pweights = pweights;
+        W.proute = proute;
+        W.lcost = lcost;
+        size_t nl = (size_t)(W.nlinks ? W.nlinks : 1);
+        W.on = (ivec *)calloc(nl, sizeof(ivec));
+        W.fmine = (ivec *)calloc(nl, sizeof(ivec));
+        W.fgen_of = (int64_t *)calloc(nl, sizeof(int64_t));
+        W.top_gen = (int64_t *)calloc(nl, sizeof(int64_t));
+        W.least_gen = (int64_t *)calloc(nl, sizeof(int64_t));
+        W.touch_gen = (int64_t *)calloc(nl, sizeof(int64_t));
+        W.froom = (double *)calloc(nl, sizeof(double));
+        W.fheld = (double *)calloc(nl, sizeof(double));
+        W.top_val = (double *)calloc(nl, sizeof(double));
+        W.least_val = (double *)calloc(nl, sizeof(double));
+        W.fcount = (int *)calloc(nl, sizeof(int));
+        W.dirty_gen = (int64_t *)calloc((size_t)n, sizeof(int64_t));
+        path_ok = W.on && W.fmine && W.fgen_of && W.top_gen && W.least_gen && W.touch_gen && W.froom && W.fheld &&
+                  W.top_val && W.least_val && W.fcount && W.dirty_gen;
+    }
     W.eng = ac_engine_new(1);
     W.qhead = (int *)malloc((size_t)n * sizeof(int));
     W.qtail = (int *)malloc((size_t)n * sizeof(int));
@@ -1256,7 +1732,7 @@ int ac_sim_run(const int64_t *ip, const double *fp, const int32_t *links, const 
         W.net.horizon = fp[10];
         W.net.cur = (int64_t *)malloc((size_t)nodes * sizeof(int64_t));
     }
-    if ((W.lockstep && !W.ls) || !W.eng || !W.qhead || !W.qtail || !W.busy || !W.precv || !W.psend || !W.ops || !W.out || !W.inn || !W.lkey || !W.lkt || !W.out_free || !W.in_free || !W.lmsg || !W.lpos || !W.lheap || !W.last_start ||
+    if (!path_ok || (W.lockstep && !W.ls) || !W.eng || !W.qhead || !W.qtail || !W.busy || !W.precv || !W.psend || !W.ops || !W.out || !W.inn || !W.lkey || !W.lkt || !W.out_free || !W.in_free || !W.lmsg || !W.lpos || !W.lheap || !W.last_start ||
         !W.has_last || !W.copies || !W.ncopies || !W.capcopies || !W.buckets || (W.has_cpu && !W.cpu.cur) ||
         (W.has_net && !W.net.cur)) {
         cleanup();
@@ -1317,6 +1793,7 @@ int ac_sim_run(const int64_t *ip, const double *fp, const int32_t *links, const 
     counts[4] = W.left;
     counts[5] = sends;
     counts[6] = recvs;
+    counts[7] = W.miss;
     int rc = W.err ? W.err : W.overflow ? SIM_HORIZON : W.left ? SIM_DEADLOCK : SIM_OK;
     cleanup();
     return rc;
