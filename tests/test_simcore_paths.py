@@ -58,7 +58,10 @@ def _chain() -> Description:
 
 NETWORKS = {
     "fat tree 32, 2 spines": (lambda: _fat_tree(4, 8, 2, 4.0), DEFAULT_PARAMS),
-    "4 nodes x 8, 2 NICs": (lambda: shapes.nic_nodes(4, 8, nics=2), dataclasses.replace(DEFAULT_PARAMS, ranks_per_node=8)),
+    "4 nodes x 8, 2 NICs": (
+        lambda: shapes.nic_nodes(4, 8, nics=2),
+        dataclasses.replace(DEFAULT_PARAMS, ranks_per_node=8),
+    ),
     "8 nodes x 4, 1 NIC, 1 per node": (lambda: shapes.nic_nodes(8, 4), DEFAULT_PARAMS),
 }
 
