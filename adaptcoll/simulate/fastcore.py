@@ -1,13 +1,14 @@
 """The simulator's C core: the compiled engine's tree protocols on a C copy of the event world.
 
-`simcore.c` is world.py and network.py's fair links event for event (the same (time, sequence) keys
-in the same order) running the tree protocols of adaptcoll/runtime/progress.c, the code the compiled
-engine runs over MPI; tests/test_simcore.py checks that both cores give the same times, messages,
-events and callbacks. It serves the runs that take the Python core minutes: trees (every kind, several
-trees, forests) for Bcast / Reduce / Allreduce, and the lock-step baselines whose steps have no
-concurrent parts, on fair, 'pair' or FIFO links, quiet or with detour noise and start skew. Everything
-else (ompi_han, rings, the node level, described networks, fixed-fraction noise, data, records and
-traces) runs on the Python core.
+`simcore.c` is world.py and network.py's fair links (and pathlinks.py's described networks) event for
+event (the same (time, sequence) keys in the same order) running the tree protocols of
+adaptcoll/runtime/progress.c, the code the compiled engine runs over MPI; tests/test_simcore.py and
+tests/test_simcore_paths.py check that both cores give the same times, messages, events and callbacks.
+It serves the runs that take the Python core minutes: trees (every kind, several trees, forests) for
+Bcast / Reduce / Allreduce, and the lock-step baselines whose steps have no concurrent parts, on fair,
+'pair' or FIFO links or a described network (max-min or bottleneck sharing; its routes made here by
+routes.Routes and handed over), quiet or with detour noise and start skew. Everything else (ompi_han,
+rings, the node level, fixed-fraction noise, data, records and traces) runs on the Python core.
 
 `ADAPTCOLL_SIM_CORE=auto|python|c` chooses (auto: C where it applies and a C compiler is there; c: an
 error where it cannot run). Built at first use with the C compiler (`CC`, else cc / gcc / clang) into

@@ -2,9 +2,10 @@
  *
  * The same discrete-event world as adaptcoll/simulate/world.py (CPUs, message matching, eager and
  * rendezvous transfers, shared-memory copies between ranks of a node) with network.py's fair links
- * (and the 'pair' order) and FIFO links, event for event: every event takes its (time, sequence) key in the same
- * order as there, so a run gives the same times, messages, events and callbacks as the Python core
- * (tests/test_simcore.py compares them). The ranks run the tree protocols of
+ * (and the 'pair' order), FIFO links and pathlinks.py's described networks (max-min or bottleneck
+ * sharing over routes Python made), event for event: every event takes its (time, sequence) key in the
+ * same order as there, so a run gives the same times, messages, events and callbacks as the Python core
+ * (tests/test_simcore.py and tests/test_simcore_paths.py compare them). The ranks run the tree protocols of
  * adaptcoll/runtime/progress.c, included here with AC_SIM: what the compiled engine runs over MPI; or
  * the lock-step baselines' steps, as lockstep.py's schedules write them.
  *
