@@ -352,34 +352,44 @@ def run_lockstep(
     return _simulate(job, params, program, 0.0, params.native_o, cpu_noise, net_noise, starts, topology)
 
 
-def _tree_pairs(prepared: Any, size: int, collective: str) -> set[tuple[int, int]]:
+@functools.lru_cache(maxsize=4)
+def _tree_pairs(prepared: Any, size: int, collective: str) -> frozenset[tuple[int, int]]:
     """The (source, destination) of the tree protocols' messages: down the trees for Bcast, up for
-    Reduce, both ways for Allreduce."""
-    nseg = prepared.plan.nseg
+    Reduce, both ways for Allreduce (read off the packed links: per rank its links, each (parent or -1,
+    children, segments))."""
+    flat, offsets = _links_for(prepared, size)
+    values = flat.tolist()
     down, up = collective != "reduce", collective != "bcast"
     pairs: set[tuple[int, int]] = set()
     for r in range(size):
-        for link in tree_links(prepared.trees, r, nseg):
-            if up and link.parent is not None:
-                pairs.add((r, link.parent))
+        at = int(offsets[r])
+        nlinks = values[at]
+        at += 1
+        for _ in range(nlinks):
+            parent, nchildren = values[at], values[at + 1]
+            if up and parent >= 0:
+                pairs.add((r, parent))
             if down:
-                pairs.update((r, c) for c in link.children)
-    return pairs
+                pairs.update((r, c) for c in values[at + 2 : at + 2 + nchildren])
+            at += 2 + nchildren
+            at += 1 + values[at]  # the segments
+    return frozenset(pairs)
 
 
-def _lockstep_pairs(rank_off: np.ndarray, step_off: np.ndarray, ops: np.ndarray) -> set[tuple[int, int]]:
+def _lockstep_pairs(rank_off: np.ndarray, step_off: np.ndarray, ops: np.ndarray) -> frozenset[tuple[int, int]]:
     """The (source, destination) of a lock-step schedule's sends (lockstep_steps' arrays)."""
     nops = int(step_off[-1])
     if nops == 0:
-        return set()
+        return frozenset()
     per_rank = np.diff(step_off[rank_off])  # operations per rank
     src = np.repeat(np.arange(len(per_rank)), per_rank)
     table = ops[: 5 * nops].reshape(nops, 5)
     sends = table[:, 0] == 0  # LS_SEND
-    return set(zip(src[sends].tolist(), table[sends, 1].tolist()))
+    return frozenset(zip(src[sends].tolist(), table[sends, 1].tolist()))
 
 
-def _path_arrays(routes: Routes, pairs: set[tuple[int, int]], rpn: int) -> list[np.ndarray]:
+@functools.lru_cache(maxsize=4)
+def _path_arrays(routes: Routes, pairs: frozenset[tuple[int, int]], rpn: int) -> list[np.ndarray]:
     """What ac_sim_run takes of a described network (pip, pkeys, poff, plinks, pweights, proute, lcost):
     the routes of `pairs` (those within a node of `rpn` ranks go through shared memory: none needed)."""
     size = routes.ranks
@@ -423,10 +433,10 @@ def _simulate(
         raise CoreUnavailable(f"adaptcoll: the simulator's C core is not available: {status()}")
     size, itemsize, rpn = job.size, job.itemsize, params.ranks_per_node
     nodes = -(-size // rpn)
-    pairs: set[tuple[int, int]] = set()
+    pairs: frozenset[tuple[int, int]] = frozenset()
     if topology is not None:
         topology.check_size(size)
-        pairs = set(program.pairs or ())
+        pairs = frozenset(program.pairs or ())
         path = _path_arrays(topology, pairs, rpn)
         nodes = size  # PathLinks: a gap and a link-noise timeline per rank
     else:
@@ -510,7 +520,7 @@ def _simulate(
             missing = divmod(int(counts[7]), size)
             if missing in pairs:
                 raise RuntimeError(f"adaptcoll: the C core found no route {missing[0]} -> {missing[1]} it was given")
-            pairs.add(missing)
+            pairs = pairs | {missing}
             path = _path_arrays(topology, pairs, rpn)
             continue
         if rc != _HORIZON:
