@@ -4,8 +4,9 @@ Both sharing models (max-min's progressive filling, widened where held messages 
 by heap; the bottleneck model) on fat trees with one and two spines, nodes behind two NICs with several
 ranks per node (shared memory inside), and a chain of links of different bandwidth: adaptcoll's trees,
 a weighted forest and the lock-step baselines, quiet and with CPU and link detours and start skew, 'pair'
-order, gaps and the receiver's copies (transfer 'cpu'). Same per-rank finish times, RunStats (events
-included) and final time as tests/test_simcore.py asks of the default network.
+order, gaps, the receiver's copies (transfer 'cpu') and shared-memory copies under node_bw. Same per-rank
+finish times, RunStats (events included) and final time as tests/test_simcore.py asks of the default
+network.
 """
 
 from __future__ import annotations
@@ -97,6 +98,10 @@ VARIANTS = {
     "pair links, gap": ({"links": "pair", "g": 1e-6}, []),
     "transfer cpu, noise": ({"transfer": "cpu"}, list(NOISE)),
     "all eager": ({"eager": 4 * MB}, []),
+    "4 per node, node_bw, large copies": (
+        {"ranks_per_node": 4, "node_bw": 5e9, "large_from": 32768, "large_cost": 1.5},
+        [],
+    ),
 }
 
 
