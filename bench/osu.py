@@ -322,7 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="as-is",
         help="as-is (default): glibc as the environment left it (MPICH's Reduce and Allreduce then refault their "
         "message-sized temporaries at each call from 16-32 MiB); pinned: as `python -m adaptcoll.check` pins it "
-        "(trim threshold 1 GiB, mmap threshold 32 MiB). The JSON records which, and the MALLOC_* variables",
+        "(trim threshold 1 GiB, no mmapped blocks). The JSON records which, and the MALLOC_* variables",
     )
     p.add_argument("--no-check", action="store_true", help="skip the per-size result check against native")
     p.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
