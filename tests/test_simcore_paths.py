@@ -15,10 +15,12 @@ import dataclasses
 import random
 
 import pytest
+from test_simulate_topology import _both as _both_ways
+from test_simulate_topology import _fat_tree as _topology_fat_tree
 
 from adaptcoll.runtime import settings
 from adaptcoll.schedule import shapes
-from adaptcoll.schedule.describe import Description, Link
+from adaptcoll.schedule.describe import Description
 from adaptcoll.simulate import fastcore
 from adaptcoll.simulate.lockstep import BASELINES, NotModelled
 from adaptcoll.simulate.noise_setup import parse_noise
@@ -35,20 +37,9 @@ NOISE = ("20kHz x 5us, poisson", "net: 50kHz x 2us", "skew: uniform:10us")
 NO_CAP = settings.Settings(max_segments=0)
 
 
-def _both_ways(a, b, bw: float, lat: float) -> list[Link]:
-    return [Link(a, b, bw, lat), Link(b, a, bw, lat)]
-
-
-def _fat_tree(leaves: int, per_leaf: int, spines: int, over: float, bw: float = 10e9) -> Description:
-    """Ranks under leaves under spines; each leaf's uplinks carry 1/`over` of its ranks' bandwidth."""
-    links: list[Link] = []
-    names = [f"spine{s}" for s in range(spines)] + [f"leaf{k}" for k in range(leaves)]
-    for k in range(leaves):
-        for s in range(spines):
-            links += _both_ways(f"leaf{k}", f"spine{s}", per_leaf * bw / over / spines, 1e-6)
-        for r in range(k * per_leaf, (k + 1) * per_leaf):
-            links += _both_ways(r, f"leaf{k}", bw, 1e-6)
-    return Description(leaves * per_leaf, tuple(links), tuple(names), name=f"fat tree {over:g}:1")
+def _fat_tree(leaves: int, per_leaf: int, spines: int, over: float) -> Description:
+    """tests/test_simulate_topology.py's fat tree (ranks under leaves under spines, uplinks 1/`over`)."""
+    return _topology_fat_tree(leaves, per_leaf, spines, over=over)
 
 
 def _chain() -> Description:
