@@ -81,6 +81,13 @@ def _variants() -> list[tuple[str, dict[str, str], dict[str, object], list[str]]
         ("4 ranks per node", {}, {"ranks_per_node": 4}, []),
         ("4 per node, node_bw, large copies", {}, NODE_BW, []),
         ("transfer cpu", {}, {"transfer": "cpu"}, []),
+        ("transfer cpu, copies after completions", {}, {"transfer": "cpu", "copy_order": "poll"}, []),
+        (
+            "4 per node, node_bw, copies after completions, noise",
+            {},
+            {**NODE_BW, "copy_order": "poll"},
+            ["20kHz x 5us"],
+        ),
         ("gap", {}, {"g": 3e-6}, []),
         ("all eager", {}, {"eager": 1 << 20}, []),
         ("sync all", {"ADAPTCOLL_SYNC_SENDS": "all"}, {}, []),
@@ -176,6 +183,7 @@ def test_weighted_forests_run_alike(collective: str, tmp_path) -> None:
 LOCKSTEP_VARIANTS = {
     "default": ({}, []),
     "4 ranks per node, node_bw": ({"ranks_per_node": 4, "node_bw": 5e9}, []),
+    "transfer cpu, copies after completions": ({"transfer": "cpu", "copy_order": "poll", "node_bw": 5e9}, []),
     "pair links, faults": ({"links": "pair", "fault": 6e-10, "fault_from": 1 << 16}, []),
     "fifo links, noise": ({"links": "fifo"}, ["20kHz x 10us", "net: 50kHz x 2us"]),
     "noise and skew": ({}, ["20kHz x 10us", "net: 50kHz x 2us", "skew: uniform:20us"]),

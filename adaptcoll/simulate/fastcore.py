@@ -53,7 +53,7 @@ __all__ = [
 ]
 
 CORES = ("auto", "python", "c")
-SIM_ABI = 4
+SIM_ABI = 5
 FLAGS = ("-O2", "-ffp-contract=off", "-shared", "-fPIC", "-pthread")
 """(-ffp-contract=off: no fused multiply-adds, whose one rounding would part the floats from Python's)"""
 _KINDS = {"bcast": 0, "reduce": 1, "allreduce": 2}
@@ -469,6 +469,7 @@ def _simulate(
             program.copy,
             params.fault_from // itemsize,
             int(params.links == "fifo"),
+            int(params.copy_order == "poll"),
         ],
         np.int64,
     )

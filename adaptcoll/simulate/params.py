@@ -60,10 +60,13 @@ class CostParams:
     large_cost: float = 1.0
     fault: float = 0.0
     fault_from: int = 32 << 20
+    copy_order: str = "ready"
 
     def __post_init__(self) -> None:
         if self.transfer not in TRANSFERS:
             raise ValueError(f"transfer must be one of {', '.join(TRANSFERS)}, got {self.transfer!r}")
+        if self.copy_order not in COPY_ORDERS:
+            raise ValueError(f"copy_order must be one of {', '.join(COPY_ORDERS)}, got {self.copy_order!r}")
         if self.links not in LINK_POLICIES:
             raise ValueError(f"links must be one of {', '.join(LINK_POLICIES)}, got {self.links!r}")
         if self.ranks_per_node < 1:
@@ -84,6 +87,8 @@ class CostParams:
             del out["large_from"], out["large_cost"]
         if not self.fault:  # off, as before the fields existed
             del out["fault"], out["fault_from"]
+        if self.copy_order == "ready":  # as before the field existed
+            del out["copy_order"]
         return out
 
 
@@ -118,12 +123,18 @@ PARAM_DOCS: dict[str, str] = {
     "faults in and zeroes its pages on first touch (s/byte; 0: off)",
     "fault_from": "see fault: the smallest temporary that pays it (bytes; default 32 MiB, glibc's largest "
     "dynamic mmap threshold on 64-bit Linux: every larger malloc is a fresh mmap)",
+    "copy_order": "when a receiver's CPU makes a shared-memory copy (transfer 'cpu', ranks of one node): 'ready': "
+    "as soon as the message is ready, booked after whatever its CPU does, ahead of completions that come "
+    "meanwhile; 'poll': only once the CPU is free and no completion waits for it (its engine runs the callbacks "
+    "of finished receives, e.g. forwards a segment, before its next poll makes the next copy)",
 }
 
 NODE_LEVEL_FIELDS = ("shm_copy", "shm_flag")
 """Fields only the shared-memory node level uses (reports of other runs leave them out)."""
 
 TRANSFERS = ("nic", "cpu")
+
+COPY_ORDERS = ("ready", "poll")
 
 DEFAULT_PARAMS = CostParams()
 """Built-in defaults, a cluster node as seen by one rank: the CPU costs (o, engine, fold) of the 16-core
@@ -136,8 +147,8 @@ _META_KEYS = ("format", "source", "fit", "units", "comment")
 
 def _field_value(name: str, value: Any, where: str) -> Union[float, int, str]:
     """One field checked: a finite number >= 0 (eager, ranks_per_node: whole numbers; transfer, links: a name)."""
-    if name in ("transfer", "links"):
-        allowed = TRANSFERS if name == "transfer" else LINK_POLICIES
+    if name in ("transfer", "links", "copy_order"):
+        allowed = {"transfer": TRANSFERS, "links": LINK_POLICIES, "copy_order": COPY_ORDERS}[name]
         if value not in allowed:
             choices = " or ".join(map(repr, allowed))
             raise ValueError(f"{where}: field {name!r} must be {choices}, got {value!r}")

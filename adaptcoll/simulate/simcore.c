@@ -49,7 +49,7 @@ static inline int sim_no_mpi(void) { return 1; }
 
 #include "progress.c"
 
-#define SIM_ABI 4
+#define SIM_ABI 5
 enum { SIM_OK = 0, SIM_DEADLOCK = 1, SIM_NOMEM = 2, SIM_SIZE = 3, SIM_HORIZON = 4, SIM_FAILED = 5, SIM_ROUTE = 6,
        SIM_NORATE = 7 };
 enum { EV_START, EV_WAKE, EV_READY, EV_DEPART, EV_BEGIN, EV_ARRIVE, EV_EAGER_SENT, EV_LATE_RECV,
@@ -123,7 +123,7 @@ static struct {
     /* parameters */
     int size, rpn, nodes, kind, itemsize, tag_base, tag_space, send_window, recv_window, sync_mode, ordered, root;
     int64_t count, seg_count, eager_elems, large_elems;
-    int pair, cpu_copy;
+    int pair, cpu_copy, copy_poll;
     double event_cost, post_cost, L, g, bytecost, copycost, foldcost, large_cost, node_bw;
     const int32_t *links;
     const int64_t *loff;
@@ -1309,6 +1309,10 @@ static void ready(int m) {
         int dst = M->dst, rpn = W.rpn;
         double now = W.now, start = W.busy[dst] > now ? W.busy[dst] : now;
         if (W.cpu_copy || (rpn > 1 && M->src / rpn == dst / rpn)) {
+            if (W.copy_poll && (W.busy[dst] > now || W.qhead[dst] >= 0)) { /* completions first (World._ready) */
+                push(start, EV_READY, 0, m);
+                return;
+            }
             double dur = (double)M->n * W.copycost;
             if (M->n > W.large_elems) dur *= W.large_cost;
             if (W.node_bw > 0) dur = shared_copy(dst, start, M->n, dur);
@@ -1607,7 +1611,7 @@ int ac_sim_abi(void) { return SIM_ABI; }
  * seg_count, tag_base, tag_space, send_window, recv_window, sync_mode, ordered, root, eager elements,
  * large elements (-1: none), pair order, cpu copies (transfer 'cpu'), has cpu noise, has net noise,
  * lock-step (1: the ranks run ls_* steps instead of the tree protocols), elements each lock-step rank
- * copies first, fault_from in elements, FIFO links]; fp: [event_cost, post_cost, L, g, G per element, copy per
+ * copies first, fault_from in elements, FIFO links, copy order 'poll']; fp: [event_cost, post_cost, L, g, G per element, copy per
  * element, fold per element, large_cost, node_bw (0: none), cpu horizon, net horizon, fault per
  * element]. Lock-step: rank r's steps are ls_rank[r]..ls_rank[r+1]-1, step k's operations
  * ls_step[k]..ls_step[k+1]-1, each 5 values in ls_ops (kind, peer, lo, hi, tag). links + loff[rank]: each rank's packed links (as
@@ -1647,6 +1651,7 @@ int ac_sim_run(const int64_t *ip, const double *fp, const int32_t *links, const 
     W.has_net = (int)ip[18];
     W.lockstep = (int)ip[19];
     W.fifo = (int)ip[22];
+    W.copy_poll = (int)ip[23];
     W.ls_copy = ip[20];
     W.fault_elems = ip[21];
     W.fault_cost = fp[11];

@@ -226,6 +226,7 @@ class World:
         self._fault_elems = params.fault_from // itemsize
         self._eager_elems = params.eager // itemsize
         self._cpu_copy = params.transfer == "cpu"
+        self._copy_poll = params.copy_order == "poll"
         self._node_bw = params.node_bw
         self._node_copies: dict[int, list[float]] = {}  # node -> end times of its shared-memory copies
         self._rpn = params.ranks_per_node
@@ -509,6 +510,11 @@ class World:
             cpu = self._cpu
             rpn = self._rpn
             if self._cpu_copy or (rpn > 1 and msg.src // rpn == dst // rpn):  # the receiver copies (shared memory)
+                if self._copy_poll and (busy > now or dst in self._queued):
+                    # copy_order "poll": the receiver's CPU is taken, or completions wait for it; they run
+                    # first (its engine handles them before its next poll makes this copy)
+                    heapq.heappush(self._heap, (start, self._seq(), self._ready_h, msg))
+                    return
                 dur = msg.n * self._copycost
                 if msg.n > self._large_elems:
                     dur *= self._large_cost

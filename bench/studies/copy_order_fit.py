@@ -1,0 +1,80 @@
+"""When does a receiver copy, and what copy rate then fits the 16-core node? A grid over the simulator's
+`copy_order` ('ready': a shared-memory copy is booked as soon as its message is ready, ahead of completions
+that come meanwhile; 'poll': only once the receiver's CPU is free and no completion waits) and the copy
+fields `G`, `node_bw` and `large_cost`, on the 16-core node's rows (1-64 MiB, 4 / 8 / 16 ranks): median
+|error| of native MPICH's and of the shipped rule's rows, and in how many adaptcoll/native pairs the
+simulator says which is faster as measured (the wrong pairs, measured ties apart).
+
+    python bench/studies/copy_order_fit.py [--params bench/results/simulate/params_16core_fault.json]
+        [--orders ready,poll] [--G 1.8e-10,2.0e-10,2.1e-10,2.2e-10] [--node-bw 18e9,20e9,22e9]
+        [--large-cost 1.2,1.3] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import json
+import statistics
+from pathlib import Path
+
+from adaptcoll.simulate import measured
+from adaptcoll.simulate.calibrate import TIE, sign_agreement, validate
+from adaptcoll.simulate.params import load_params
+
+DATA = Path(__file__).resolve().parents[1] / "results" / "simulate" / "measured_16core"
+RULE = "adaptcoll:native_below=0"  # the shipped rule's rows (its configuration, everything served)
+
+
+def _floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",")]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--params", default="bench/results/simulate/params_16core_fault.json")
+    p.add_argument("--orders", default="ready,poll")
+    p.add_argument("--G", default="1.8e-10,2.0e-10,2.1e-10,2.2e-10", help="s per byte")
+    p.add_argument("--node-bw", default="18e9,20e9,22e9", help="bytes per s")
+    p.add_argument("--large-cost", default="1.2,1.3")
+    p.add_argument("--json", default="")
+    args = p.parse_args()
+    base = load_params(args.params)
+    data = {
+        n: [m for m in measured.read_measurements(DATA / f"osu_dataset_n{n}.json") if m.size >= 1 << 20]
+        for n in (4, 8, 16)
+    }
+    out = []
+    head = (
+        "| copy_order | G (s/B) | node_bw GB/s | large_cost | native 4 / 8 / 16 | rule 4 / 8 / 16 | signs 4 / 8 / 16 |"
+    )
+    print(head + " signs | wrong, not ties |")
+    print("|---|---:|---:|---:|---|---|---|---:|---:|")
+    grid = itertools.product(args.orders.split(","), _floats(args.G), _floats(args.node_bw), _floats(args.large_cost))
+    for order, g, bw, large in grid:
+        params = dataclasses.replace(base, copy_order=order, G=g, node_bw=bw, large_cost=large)
+        nat, rule, signs, wrong = [], [], [], []
+        for n in (4, 8, 16):
+            res = validate(data[n], params)
+            nat.append(statistics.median(abs(r["error_pct"]) for r in res if r["model"] != "adaptcoll"))
+            rule.append(statistics.median(abs(r["error_pct"]) for r in res if r["impl"] == RULE))
+            s = sign_agreement(res)
+            signs.append(s["right"])
+            wrong += s["wrong"]
+        clear = sum(abs(w[4] - 1) > TIE for w in wrong)
+        print(
+            f"| {order} | {g:.3g} | {bw / 1e9:g} | {large:g} | {' / '.join(f'{x:.1f}' for x in nat)} | "
+            f"{' / '.join(f'{x:.1f}' for x in rule)} | {' / '.join(map(str, signs))} | {sum(signs)} | {clear} |",
+            flush=True,
+        )
+        out.append(
+            {"copy_order": order, "G": g, "node_bw": bw, "large_cost": large, "native": nat, "rule": rule}
+            | {"signs": signs, "wrong": wrong}
+        )
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
