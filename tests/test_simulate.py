@@ -358,7 +358,7 @@ def test_link_model_from_pair_order_measurements(tmp_path):
         assert str(bad) in str(err.value)
 
 
-def test_calibrate_takes_the_link_model_from_pair_order(tmp_path):
+def test_calibrate_takes_the_link_model_from_pair_order(tmp_path, capsys):
     """`calibrate --pair-order FILE` writes the measured link model into the parameters file (and names the
     file among its sources), whatever --params started from."""
     truth = CostParams(links="fifo")
@@ -379,6 +379,10 @@ def test_calibrate_takes_the_link_model_from_pair_order(tmp_path):
         pair_order=read_pair_order(order.with_name("openmpi_1.json")),
     )
     assert fitted.links == "fair"
+    capsys.readouterr()
+    for name in ("links", "copy_order", "eager", "latency"):  # choices and thresholds are not fitted
+        assert cli.main(["calibrate", "--osu", str(osu), "--fit", name, "--out", str(out)]) == 2
+        assert f"--fit: cannot fit '{name}'; choose from L, o, g, G, fold," in capsys.readouterr().err
 
 
 def test_bad_parameter_files_name_the_field(tmp_path, capsys):

@@ -43,6 +43,10 @@ __all__ = ["main"]
 SUBCOMMANDS = ("calibrate", "validate", "sweep")
 
 
+_FITTABLE = tuple(k for k in PARAM_DOCS if k not in ("eager", "transfer", "links", "copy_order"))
+"""Fields calibrate can fit: the numbers (eager is a threshold, and the names are choices, not fits)."""
+
+
 def _size(name: str) -> Any:
     return lambda text: parse_size(text, name)
 
@@ -306,7 +310,7 @@ def calibrate_main(argv: Sequence[str]) -> int:
         "--fit",
         default="",
         help="fields to fit (default L,G,fold; none: keep --params with --engine-cost's o and engine; from: "
-        f"{', '.join(PARAM_DOCS)})",
+        f"{', '.join(_FITTABLE)})",
     )
     p.add_argument("--params", metavar="FILE", help='starting values (e.g. {"transfer": "cpu"}); default built-in')
     p.add_argument("--out", required=True, metavar="FILE", help="parameters file to write")
@@ -319,8 +323,8 @@ def calibrate_main(argv: Sequence[str]) -> int:
     if fields == ["none"]:  # keep the starting values (and --engine-cost's o and engine): errors only
         fields = []
     for f in fields or ():
-        if f not in PARAM_DOCS or f == "eager":
-            raise ValueError(f"--fit: cannot fit {f!r}; choose from {', '.join(k for k in PARAM_DOCS if k != 'eager')}")
+        if f not in _FITTABLE:
+            raise ValueError(f"--fit: cannot fit {f!r}; choose from {', '.join(_FITTABLE)}")
     params, info = calibrate(rows, engine, pingpong, _args_params(args), fields, pair_order)
     source = {
         "osu": list(args.osu),
