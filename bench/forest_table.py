@@ -18,6 +18,7 @@ the tool prints): a floor no schedule reaches, pipeline fill, per-message CPU an
     python bench/forest_table.py --topology nic2-32 --tool --links pair   # one pair's messages in order
     python bench/forest_table.py --topology dgx1 --tool --params bench/results/simulate/params_scale_compiled.json
                                                            # the compiled engine's CPU costs, in both
+    python bench/forest_table.py --topology nic2 --tool --fixed two_tree,binomial,topo ...  # without the rule's
 
 With --tool the "forest" is whatever `adaptcoll.schedule.choose` picks from the same trees and segment
 sizes (a synthesized forest, or a fixed shape written as a forest file when no forest beats it by 3 %),
@@ -135,7 +136,7 @@ def row(key: str, point: str, args: argparse.Namespace, workdir: Path) -> dict[s
             job = Job(collective, d.ranks, nbytes, seg, f"forest:{path}", cfg)
             jobs.setdefault("forest", []).append((f"K={k} seg={seg >> 10}K", job))
     rule_note = ""
-    for name in FIXED:
+    for name in getattr(args, "fixed", ",".join(FIXED)).split(","):
         if name == "topo" and not node_spec:
             continue
         if name == "rule":
@@ -263,6 +264,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--no-lockstep", dest="lockstep", action="store_false", help="leave out the lock-step baselines")
     p.add_argument(
+        "--fixed",
+        default=",".join(FIXED),
+        help="the fixed shapes to run (default all: two_tree,binomial,topo,rule; the rule's own configuration can "
+        "take hours on the largest networks under max-min sharing: 512 x 8 behind 2 NICs, Bcast 16M, the rule's "
+        "six trees of 32 KiB segments)",
+    )
+    p.add_argument(
         "--max-messages",
         type=int,
         default=BEST_MAX_MESSAGES,
@@ -277,6 +285,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--json", help="write the rows")
     args = p.parse_args(argv)
+    unknown = sorted(set(args.fixed.split(",")) - set(FIXED))
+    if unknown:
+        p.error(f"--fixed: unknown shape(s) {', '.join(unknown)}; choose from {', '.join(FIXED)}")
     args.noise = args.noise or ["100Hz x 250us"]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
