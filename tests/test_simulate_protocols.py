@@ -94,6 +94,23 @@ def test_without_a_segment_the_shipped_rule_chooses(collective, ranks, nbytes):
         assert prep.plan.seg_count == seg_count
 
 
+def test_the_rule_counts_the_nodes_of_a_declared_topology():
+    """With one rank per node in the parameters, a declared topology (a described network's node spec) says
+    how the ranks sit on nodes, as the hosts would tell the library: 4 nodes of 8 are the case of several
+    ranks per node, not 32 nodes of one; ranks not placed in order are told apart; parameters with several
+    ranks per node keep theirs."""
+    spec = "node=" + ",".join(str(r // 8) for r in range(32))
+    assert rule_facts(32, 1, topology=spec) == rule_facts(32, 8)
+    assert rule_facts(32, 1, topology="nodes=4") == rule_facts(32, 8)
+    assert (rule_facts(32, 1).nodes, rule_facts(32, 1).ranks_per_node) == (32, 1)
+    shuffled = rule_facts(4, 1, topology="node=0,1,0,1")
+    assert (shuffled.nodes, shuffled.ranks_per_node, shuffled.in_rank_order) == (2, 2, False)
+    assert rule_facts(32, 4, topology=spec).ranks_per_node == 4  # the parameters' placement wins
+    assert rule_facts(8, 1, topology="flat") == rule_facts(8, 1)
+    for cfg, case in ((settings.Settings(topology=spec), "several nodes"), (settings.Settings(), "one per node")):
+        assert case in choose("bcast", 32, 16 * M, 0, cfg).source
+
+
 def test_engine_compiled_simulates_the_compiled_engines_rule():
     """ADAPTCOLL_ENGINE=compiled: the rule's compiled bands (2 ranks: Reduce served from 64K, native
     below 4M on the Python engine), and the choice says so."""

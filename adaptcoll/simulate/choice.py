@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..plans import topology as topology_mod
 from ..runtime import settings as settings_mod
 from ..tune.blocks import choose_block
 from ..tune.defaults import case_of
@@ -43,10 +44,19 @@ class Choice:
         return f"{text} ({self.source})"
 
 
-def rule_facts(size: int, ranks_per_node: int, compiled: bool = False) -> CommFacts:
+def rule_facts(size: int, ranks_per_node: int, compiled: bool = False, topology: str = "") -> CommFacts:
     """The facts of a simulated communicator: `size` ranks, `ranks_per_node` per node, a core each;
-    `compiled`: every rank runs the compiled progress path (the rule's compiled bands)."""
+    `compiled`: every rank runs the compiled progress path (the rule's compiled bands). With one rank per
+    node in the parameters, a declared `topology` (settings.topology: a described network's node spec, or
+    `nodes=...`) says how the ranks sit on nodes instead (its first level), as the hosts would tell the
+    library's tuning exchange: 512 nodes of 8 behind two NICs are 8 ranks per node, not 4096 nodes."""
     rpn = max(1, min(ranks_per_node, size))
+    if rpn == 1 and topology:
+        placed = topology_mod.parse(topology, size)
+        if placed.names:
+            nodes = placed.groups(0)
+            in_order = all(list(g) == list(range(g[0], g[0] + len(g))) for g in nodes)
+            return CommFacts(size, len(nodes), max(map(len, nodes)), 1.0, "MPICH", compiled, in_order)
     return CommFacts(size, -(-size // rpn), rpn, 1.0, "MPICH", compiled)
 
 
@@ -73,7 +83,7 @@ def choose(
             nbytes >= cfg.threshold(collective),
             "segment",
         )
-    facts = rule_facts(size, ranks_per_node, simulates_compiled(cfg))
+    facts = rule_facts(size, ranks_per_node, simulates_compiled(cfg), cfg.topology)
     previous = settings_mod.use(cfg)
     try:
         call = resolve(b"", "", facts, warn=False).choose(collective, nbytes)
@@ -87,7 +97,7 @@ def _choose_block(
     collective: str, size: int, nbytes: int, segment: int, cfg: settings_mod.Settings, ranks_per_node: int
 ) -> Choice:
     name = "allgather" if collective == "allgather" else "reduce_scatter"
-    facts = rule_facts(size, ranks_per_node, simulates_compiled(cfg))
+    facts = rule_facts(size, ranks_per_node, simulates_compiled(cfg), cfg.topology)
     previous = settings_mod.use(cfg)
     try:
         call = choose_block(resolve(b"", "", facts, warn=False), name, nbytes)
