@@ -444,3 +444,26 @@ def test_cli_topology(tmp_path):
     for row, impl in zip(report["results"], ("adaptcoll", "binomial")):
         expect = run_once(job, DEFAULT_PARAMS, impl, topology=Routes(desc))[0].time_s * 1e6
         assert row["quiet_us"] == pytest.approx(expect, rel=REL)
+
+
+def test_cli_topology_gives_the_rule_its_nodes(tmp_path):
+    """Without --segment the rule chooses, and on a described network it counts the network's nodes as the
+    hosts would tell the library (2 nodes of 4 ranks: the case of several ranks per node); a declared
+    ADAPTCOLL_TOPOLOGY still wins."""
+    from adaptcoll.schedule import shapes
+
+    path = tmp_path / "nodes.json"
+    desc = shapes.fat_tree(2, 4, 4.0)
+    save(path, desc)
+    out = tmp_path / "out.json"
+    argv = ["--collective", "reduce", "--ranks", "8", "--size", "16M", "--topology", str(path), "--json", str(out)]
+    assert cli.main(argv) == 0
+    choice = json.loads(out.read_text())["results"][0]["choice"]
+    assert "case '3-63 ranks, several nodes'" in choice, choice
+    assert "node=" + ",".join(str(r // 4) for r in range(8)) == desc.node_spec()
+    previous = settings.use(settings.Settings(topology="nodes=8"))
+    try:
+        assert cli.main(argv) == 0
+    finally:
+        settings.use(previous)
+    assert "case '3-63 ranks, one per node'" in json.loads(out.read_text())["results"][0]["choice"]

@@ -203,8 +203,11 @@ def run_main(argv: Sequence[str]) -> int:
     job = Job(args.collective, args.ranks, args.size, args.segment, args.algorithm)
     routes = None
     if args.topology:
-        routes = Routes(describe.load(args.topology), args.sharing)
+        described = describe.load(args.topology)
+        routes = Routes(described, args.sharing)
         routes.check_size(job.size)
+        if not job.settings.topology:  # its nodes, as discovery would find them: `topo` trees and the rule
+            job = dataclasses.replace(job, settings=dataclasses.replace(job.settings, topology=described.node_spec()))
     wall0 = time.perf_counter()
     cache: dict[Any, Any] = {}
     best = None
