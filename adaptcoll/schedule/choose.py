@@ -29,9 +29,23 @@ __all__ = ["FIXED", "SEGMENTS", "Candidate", "Choice", "fixed_trees", "cpu_floor
 
 FIXED = ("two_tree", "binomial", "topo", "pipeline")
 """adaptcoll's fixed shapes the choice compares against (topo only where the description has nodes)."""
-SEGMENTS = (64 << 10, 128 << 10, 256 << 10, 384 << 10, 512 << 10, 768 << 10, 1 << 20, 3 << 19, 2 << 20)
+SEGMENTS = (
+    16 << 10,
+    32 << 10,
+    64 << 10,
+    128 << 10,
+    256 << 10,
+    384 << 10,
+    512 << 10,
+    768 << 10,
+    1 << 20,
+    3 << 19,
+    2 << 20,
+)
 """Segment sizes tried by default (bytes): powers of two and the halves between from 256 KiB on, where
-the CPU per message and the pipeline fill trade closely (at 4096 ranks two_tree's best is 384 KiB)."""
+the CPU per message and the pipeline fill trade closely (at 4096 ranks two_tree's best is 384 KiB with
+the Python engine's CPU costs); from 16 KiB, where the compiled engine's costs put the best Reduce and
+Allreduce of 4 MiB on nodes of 8 (two_tree 32 KiB, the compiled rule's own band)."""
 
 Children = tuple[tuple[int, ...], ...]
 Weighted = list[tuple[float, Children]]

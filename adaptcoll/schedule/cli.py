@@ -80,7 +80,7 @@ def _synth_parser(p: argparse.ArgumentParser) -> None:
         metavar="B,..",
         help="--cpu: fanouts inside a node to try, 0: the fanout (0,2,3)",
     )
-    p.add_argument("--segments", metavar="S,..", help="--cpu: segment sizes to try (64K..2M)")
+    p.add_argument("--segments", metavar="S,..", help="--cpu: segment sizes to try (16K..2M)")
     p.add_argument(
         "--fixed", default=",".join(FIXED), metavar="SHAPE,..", help=f"--cpu: fixed shapes ({','.join(FIXED)})"
     )
