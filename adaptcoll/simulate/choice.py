@@ -9,13 +9,14 @@ MPI library MPICH), so `--segment` can be left out and the simulation runs what 
 
 from __future__ import annotations
 
+import collections
 from dataclasses import dataclass
 
 from ..plans import topology as topology_mod
 from ..runtime import settings as settings_mod
 from ..tune.blocks import choose_block
 from ..tune.defaults import case_of
-from ..tune.policy import CommFacts, resolve
+from ..tune.policy import CommFacts, placed_facts, resolve
 
 __all__ = ["Choice", "choose", "rule_facts", "simulates_compiled"]
 
@@ -54,9 +55,9 @@ def rule_facts(size: int, ranks_per_node: int, compiled: bool = False, topology:
     if rpn == 1 and topology:
         placed = topology_mod.parse(topology, size)
         if placed.names:
-            nodes = placed.groups(0)
-            in_order = all(list(g) == list(range(g[0], g[0] + len(g))) for g in nodes)
-            return CommFacts(size, len(nodes), max(map(len, nodes)), 1.0, "MPICH", compiled, in_order)
+            node = placed.levels[0]  # each rank's node
+            cores = collections.Counter(node)  # a core per rank
+            return placed_facts(node, [cores[k] for k in node], "MPICH", compiled)
     return CommFacts(size, -(-size // rpn), rpn, 1.0, "MPICH", compiled)
 
 

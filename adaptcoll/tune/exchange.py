@@ -24,7 +24,7 @@ from mpi4py import MPI
 
 from ..runtime import compiled, settings
 from .files import library_name, locate, read_bytes
-from .policy import CommFacts, CommTuning, resolve
+from .policy import CommFacts, CommTuning, placed_facts, resolve
 
 __all__ = ["Loaded", "load", "local_record", "share", "facts_from", "finish", "exchange", "mpi_library"]
 
@@ -80,18 +80,8 @@ def share(comm: MPI.Intracomm, loaded: Loaded) -> tuple[np.ndarray, bytes, str]:
 
 def facts_from(records: np.ndarray, library: str) -> CommFacts:
     """The communicator's facts from the gathered records (identical on every rank)."""
-    hosts: dict[int, list[int]] = {}
-    runs = 0  # runs of consecutive ranks on one host: one per host when each host's ranks are consecutive
-    previous = None
-    for host, cpus, *_ in records.tolist():
-        hosts.setdefault(host, []).append(cpus)
-        runs += host != previous
-        previous = host
-    per_node = max(len(c) for c in hosts.values())
-    per_core = max(len(c) / max(1, min(c)) for c in hosts.values())
     everywhere = records.shape[1] > 3 and bool(records[:, 3].all())  # the rule must be the same on every rank
-    in_order = runs == len(hosts)
-    return CommFacts(len(records), len(hosts), per_node, round(per_core, 3), library, everywhere, in_order)
+    return placed_facts(records[:, 0].tolist(), records[:, 1].tolist(), library, everywhere)
 
 
 def finish(records: np.ndarray, data: bytes, origin: str, rank: int, problem: Optional[str] = None) -> CommTuning:

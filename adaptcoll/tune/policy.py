@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import warnings
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Optional, Union
 
@@ -24,6 +25,7 @@ from .table import COLLECTIVES, Band, Table, TableError, band_index, bands, memo
 
 __all__ = [
     "CommFacts",
+    "placed_facts",
     "CommTuning",
     "TuningWarning",
     "TUNED_NATIVE",
@@ -56,6 +58,21 @@ class CommFacts:
     in_rank_order: bool = True
     """Each node's ranks are consecutive (mpirun's default block placement), as the rule's cases for nodes
     of several ranks were simulated; otherwise those cases serve only what follows the nodes themselves."""
+
+
+def placed_facts(hosts: Sequence[int], cpus: Sequence[int], library: str, compiled: bool = False) -> CommFacts:
+    """The facts of ranks placed on hosts: rank r on host `hosts[r]` (any ids) with `cpus[r]` CPUs. The
+    tuning exchange gives it every rank's record, the simulator the nodes of a simulated cluster."""
+    per_host: dict[int, list[int]] = {}
+    runs = 0  # runs of consecutive ranks on one host: one per host when each host's ranks are consecutive
+    previous = None
+    for host, n in zip(hosts, cpus):
+        per_host.setdefault(host, []).append(n)
+        runs += host != previous
+        previous = host
+    per_node = max(len(c) for c in per_host.values())
+    per_core = max(len(c) / max(1, min(c)) for c in per_host.values())
+    return CommFacts(len(hosts), len(per_host), per_node, round(per_core, 3), library, compiled, runs == len(per_host))
 
 
 _parsed: dict[tuple[str, bytes], Union[Table, TableError]] = {}
