@@ -16,15 +16,12 @@ import argparse
 import dataclasses
 import itertools
 import json
-import statistics
 from pathlib import Path
 
-from adaptcoll.simulate import measured
-from adaptcoll.simulate.calibrate import TIE, sign_agreement, validate
-from adaptcoll.simulate.params import load_params
+from fault_fit import rows_16core, score  # the same data and scores (bench/studies is this script's path)
 
-DATA = Path(__file__).resolve().parents[1] / "results" / "simulate" / "measured_16core"
-RULE = "adaptcoll:native_below=0"  # the shipped rule's rows (its configuration, everything served)
+from adaptcoll.simulate.calibrate import TIE
+from adaptcoll.simulate.params import load_params
 
 
 def _floats(text: str) -> list[float]:
@@ -41,10 +38,7 @@ def main() -> None:
     p.add_argument("--json", default="")
     args = p.parse_args()
     base = load_params(args.params)
-    data = {
-        n: [m for m in measured.read_measurements(DATA / f"osu_dataset_n{n}.json") if m.size >= 1 << 20]
-        for n in (4, 8, 16)
-    }
+    data = rows_16core()
     out = []
     head = (
         "| copy_order | G (s/B) | node_bw GB/s | large_cost | native 4 / 8 / 16 | rule 4 / 8 / 16 | signs 4 / 8 / 16 |"
@@ -53,25 +47,15 @@ def main() -> None:
     print("|---|---:|---:|---:|---|---|---|---:|---:|")
     grid = itertools.product(args.orders.split(","), _floats(args.G), _floats(args.node_bw), _floats(args.large_cost))
     for order, g, bw, large in grid:
-        params = dataclasses.replace(base, copy_order=order, G=g, node_bw=bw, large_cost=large)
-        nat, rule, signs, wrong = [], [], [], []
-        for n in (4, 8, 16):
-            res = validate(data[n], params)
-            nat.append(statistics.median(abs(r["error_pct"]) for r in res if r["model"] != "adaptcoll"))
-            rule.append(statistics.median(abs(r["error_pct"]) for r in res if r["impl"] == RULE))
-            s = sign_agreement(res)
-            signs.append(s["right"])
-            wrong += s["wrong"]
-        clear = sum(abs(w[4] - 1) > TIE for w in wrong)
+        fit = score(dataclasses.replace(base, copy_order=order, G=g, node_bw=bw, large_cost=large), data)
+        clear = sum(abs(w[4] - 1) > TIE for w in fit["wrong"])
         print(
-            f"| {order} | {g:.3g} | {bw / 1e9:g} | {large:g} | {' / '.join(f'{x:.1f}' for x in nat)} | "
-            f"{' / '.join(f'{x:.1f}' for x in rule)} | {' / '.join(map(str, signs))} | {sum(signs)} | {clear} |",
+            f"| {order} | {g:.3g} | {bw / 1e9:g} | {large:g} | {' / '.join(f'{x:.1f}' for x in fit['native'])} | "
+            f"{' / '.join(f'{x:.1f}' for x in fit['rule'])} | {' / '.join(map(str, fit['signs']))} | "
+            f"{sum(fit['signs'])} | {clear} |",
             flush=True,
         )
-        out.append(
-            {"copy_order": order, "G": g, "node_bw": bw, "large_cost": large, "native": nat, "rule": rule}
-            | {"signs": signs, "wrong": wrong}
-        )
+        out.append({"copy_order": order, "G": g, "node_bw": bw, "large_cost": large, **fit})
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
 
