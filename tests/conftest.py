@@ -31,11 +31,11 @@ FORKED = bool(os.environ.get("PYTEST_ISOLATE_MPI_IS_FORKED"))
 # Tests see the shipped rule, not a tuning table a developer's tuner run left in ~/.cache/adaptcoll
 # (set ADAPTCOLL_TUNING to run them with a table); the tuning tests set their own tables.
 os.environ.setdefault("ADAPTCOLL_TUNING", "off")
-if not FORKED:
-    # The ranks of each launch start pytest anew; Hypothesis's pytest plugin took about 1 s of every
-    # rank's start-up (tests/test_shm_mpi.py: 55 s -> 35 s without it), and no MPI test uses Hypothesis
-    # (tests/test_trees.py, the one that does, runs in this process, with the plugin).
-    os.environ["PYTEST_ADDOPTS"] = (os.environ.get("PYTEST_ADDOPTS", "") + " -p no:hypothesispytest").strip()
+# What the ranks of each launch add to pytest's options. They start pytest anew: Hypothesis's pytest plugin
+# took about 1 s of every rank's start-up (tests/test_shm_mpi.py: 55 s -> 35 s without it), and no MPI test
+# uses Hypothesis (tests/test_trees.py, the one that does, runs in a worker, with the plugin); "-n 0": a
+# rank runs its one test itself (pyproject's addopts ask for two pytest-xdist workers).
+RANK_ADDOPTS = "-p no:hypothesispytest -n 0"
 DEFAULT_TIMEOUT = 120
 HANG_MARKERS = ("At least one MPI process has exited prematurely", "Timeout occurred")
 
@@ -58,6 +58,17 @@ def _retry_hung_launches() -> None:
     launch = MPIPlugin._mpi_runtestprotocol
 
     def launch_with_retry(self, item):
+        previous = os.environ.get("PYTEST_ADDOPTS")
+        os.environ["PYTEST_ADDOPTS"] = f"{previous or ''} {RANK_ADDOPTS}".strip()
+        try:
+            return _launch(self, item)
+        finally:
+            if previous is None:
+                os.environ.pop("PYTEST_ADDOPTS", None)
+            else:
+                os.environ["PYTEST_ADDOPTS"] = previous
+
+    def _launch(self, item):
         reports = launch(self, item)
         stacks = os.environ.get("ADAPTCOLL_TEST_STACKS")
         if _hung(reports, stacks):
@@ -68,9 +79,29 @@ def _retry_hung_launches() -> None:
             for path in glob.glob(os.path.join(stacks or "", "rank*.txt")):
                 os.remove(path)
             reports = launch(self, item)
+        if os.environ.get("PYTEST_XDIST_WORKER"):
+            reports = _one_report_per_phase(item, reports)
         return reports
 
     MPIPlugin._mpi_runtestprotocol = launch_with_retry
+
+
+def _one_report_per_phase(item: pytest.Item, reports: list) -> list:
+    """The ranks' reports folded into one per phase under the item's own id (pytest-xdist accepts no
+    other id); a failing rank's report keeps its rank in the section title."""
+    merged = []
+    for when in ("setup", "call"):
+        mine = [r for r in reports if r.when == when]
+        if not mine:
+            continue
+        failed = [r for r in mine if r.failed]
+        skipped = [r for r in mine if r.skipped]
+        first = failed[0] if failed else (skipped[0] if skipped else mine[0])
+        first.nodeid = item.nodeid
+        for other in failed[1:]:
+            first.sections.append((f"another failing rank: {other.nodeid}", other.longreprtext))
+        merged.append(first)
+    return merged
 
 
 if not FORKED:
@@ -160,3 +191,57 @@ if FORKED:
             os.replace(final + ".tmp", final)
         time.sleep(1.0)  # let other ranks that fail at the same point write their reports too
         comm.Abort(1)
+
+
+# Two lanes under pytest-xdist (pyproject's addopts: `-n 2`). Every test file with MPI-marked tests runs
+# on one worker, one launch at a time, in file order (two launches at once on two cores would
+# oversubscribe them and swing every timing); the in-process tests (the simulator's, mostly on one core)
+# and the files that start MPI jobs themselves (mpiexec in a subprocess) share out among both workers.
+# One plain `python -m pytest` took 14:45 here in one process, 11:35 with every file that starts MPI jobs
+# in the one lane, 10:14-10:33 as here (both cores then busy: about 20 CPU minutes of work).
+MPI_LANE = "MPI launches"
+_KINDS: dict[str, int] = {}
+
+
+def _file_kind(path: str) -> int:
+    """0: a file with MPI-marked tests; 1: in-process tests only; 2: tests that start MPI jobs themselves."""
+    kind = _KINDS.get(path)
+    if kind is None:
+        try:
+            with open(path) as f:
+                text = f.read()
+        except OSError:
+            text = ""
+        if "pytest.mark.mpi(" in text:
+            kind = 0
+        elif any(word in text for word in ("mpiexec", "run_again(", "mpi4py_suite.run_suite")):
+            kind = 2
+        else:
+            kind = 1
+        _KINDS[path] = kind
+    return kind
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    """On an xdist worker: the MPI files first, the in-process tests next, the launching files last
+    (every worker collects the same order; the scheduler hands out the files in it)."""
+    if hasattr(config, "workerinput"):
+        items.sort(key=lambda item: _file_kind(str(item.path)))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """The MPI files are one unit of work (one worker, in order); every other file a unit of its own."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    root = str(config.rootpath)
+    config.option.loadscopereorder = False  # keep the collection's order: the MPI lane first
+
+    class MPILane(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            if _file_kind(os.path.join(root, path)) == 0:
+                return MPI_LANE
+            return path
+
+    return MPILane(config, log)

@@ -14,9 +14,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def run_again(files: Sequence[str], env: Mapping[str, str], timeout: float = 570) -> None:
     """pytest `files` (paths from the repository root) with `env` added to the environment; asserts that
-    the child passed and ran tests (its output's tail is the assertion's message)."""
+    the child passed and ran tests (its output's tail is the assertion's message). The child runs its
+    tests one after another ("-n 0"): it already runs beside the parent's other pytest-xdist worker."""
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *files],
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "0", *files],
         cwd=ROOT,
         env={**os.environ, **env},
         capture_output=True,

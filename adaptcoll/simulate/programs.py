@@ -270,8 +270,8 @@ def make_buffers(collective: str, size: int, count: int, root: int = 0, data: bo
         message = rng.integers(0, 256, count, dtype=np.uint8)
         bufs: list[Any] = [message.copy() if r == root else np.zeros(count, np.uint8) for r in range(size)]
         return Buffers(collective, bufs, bufs, message)
-    # small integers in float32: every fold order gives the exact same sum
-    local: list[Any] = [rng.integers(0, 8, count).astype(np.float32) for _ in range(size)]
+    # small integers in float32: every fold order gives the exact same sum (drawn as int8: half the time)
+    local: list[Any] = [rng.integers(0, 8, count, dtype=np.int8).astype(np.float32) for _ in range(size)]
     expected = np.asarray(np.sum(np.stack(local), axis=0, dtype=np.float64), dtype=np.float32)
     result: list[Any]
     if collective == "reduce":
@@ -290,11 +290,11 @@ def _block_buffers(collective: str, size: int, n: int, data: bool, seed: int) ->
         return Buffers(collective, [mine if gather else whole] * size, [whole if gather else mine] * size)
     rng = np.random.default_rng(seed)
     if gather:
-        expected = rng.integers(0, 8, n * size).astype(np.float32)
+        expected = rng.integers(0, 8, n * size, dtype=np.int8).astype(np.float32)
         local: list[Any] = [expected[r * n : (r + 1) * n].copy() for r in range(size)]
         result: list[Any] = [np.full(n * size, -1.0, np.float32) for _ in range(size)]
         return Buffers(collective, local, result, expected)
-    local = [rng.integers(0, 8, n * size).astype(np.float32) for _ in range(size)]
+    local = [rng.integers(0, 8, n * size, dtype=np.int8).astype(np.float32) for _ in range(size)]
     expected = np.asarray(np.sum(np.stack(local), axis=0, dtype=np.float64), dtype=np.float32)
     return Buffers(collective, local, [np.full(n, -1.0, np.float32) for _ in range(size)], expected)
 

@@ -138,9 +138,12 @@ class Periodic(Timeline):
         self.duration = duration_s
         self.noise_fraction = frequency_hz * duration_s
         self.label = f"periodic {frequency_hz:g} Hz x {duration_s * 1e6:g} us"
+        self._phases: dict[int, float] = {}
 
     def _detour(self, rank: int, k: int) -> tuple[float, float]:
-        phase = unit_random(self.seed, rank, 0x5045) * self.period
+        phase = self._phases.get(rank)
+        if phase is None:  # one hash per rank, not per detour (a 1K-rank run draws millions of detours)
+            phase = self._phases[rank] = unit_random(self.seed, rank, 0x5045) * self.period
         s = phase + (k - 1) * self.period
         return s, s + self.duration
 
@@ -189,10 +192,13 @@ class Replay(Timeline):
         self.span = span
         self.noise_fraction = sum(durations) / span
         self.label = f"trace of {len(starts)} detours over {span * 1e3:g} ms"
+        self._offsets: dict[int, float] = {}
 
     def _detour(self, rank: int, k: int) -> tuple[float, float]:
         n = len(self.starts)
-        offset = unit_random(self.seed, rank, 0x5452) * self.span
+        offset = self._offsets.get(rank)
+        if offset is None:
+            offset = self._offsets[rank] = unit_random(self.seed, rank, 0x5452) * self.span
         cycle, i = divmod(k, n)
         s = self.starts[i] + (cycle - 1) * self.span - offset
         return s, s + self.durations[i]
