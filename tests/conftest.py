@@ -97,9 +97,12 @@ def _one_report_per_phase(item: pytest.Item, reports: list) -> list:
         failed = [r for r in mine if r.failed]
         skipped = [r for r in mine if r.skipped]
         first = failed[0] if failed else (skipped[0] if skipped else mine[0])
-        first.nodeid = item.nodeid
+        ranks = [str(r.adaptcoll_rank) for r in failed if hasattr(r, "adaptcoll_rank")]
+        if ranks:
+            first.sections.insert(0, ("failing ranks", ", ".join(ranks)))
         for other in failed[1:]:
             first.sections.append((f"another failing rank: {other.nodeid}", other.longreprtext))
+        first.nodeid = item.nodeid
         merged.append(first)
     return merged
 
@@ -181,6 +184,7 @@ if FORKED:
             return
         rank = comm.Get_rank()
         report.adaptcoll_rank_failed = True
+        report.adaptcoll_rank = rank
         sys.stderr.write(f"\n[rank {rank}] FAILED {item.nodeid}\n{report.longreprtext}\n")
         sys.stderr.flush()
         path = os.environ.get("PYTEST_MPI_REPORTS_PATH")
