@@ -38,7 +38,7 @@ print('numpy', numpy.__version__, 'cupy', cupy.__version__)"; } >"$OUT/env.txt" 
 
 case $part in
 gpu)
-  step gpu_tests 200 "${MPICH[@]}" python3 -m pytest -p no:cacheprovider -rs tests/test_gpu_mpi.py tests/test_backends.py \
+  step gpu_tests 200 "${MPICH[@]}" python3 -m pytest -p no:cacheprovider -o addopts= -rs tests/test_gpu_mpi.py tests/test_backends.py \
     tests/test_kernels.py tests/test_device_routes.py tests/test_staging.py tests/test_allreduce_algorithms_mpi.py \
     tests/test_grouped_mpi.py tests/test_cuda_detect.py tests/test_device_small.py
   step gpu_kernels_check 45 python3 bench/gpu_kernels.py --ops all --dtypes all --sizes 1M,256M --check
@@ -80,7 +80,7 @@ grouped)  # issue 21 on the device: CuPy gradient sets, grouped vs hand-staged /
   python3 bench/grouped.py --summarize "$OUT"/grouped_cupy_*.json >"$OUT/grouped_cupy_summary.md" 2>&1
   ;;
 first)
-  step gpu_tests 150 "${MPICH[@]}" python3 -m pytest -p no:cacheprovider -rs tests/test_gpu_mpi.py tests/test_backends.py \
+  step gpu_tests 150 "${MPICH[@]}" python3 -m pytest -p no:cacheprovider -o addopts= -rs tests/test_gpu_mpi.py tests/test_backends.py \
     tests/test_kernels.py tests/test_device_routes.py tests/test_staging.py tests/test_allreduce_algorithms_mpi.py \
     tests/test_grouped_mpi.py tests/test_cuda_detect.py tests/test_device_small.py
   step gpu_kernels_check 45 python3 bench/gpu_kernels.py --ops all --dtypes all --sizes 1M,256M --check

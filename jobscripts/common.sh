@@ -133,8 +133,9 @@ job_smoke() {
     run "$RESULTS/check.txt" "${LAUNCH[@]}" "$PYTHON" -m adaptcoll.check "--$CHECK_MODE" \
         --json "$RESULTS/check.json" "${extra[@]}" || return
     if [[ "${SMOKE_PYTEST:-0}" == 1 ]]; then
-        # pytest-isolate-mpi starts its own mpiexec per test, so pytest itself runs outside the launcher.
-        run "$RESULTS/pytest-mpi.txt" "$PYTHON" -m pytest "$root/tests" -k mpi -p no:cacheprovider
+        # pytest-isolate-mpi starts its own mpiexec per test, so pytest itself runs outside the launcher;
+        # "-o addopts=": in one process (pyproject's "-n 2" wants pytest-xdist, which a cluster may lack).
+        run "$RESULTS/pytest-mpi.txt" "$PYTHON" -m pytest "$root/tests" -k mpi -p no:cacheprovider -o addopts=
     fi
 }
 

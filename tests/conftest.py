@@ -33,9 +33,10 @@ FORKED = bool(os.environ.get("PYTEST_ISOLATE_MPI_IS_FORKED"))
 os.environ.setdefault("ADAPTCOLL_TUNING", "off")
 # What the ranks of each launch add to pytest's options. They start pytest anew: Hypothesis's pytest plugin
 # took about 1 s of every rank's start-up (tests/test_shm_mpi.py: 55 s -> 35 s without it), and no MPI test
-# uses Hypothesis (tests/test_trees.py, the one that does, runs in a worker, with the plugin); "-n 0": a
-# rank runs its one test itself (pyproject's addopts ask for two pytest-xdist workers).
-RANK_ADDOPTS = "-p no:hypothesispytest -n 0"
+# uses Hypothesis (tests/test_trees.py, the one that does, runs in a worker, with the plugin); "-o addopts=":
+# a rank runs its one test itself (pyproject's addopts ask for two pytest-xdist workers), with or without
+# pytest-xdist installed.
+RANK_ADDOPTS = "-p no:hypothesispytest -o addopts="
 DEFAULT_TIMEOUT = 120
 HANG_MARKERS = ("At least one MPI process has exited prematurely", "Timeout occurred")
 
@@ -233,7 +234,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
         items.sort(key=lambda item: _file_kind(str(item.path)))
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # optional: the suite also runs without pytest-xdist
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
     """The MPI files are one unit of work (one worker, in order); every other file a unit of its own."""
     from xdist.scheduler import LoadScopeScheduling

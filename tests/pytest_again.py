@@ -15,9 +15,10 @@ ROOT = Path(__file__).resolve().parents[1]
 def run_again(files: Sequence[str], env: Mapping[str, str], timeout: float = 570) -> None:
     """pytest `files` (paths from the repository root) with `env` added to the environment; asserts that
     the child passed and ran tests (its output's tail is the assertion's message). The child runs its
-    tests one after another ("-n 0"): it already runs beside the parent's other pytest-xdist worker."""
+    tests one after another ("-o addopts=" drops pyproject's "-n 2"): it already runs beside the parent's
+    other pytest-xdist worker."""
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "0", *files],
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-o", "addopts=", *files],
         cwd=ROOT,
         env={**os.environ, **env},
         capture_output=True,
