@@ -89,7 +89,8 @@ def _retry_hung_launches() -> None:
 
 def _one_report_per_phase(item: pytest.Item, reports: list) -> list:
     """The ranks' reports folded into one per phase under the item's own id (pytest-xdist accepts no
-    other id); a failing rank's report keeps its rank in the section title."""
+    other id): the first failing rank's report (else a skipped one, else the first), a section naming
+    every failing rank, and the other failing ranks' reports as sections. The teardown the plugin adds."""
     merged = []
     for when in ("setup", "call"):
         mine = [r for r in reports if r.when == when]
