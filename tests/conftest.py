@@ -204,7 +204,7 @@ if FORKED:
 # oversubscribe them and swing every timing); the in-process tests (the simulator's, mostly on one core)
 # and the files that start MPI jobs themselves (mpiexec in a subprocess) share out among both workers.
 # One plain `python -m pytest` took 14:45 here in one process, 11:35 with every file that starts MPI jobs
-# in the one lane, 10:14-10:33 as here (both cores then busy: about 20 CPU minutes of work).
+# in the one lane, 10:14-13:01 as here (both cores then busy: 20-23 CPU minutes of work).
 MPI_LANE = "MPI launches"
 _KINDS: dict[str, int] = {}
 
