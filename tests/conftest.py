@@ -24,6 +24,7 @@ import shutil
 import sys
 import tempfile
 import time
+from unittest import mock
 
 import pytest
 
@@ -51,7 +52,8 @@ def _hung(reports: list, stacks: str | None) -> bool:
 
 
 def _retry_hung_launches() -> None:
-    """Wrap pytest-isolate-mpi 0.4.1's launch (a private method) so a hung launch runs once more."""
+    """Wrap pytest-isolate-mpi 0.4.1's launch (a private method) so a hung launch runs once more, and so
+    that on a pytest-xdist worker it reports once per phase."""
     try:
         from pytest_isolate_mpi._plugin import MPIPlugin
     except ImportError:  # pragma: no cover - plugin missing: nothing to wrap
@@ -59,17 +61,6 @@ def _retry_hung_launches() -> None:
     launch = MPIPlugin._mpi_runtestprotocol
 
     def launch_with_retry(self, item):
-        previous = os.environ.get("PYTEST_ADDOPTS")
-        os.environ["PYTEST_ADDOPTS"] = f"{previous or ''} {RANK_ADDOPTS}".strip()
-        try:
-            return _launch(self, item)
-        finally:
-            if previous is None:
-                os.environ.pop("PYTEST_ADDOPTS", None)
-            else:
-                os.environ["PYTEST_ADDOPTS"] = previous
-
-    def _launch(self, item):
         reports = launch(self, item)
         stacks = os.environ.get("ADAPTCOLL_TEST_STACKS")
         if _hung(reports, stacks):
@@ -80,7 +71,7 @@ def _retry_hung_launches() -> None:
             for path in glob.glob(os.path.join(stacks or "", "rank*.txt")):
                 os.remove(path)
             reports = launch(self, item)
-        if os.environ.get("PYTEST_XDIST_WORKER"):
+        if hasattr(item.config, "workerinput"):  # on a pytest-xdist worker
             reports = _one_report_per_phase(item, reports)
         return reports
 
@@ -90,7 +81,7 @@ def _retry_hung_launches() -> None:
 def _one_report_per_phase(item: pytest.Item, reports: list) -> list:
     """The ranks' reports folded into one per phase under the item's own id (pytest-xdist accepts no
     other id): the first failing rank's report (else a skipped one, else the first), a section naming
-    every failing rank, and the other failing ranks' reports as sections. The teardown the plugin adds."""
+    every failing rank, and the other failing ranks' reports as sections (the plugin adds the teardown)."""
     merged = []
     for when in ("setup", "call"):
         mine = [r for r in reports if r.when == when]
@@ -126,19 +117,17 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     if FORKED or timeout is None:
         yield
         return
-    previous = os.environ.get("MPIEXEC_TIMEOUT")
-    os.environ["MPIEXEC_TIMEOUT"] = str(max(5, int(timeout) - 3))
     stacks = tempfile.mkdtemp(prefix="adaptcoll-stacks-")
-    os.environ["ADAPTCOLL_TEST_STACKS"] = stacks
+    launch_env = {  # for this launch only: the environment is restored after it
+        "MPIEXEC_TIMEOUT": str(max(5, int(timeout) - 3)),
+        "ADAPTCOLL_TEST_STACKS": stacks,
+        "PYTEST_ADDOPTS": f"{os.environ.get('PYTEST_ADDOPTS', '')} {RANK_ADDOPTS}".strip(),
+    }
     try:
-        yield
+        with mock.patch.dict(os.environ, launch_env):
+            yield
     finally:
-        os.environ.pop("ADAPTCOLL_TEST_STACKS", None)
         shutil.rmtree(stacks, ignore_errors=True)
-        if previous is None:
-            os.environ.pop("MPIEXEC_TIMEOUT", None)
-        else:
-            os.environ["MPIEXEC_TIMEOUT"] = previous
 
 
 @pytest.hookimpl(tryfirst=True)
