@@ -119,3 +119,50 @@ def test_small_spec_calls_take_the_fast_path_and_match_native(mpi_ranks):
         comm.Reduce(mine(send), mine(recv) if rank == 0 else None, MPI.SUM, 0)
         for name in ("Bcast", "Allreduce", "Reduce"):
             assert counters.below[name] == before.get(name, 0) + 1, (i, name)
+
+
+@pytest.mark.mpi(ranks=[2], timeout=120)
+def test_small_ndarray_calls_take_the_first_test_and_count_in_stats(mpi_ranks):
+    """A bare NumPy array below the threshold goes to mpi4py at the wrapper's first test (Bcast, Reduce,
+    Allreduce), with native results in every buffer arrangement that test admits or passes on (plain,
+    `sendbuf is recvbuf` read as IN_PLACE, IN_PLACE itself, a non-root's recvbuf None): each call is
+    counted once under "below native_below", and reset_stats() zeros those counts."""
+    import adaptcoll
+
+    world = MPI.COMM_WORLD
+    comm = adaptcoll.Intracomm(world)
+    rank, size = world.Get_rank(), world.Get_size()
+    comm.Bcast(np.zeros(1), 0)  # the first blocking call learns the communicator's thresholds
+    n = 64
+    base = np.arange(n, dtype="d")
+    adaptcoll.reset_stats()
+    calls = {"Bcast": 0, "Reduce": 0, "Allreduce": 0}
+    for root in range(size):
+        buf = base * (root + 1) if rank == root else np.zeros(n)
+        comm.Bcast(buf, root)
+        np.testing.assert_array_equal(buf, base * (root + 1))
+        calls["Bcast"] += 1
+        for mode in ("plain", "aliased", "IN_PLACE"):
+            want = sum(base + r for r in range(size))
+            recv = base + rank if mode != "plain" else np.zeros(n)
+            send = {"plain": base + rank, "aliased": recv, "IN_PLACE": MPI.IN_PLACE}[mode]
+            comm.Allreduce(send, recv, MPI.SUM)
+            np.testing.assert_array_equal(recv, want, err_msg=f"Allreduce {mode}")
+            recv = base + rank if mode != "plain" else np.zeros(n)
+            send = {"plain": base + rank, "aliased": recv, "IN_PLACE": MPI.IN_PLACE}[mode]
+            if rank != root:
+                send = base + rank
+                recv = None if mode == "plain" else recv
+            comm.Reduce(send, recv, MPI.SUM, root)
+            if rank == root:
+                np.testing.assert_array_equal(recv, want, err_msg=f"Reduce {mode} root {root}")
+            calls["Allreduce"] += 1
+            calls["Reduce"] += 1
+    stats = adaptcoll.stats()
+    for name, k in calls.items():
+        assert stats[name]["native"] == k and stats[name]["adaptcoll"] == 0, (name, stats[name])
+        assert stats[name]["native_reasons"] == {"below native_below": k}, (name, stats[name])
+    adaptcoll.reset_stats()
+    assert not any(adaptcoll.stats().get(name, {}).get("native") for name in calls), adaptcoll.stats()
+    comm.Bcast(np.zeros(n), 0)
+    assert adaptcoll.stats()["Bcast"]["native_reasons"] == {"below native_below": 1}

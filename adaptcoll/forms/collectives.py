@@ -56,6 +56,10 @@ _MPI_IREDUCE = MPI.Intracomm.Ireduce
 _MPI_ALLREDUCE = MPI.Intracomm.Allreduce
 _MPI_IALLREDUCE = MPI.Intracomm.Iallreduce
 _BELOW = counters.below
+_BCAST = "Bcast"
+_BCAST_BELOW = counters.below_counter("Bcast")
+_REDUCE_BELOW = counters.below_counter("Reduce")
+_ALLREDUCE_BELOW = counters.below_counter("Allreduce")
 _BELOW_ATTR = BELOW_ATTR
 _NB_BELOW_ATTR = NB_BELOW_ATTR
 _DEVICE_BELOW_ATTR = DEVICE_BELOW_ATTR
@@ -136,20 +140,30 @@ def wait(operation: Operation) -> None:
 
 # -- broadcast ------------------------------------------------------------------------------------
 def bcast(comm: MPI.Intracomm, buf: Any, root: Any = 0, name: str = "Bcast") -> None:
-    """Broadcast `buf` from `root` (mpi4py's Bcast: signature and semantics); `name`: the counter."""
+    """Broadcast `buf` from `root` (mpi4py's Bcast: signature and semantics); `name`: the counter.
+
+    A small NumPy array goes to MPI in the fewest steps: this wrapper is what every small native call
+    pays (about 0.3 us at 2 ranks here, bench/RESULTS.md), so its test comes first."""
     kind = type(buf)
     if kind is _NDARRAY:
-        nbytes = buf.nbytes
-    elif kind is _DEVICE_ARRAY[0]:
-        if 0 < buf.nbytes < _getattr(comm, _DEVICE_BELOW_ATTR, UNKNOWN)["bcast"] and _small.bcast(comm, buf, root):
-            _record(name, _STAGED_BELOW)
-            return None
-        nbytes = -1
+        if buf.nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["bcast"]:
+            if name is _BCAST:
+                _BCAST_BELOW[0] += 1
+            else:
+                _BELOW[name] += 1
+            return _MPI_BCAST(comm, buf, root)
     else:
-        nbytes = _host_nbytes(buf)
-    if 0 <= nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["bcast"]:
-        _BELOW[name] += 1
-        return _MPI_BCAST(comm, buf, root)
+        if kind is _DEVICE_ARRAY[0]:
+            below = _getattr(comm, _DEVICE_BELOW_ATTR, UNKNOWN)["bcast"]
+            if 0 < buf.nbytes < below and _small.bcast(comm, buf, root):
+                _record(name, _STAGED_BELOW)
+                return None
+            nbytes = -1
+        else:
+            nbytes = _host_nbytes(buf)
+        if 0 <= nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["bcast"]:
+            _BELOW[name] += 1
+            return _MPI_BCAST(comm, buf, root)
     key = enter(comm, name)
     try:
         decision = _bcast_decision(comm, buf, root, True)
@@ -193,24 +207,31 @@ def ibcast(comm: MPI.Intracomm, buf: Any, root: Any = 0) -> Request:
 
 # -- reduce ---------------------------------------------------------------------------------------
 def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM, root: Any = 0) -> None:
-    """Reduce to `root` (mpi4py's Reduce: signature and semantics; a non-root's recvbuf is ignored)."""
-    data = recvbuf if sendbuf is _IN_PLACE else sendbuf
-    kind = type(data)
-    if kind is _NDARRAY:
-        nbytes = data.nbytes
-    elif kind is _DEVICE_ARRAY[0]:
-        below = _getattr(comm, _DEVICE_BELOW_ATTR, UNKNOWN)["reduce"]
-        if 0 < data.nbytes < below and _small.reduce(comm, sendbuf, recvbuf, op, root):
-            _record("Reduce", _STAGED_BELOW)
-            return None
-        nbytes = -1
+    """Reduce to `root` (mpi4py's Reduce: signature and semantics; a non-root's recvbuf is ignored).
+    A small NumPy array's test comes first, as in `bcast`."""
+    kind = type(sendbuf)
+    if kind is _NDARRAY and sendbuf is not recvbuf:
+        if sendbuf.nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["reduce"]:
+            _REDUCE_BELOW[0] += 1
+            return _MPI_REDUCE(comm, sendbuf, recvbuf, op, root)
     else:
-        nbytes = _host_nbytes(data)
-    if 0 <= nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["reduce"]:
-        _BELOW["Reduce"] += 1
-        if sendbuf is recvbuf:
-            sendbuf = decide.in_place_send_at_root(comm, sendbuf, recvbuf, root)
-        return _MPI_REDUCE(comm, sendbuf, recvbuf, op, root)
+        data = recvbuf if sendbuf is _IN_PLACE else sendbuf
+        kind = type(data)
+        if kind is _NDARRAY:
+            nbytes = data.nbytes
+        elif kind is _DEVICE_ARRAY[0]:
+            below = _getattr(comm, _DEVICE_BELOW_ATTR, UNKNOWN)["reduce"]
+            if 0 < data.nbytes < below and _small.reduce(comm, sendbuf, recvbuf, op, root):
+                _record("Reduce", _STAGED_BELOW)
+                return None
+            nbytes = -1
+        else:
+            nbytes = _host_nbytes(data)
+        if 0 <= nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["reduce"]:
+            _BELOW["Reduce"] += 1
+            if sendbuf is recvbuf:
+                sendbuf = decide.in_place_send_at_root(comm, sendbuf, recvbuf, root)
+            return _MPI_REDUCE(comm, sendbuf, recvbuf, op, root)
     key = enter(comm, "Reduce")
     try:
         decision = _reduce_decision(comm, sendbuf, recvbuf, op, root, True)
@@ -258,22 +279,29 @@ def ireduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM, roo
 
 # -- allreduce ------------------------------------------------------------------------------------
 def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM) -> None:
-    """Allreduce (mpi4py's signature; `sendbuf is recvbuf` is treated as IN_PLACE)."""
-    data = recvbuf if sendbuf is _IN_PLACE else sendbuf
-    kind = type(data)
+    """Allreduce (mpi4py's signature; `sendbuf is recvbuf` is treated as IN_PLACE). A small NumPy
+    array's test comes first, as in `bcast`."""
+    kind = type(sendbuf)
     if kind is _NDARRAY:
-        nbytes = data.nbytes
-    elif kind is _DEVICE_ARRAY[0]:
-        below = _getattr(comm, _DEVICE_BELOW_ATTR, UNKNOWN)["allreduce"]
-        if 0 < data.nbytes < below and _small.allreduce(comm, sendbuf, recvbuf, op):
-            _record("Allreduce", _STAGED_BELOW)
-            return None
-        nbytes = -1
+        if sendbuf.nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["allreduce"]:
+            _ALLREDUCE_BELOW[0] += 1
+            return _MPI_ALLREDUCE(comm, _IN_PLACE if sendbuf is recvbuf else sendbuf, recvbuf, op)
     else:
-        nbytes = _host_nbytes(data)
-    if 0 <= nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["allreduce"]:
-        _BELOW["Allreduce"] += 1
-        return _MPI_ALLREDUCE(comm, _IN_PLACE if sendbuf is recvbuf else sendbuf, recvbuf, op)
+        data = recvbuf if sendbuf is _IN_PLACE else sendbuf
+        kind = type(data)
+        if kind is _NDARRAY:
+            nbytes = data.nbytes
+        elif kind is _DEVICE_ARRAY[0]:
+            below = _getattr(comm, _DEVICE_BELOW_ATTR, UNKNOWN)["allreduce"]
+            if 0 < data.nbytes < below and _small.allreduce(comm, sendbuf, recvbuf, op):
+                _record("Allreduce", _STAGED_BELOW)
+                return None
+            nbytes = -1
+        else:
+            nbytes = _host_nbytes(data)
+        if 0 <= nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["allreduce"]:
+            _BELOW["Allreduce"] += 1
+            return _MPI_ALLREDUCE(comm, _IN_PLACE if sendbuf is recvbuf else sendbuf, recvbuf, op)
     key = enter(comm, "Allreduce")
     try:
         decision = _allreduce_decision(comm, sendbuf, recvbuf, op, True)

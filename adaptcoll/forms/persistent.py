@@ -59,10 +59,10 @@ class Prequest(Request):
 
     def Start(self) -> None:
         """Begin one more run of the collective (the previous one must have completed)."""
+        if not self._op.done:  # (self._finished(), inline: Start and Wait are the calls a loop makes)
+            raise RuntimeError("Start() on an active persistent request (Wait for it first)")
         if self._start is None:
             raise ValueError("Start() on a freed persistent request")
-        if not self._finished():
-            raise RuntimeError("Start() on an active persistent request (Wait for it first)")
         key = enter(self._comm, "Start") if self._comm is not None else None
         try:
             self._op = self._start()  # CommState.submit: under the engine lock
@@ -99,6 +99,8 @@ class NativePrequest(Prequest):
 
     def _finished(self) -> bool:
         return self._req is None or bool(self._req.Test())
+
+    Wait = Request._wait_polled  # (Request.Wait reads an adaptcoll operation, which this request has not)
 
     def Start(self) -> None:
         if self._req is None:

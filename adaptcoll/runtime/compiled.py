@@ -462,6 +462,7 @@ class CompiledEngine:
         self.thread_pause_us = 0.0
         """The progress thread's pause after an idle sweep, in microseconds; 0: no thread running."""
         self._stop_at_exit = False  # stop_thread is registered with atexit (once)
+        self._wait = lib.ac_op_wait
 
     def bind(
         self, call: CompiledCall, comm_handle: int, tag_space: int, notice_slot: Optional[np.ndarray] = None
@@ -500,12 +501,32 @@ class CompiledEngine:
         if operation is not None:
             operation.handle = h  # the engine's _fail aborts it while it runs (`abort`)
 
-    def wait(self, h: int) -> tuple[Optional[Finished], bool]:
+    def wait_done(self, h: int, eng: Any) -> int:
+        """`wait` in fewer steps for the common case: ac_op_wait's state, ST_DONE when `h` finished well
+        with no error notice waiting (then its on_done has run, as the Python engine `eng`'s
+        `_finish_compiled` runs it, and C freed `h`); any other state goes on to `wait(h, state)`."""
+        state = self._wait(h)
+        if state != ST_DONE:
+            return state
+        operation, on_done, _ = self.ops.pop(h)
+        if operation is not None and not operation.done:
+            previous = eng.owner
+            eng.owner = operation
+            try:
+                on_done()
+            except Exception as exc:
+                eng._fail(operation, exc)
+            finally:
+                eng.owner = previous
+        return state
+
+    def wait(self, h: int, state: int = -1) -> tuple[Optional[Finished], bool]:
         """Wait in C for the running operation `h` (ac_op_wait; call with the engine lock held, while `h`
         is in `ops`): (its (operation, handle, on_done, error or None) as `sweep` hands them back, or None
         if it is still running; whether an error notice waits). A handle of 0 means C freed it already
-        (nothing to release)."""
-        state = self.lib.ac_op_wait(h)
+        (nothing to release). `state`: ac_op_wait's answer if `wait_done` asked already."""
+        if state < 0:
+            state = self._wait(h)
         notice = state >= NOTICE
         if notice:
             state -= NOTICE

@@ -14,6 +14,7 @@ __all__ = [
     "reset_stats",
     "format_table",
     "below",
+    "below_counter",
     "BELOW_THRESHOLD_REASON",
 ]
 
@@ -26,6 +27,16 @@ BELOW_THRESHOLD_REASON = "below native_below"
 below: defaultdict[str, int] = defaultdict(int)
 """Calls the small-message fast path handed to native MPI, by collective: `below[name] += 1` is the whole
 cost of counting there (stats() reports them under BELOW_THRESHOLD_REASON)."""
+_below_lists: dict[str, list[int]] = {}
+"""One-element counters of the blocking forms' ndarray fast path (`below_counter`), by collective."""
+
+
+def below_counter(name: str) -> list[int]:
+    """A one-element list counting calls of `name` that the fast path handed to native MPI, like
+    `below[name]`: `counter[0] += 1` skips the dict's hashing and lookup (about 50 ns of a 0.3 us wrapper)."""
+    return _below_lists.setdefault(name, [0])
+
+
 _tuning_notes: dict[str, None] = {}
 """How the communicators' tuning was resolved (table, nearest measured size, shipped rule), in order."""
 
@@ -86,7 +97,8 @@ def stats() -> dict[str, dict[str, Any]]:
             configs[(name, config)] = configs.get((name, config), 0) + n
         if engine is not None:
             engines[(name, engine)] = engines.get((name, engine), 0) + n
-    for name, n in list(below.items()):
+    fast = [(name, c[0]) for name, c in list(_below_lists.items())]
+    for name, n in list(below.items()) + fast:
         if n:
             key = (name, BELOW_THRESHOLD_REASON)
             counts[key] = counts.get(key, 0) + n
@@ -113,6 +125,8 @@ def reset_stats() -> None:
     """Zero all counters (the tuning notes stay: they describe communicators still in use)."""
     _calls.clear()
     below.clear()
+    for counter in _below_lists.values():
+        counter[0] = 0
     _notes.clear()
 
 

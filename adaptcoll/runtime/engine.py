@@ -55,6 +55,8 @@ NOTICE_BYTES = 2048
 _BYTE = MPI.BYTE
 _REQUEST_NULL = MPI.REQUEST_NULL
 _Testsome = MPI.Request.Testsome
+_ST_DONE = 1
+"""ac_op_wait's "finished well" (adaptcoll.runtime.compiled.ST_DONE; that module imports this one)."""
 _SEP = "\x1f"
 _HANDLE_BITS = (1 << 64) - 1
 
@@ -187,7 +189,9 @@ class Engine:
         fails that operation; an error of a request that belongs to none is re-raised at the end of
         the sweep.
         """
-        with self._lock:
+        lock = self._lock  # (acquire / release: about 0.1 us less than `with` on every sweep)
+        lock.acquire()
+        try:
             self.sweeps += 1
             fired: list[Entry] = []
             error: Optional[BaseException] = None
@@ -272,6 +276,8 @@ class Engine:
             if error is not None:
                 raise error
             return True
+        finally:
+            lock.release()
 
     def _sweep_compiled(self, comp: Any, alone: bool) -> bool:
         """Sweep the compiled operations' requests (many sweeps in C when nothing else is pending, one
@@ -308,15 +314,22 @@ class Engine:
         comp = self.compiled
         h = operation.handle
         if h and comp is not None:
-            with self._lock:
+            lock = self._lock
+            lock.acquire()
+            try:
                 if h in comp.ops and not self._reqs and not self._watches:
-                    found, notice = comp.wait(h)
+                    state = comp.wait_done(h, self)
+                    if state == _ST_DONE:  # the common case: finished, no notice waiting (so `operation` is done)
+                        return
+                    found, notice = comp.wait(h, state)
                     if found is not None:
                         self._finish_compiled(comp, [found])
                     if notice:
                         info = getattr(operation, "info", None)
                         if isinstance(info, OpInfo):
                             info.transport.poll_notices()
+            finally:
+                lock.release()
         if not finished():
             self.wait_for(finished)
 

@@ -222,12 +222,16 @@ class CommState:
     def submit(self, start: Starter) -> Operation:
         """Start an operation now if the set-up is complete, else queue it (in call order) and return an
         Operation that completes with it."""
-        with self._lock:
-            if self.ready and not self._queued:
+        lock = self._lock
+        lock.acquire()  # (acquire / release: about 0.1 us less than `with`)
+        try:
+            if not (self._step_running or self._steps or self._queued):  # ready, nothing queued
                 return start()
             proxy = Operation()
             self._queued.append((start, proxy))
             return proxy
+        finally:
+            lock.release()
 
     def _start_queued(self) -> None:
         while self._queued and self.ready:

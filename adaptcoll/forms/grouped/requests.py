@@ -79,6 +79,8 @@ class ArrayRequest(Request):
     def _failure(self) -> Optional[BaseException]:
         return self._unit.error
 
+    Wait = Request._wait_polled  # (Request.Wait reads an adaptcoll operation, which this request has not)
+
 
 class MultiRequest(Request):
     """The request of a whole grouped call; `requests[i]` is array i's own request."""
