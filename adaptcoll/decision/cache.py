@@ -42,6 +42,7 @@ _OPS = frozenset(
     id(op) for op in (MPI.SUM, MPI.PROD, MPI.MAX, MPI.MIN, MPI.LAND, MPI.LOR, MPI.LXOR, MPI.BAND, MPI.BOR, MPI.BXOR)
 )
 _current = settings.current
+_getattr = getattr
 
 
 class _Calls(dict[tuple[Any, ...], Any]):
@@ -75,21 +76,24 @@ def lookup(comm: Any, key: tuple[Any, ...], arrays: tuple[Any, ...]) -> Optional
     entry = calls.get(key)
     if entry is None:
         return None
-    sigs, cfg, tuning, decision = entry[1], entry[2], entry[3], entry[4]
-    if cfg is _current() and tuning is getattr(comm, TUNING_ATTR, None):
-        for array, sig in zip(arrays, sigs):
-            if sig is not None and (
-                array.dtype is not sig[0]
-                or array.shape != sig[1]
-                or array.strides != sig[2]
-                or array.flags.writeable is not sig[3]
-            ):
-                break
-        else:
-            return decision
+    if entry[2] is _current() and entry[3] is getattr(comm, TUNING_ATTR, None) and _unchanged(arrays, entry[1]):
+        return entry[4]
     calls.held -= entry[5]
     del calls[key]
     return None
+
+
+def _unchanged(arrays: tuple[Any, ...], sigs: tuple[Any, ...]) -> bool:
+    """Whether each array still has the dtype, shape, strides and writeable flag of its signature."""
+    for array, sig in zip(arrays, sigs):
+        if sig is not None and (
+            array.dtype is not sig[0]
+            or array.shape != sig[1]
+            or array.strides != sig[2]
+            or array.flags.writeable is not sig[3]
+        ):
+            return False
+    return True
 
 
 def remember(comm: Any, key: tuple[Any, ...], arrays: tuple[Any, ...], decision: Decision, cfg: Any) -> None:
@@ -134,10 +138,19 @@ def remembered(
     args: tuple[Any, ...],
     blocking: bool,
 ) -> Decision:
-    """`lookup`, else `decide(*args, blocking=blocking)` and `remember` it."""
-    found = lookup(comm, key, arrays)
-    if found is not None:
-        return found
+    """`lookup`, else `decide(*args, blocking=blocking)` and `remember` it. (A valid entry is taken
+    here, without lookup's frame: a small repeated call's decision is one of its larger costs.)"""
+    calls = _getattr(comm, CALLS_ATTR, None)
+    if calls is not None:
+        entry = calls.get(key)
+        if entry is not None:
+            if (
+                entry[2] is _current()
+                and entry[3] is _getattr(comm, TUNING_ATTR, None)
+                and _unchanged(arrays, entry[1])
+            ):
+                return entry[4]
+            lookup(comm, key, arrays)  # drops the stale entry
     cfg = _current()
     decision = decide(*args, blocking=blocking)
     remember(comm, key, arrays, decision, cfg)

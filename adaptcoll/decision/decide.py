@@ -105,6 +105,9 @@ class Prepared:
     state: Optional[CommState] = None
     """The communicator's state whose set-up queue `start` goes through (CommState.submit), so a start
     need not look it up (an MPI attribute lookup); None: look it up."""
+    tallies: dict[str, list[int]] = dataclasses.field(default_factory=dict, init=False, compare=False, repr=False)
+    """Its stats() counters by the name it was called under (counters.tally), made at its first count:
+    a remembered decision counts its repeats without building `record`'s key."""
 
 
 Decision = Union[Prepared, Native]

@@ -99,9 +99,7 @@ def start(name: str, decision: decide.Decision, comm: MPI.Intracomm, blocking: b
     if st is None:
         st = comm_state(comm)
     operation = st.submit(decision.start)  # takes the engine lock itself
-    _record(
-        name, decision.native_reason, decision.config.label if decision.config is not None else None, decision.engine
-    )
+    _count(name, decision)
     if decision.note is not None:
         counters.note(name, decision.note)
     if decision.error is not None:
@@ -112,13 +110,23 @@ def start(name: str, decision: decide.Decision, comm: MPI.Intracomm, blocking: b
 
 def _run(name: str, decision: decide.Prepared) -> None:
     """A blocking served call's start and wait in one (Prepared.run_blocking), counted as `start` counts."""
-    config = decision.config
-    _record(name, None, config.label if config is not None else None, decision.engine)
+    _count(name, decision)
     if decision.note is not None:
         counters.note(name, decision.note)
     run = decision.run_blocking
     assert run is not None
     run()
+
+
+def _count(name: str, decision: decide.Prepared) -> None:
+    """counters.record(name, native_reason, config label, engine) for a served call, through the
+    decision's own counter for `name` (made at its first call: see Prepared.tallies)."""
+    found = decision.tallies.get(name)
+    if found is None:
+        config = decision.config
+        label = config.label if config is not None else None
+        found = decision.tallies[name] = counters.tally(name, decision.native_reason, label, decision.engine)
+    found[0] += 1
 
 
 def _staged_request(name: str, comm: MPI.Intracomm, call: StagedCall) -> Request:
