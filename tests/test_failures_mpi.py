@@ -155,3 +155,49 @@ def test_notices_of_a_freed_communicator_never_fail_a_later_one(mpi_ranks):
     for _ in range(3):
         for result in _differing_counts(world, MPI, adaptcoll):
             assert result.passed, (result.name, result.outcomes)
+
+
+@pytest.mark.mpi(ranks=[2, 3], timeout=150)
+def test_a_persistent_request_runs_again_on_its_operation_and_a_failed_one_on_a_new_one(mpi_ranks):
+    """On the compiled path a persistent request's runs after the first reuse its operation (numbered
+    anew, its old number left to a finished placeholder); a persistent request whose counts differ
+    across ranks fails run after run, each on a new operation, on every rank or none, while a good one
+    on the same communicator keeps reusing its own and gives native results."""
+    from adaptcoll.runtime import compiled
+
+    if compiled.status()[0] != "compiled":
+        pytest.skip(f"compiled progress path not available here: {compiled.status()[1]}")
+    world = MPI.COMM_WORLD
+    comm = adaptcoll.Intracomm(world).Dup()
+    rank, size = world.Get_rank(), world.Get_size()
+    with adaptcoll.configured(**SMALL_SEGMENTS):
+        comm.Allreduce(np.ones(10), np.zeros(10))  # set up
+        data, out = np.zeros(3000), np.zeros(3000)
+        good = comm.Allreduce_init(data, out, MPI.SUM)
+        n = 1000 if rank == 0 else 2000
+        bad = comm.Allreduce_init(np.ones(n), np.zeros(n), MPI.SUM)
+        good.Start()
+        good.Wait()
+        seen_bad = []
+        for it in range(6):
+            data[:] = rank + it
+            first = good._op
+            good.Start()
+            if it % 2 or it == 0:  # (after a failed run the next start awaits the ranks' votes: a new one)
+                assert good._op is first, it  # the same operation, started again
+            first = good._op
+            seq = first.info.seq
+            good.Wait()
+            np.testing.assert_array_equal(out, np.full(3000, sum(range(size)) + size * it))
+            if it % 2:
+                got = _outcome(lambda: (bad.Start(), bad.Wait()))
+                assert got == "completed" or got.startswith("raised MessageSizeError: adaptcoll Allreduce"), got
+                assert any(o.startswith("raised") for o in world.allgather(got)), it
+                seen_bad.append(bad._op)
+            transport = first.info.transport
+            assert transport._ops.get(seq) is first or not first.done or seq < transport._oldest
+        failed = [op for op in seen_bad if op.error is not None]
+        assert len({id(op) for op in failed}) == len(failed)  # a failed run's operation is not used again
+        good.Free()
+        bad.Free()
+    comm.Free()

@@ -98,7 +98,7 @@ def _prepare(
     def start_one(ctx: OpContext, link: Link, done: _Callback) -> None:
         run(ctx, done)
 
-    started, _ = _started(st, make_links, keep, base, start_one, name, None, loads, stores)
+    started, _, _ = _started(st, make_links, keep, base, start_one, name, None, loads, stores)
     return Prepared(started, error, config=call, state=st)
 
 

@@ -105,6 +105,9 @@ class Prepared:
     state: Optional[CommState] = None
     """The communicator's state whose set-up queue `start` goes through (CommState.submit), so a start
     need not look it up (an MPI attribute lookup); None: look it up."""
+    restart: Optional[Callable[[Operation], Operation]] = None
+    """A persistent request's next start on the compiled path, given its previous run's operation (done),
+    which it numbers and starts again where it can instead of making a new one; None: `start`."""
     tallies: dict[str, list[int]] = dataclasses.field(default_factory=dict, init=False, compare=False, repr=False)
     """Its stats() counters by the name it was called under (counters.tally), made at its first count:
     a remembered decision counts its repeats without building `record`'s key."""
@@ -315,9 +318,16 @@ def bcast(comm: MPI.Intracomm, buf: Any, root: Any, blocking: bool = False) -> D
         Bcast(ctx, link.parent, link.children, data, link.segs, done).start()
 
     fast = _compiled_call(compiled.BCAST, data, None, base, on_device)
-    started_trees, run = _started(st, make_links, buf, base, start_one, "Bcast", root, loads, stores, fast)
+    started_trees, run, again = _started(st, make_links, buf, base, start_one, "Bcast", root, loads, stores, fast)
     return Prepared(
-        started_trees, msg.error, note=note, config=call, engine=_engine_name(fast), run_blocking=run, state=st
+        started_trees,
+        msg.error,
+        note=note,
+        config=call,
+        engine=_engine_name(fast),
+        run_blocking=run,
+        state=st,
+        restart=again,
     )
 
 
@@ -407,10 +417,13 @@ def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, root: Any, 
     fast = (
         None if rop.user_fold is not None else _compiled_call(compiled.REDUCE, local, target, base, on_device, rop.name)
     )
-    started_trees, run = _started(
+    started_trees, run, again = _started(
         st, make_links, (sendbuf, recvbuf), base, start_one, "Reduce", root, loads, stores, fast
     )
-    return Prepared(started_trees, error, note=note, config=call, engine=_engine_name(fast), run_blocking=run, state=st)
+    engine = _engine_name(fast)
+    return Prepared(
+        started_trees, error, note=note, config=call, engine=engine, run_blocking=run, state=st, restart=again
+    )
 
 
 def _root_target(
@@ -548,10 +561,13 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, blocking
     fast = None
     if by_blocks is None and rop.user_fold is None:
         fast = _compiled_call(compiled.ALLREDUCE, local, result, base, on_device, rop.name)
-    started_trees, run = _started(
+    started_trees, run, again = _started(
         st, make_links, (sendbuf, recvbuf), base, start_one, "Allreduce", None, loads, [rmsg.store], fast
     )
-    return Prepared(started_trees, error, note=note, config=call, engine=_engine_name(fast), run_blocking=run, state=st)
+    engine = _engine_name(fast)
+    return Prepared(
+        started_trees, error, note=note, config=call, engine=engine, run_blocking=run, state=st, restart=again
+    )
 
 
 def _block_shape(

@@ -41,10 +41,11 @@ def started(
     loads: Sequence[Optional[_Callback]] = (),
     stores: Sequence[Optional[_Callback]] = (),
     compiled_call: Optional[compiled.CompiledCall] = None,
-) -> tuple[Callable[[], Operation], Optional[Callable[[], None]]]:
-    """(start, run_blocking) of a prepared call. `start()`: fresh tags, one protocol per tree link, tags
-    tracked; `run_blocking()` (compiled path only, else None): start and wait in one, raising the
-    operation's error.
+) -> tuple[Callable[[], Operation], Optional[Callable[[], None]], Optional[Callable[[Operation], Operation]]]:
+    """(start, run_blocking, restart) of a prepared call. `start()`: fresh tags, one protocol per tree
+    link, tags tracked; `run_blocking()` (compiled path only, else None): start and wait in one, raising
+    the operation's error; `restart(previous)` (compiled path only, else None): a persistent request's
+    next start, which uses its previous run's operation again where it can (see `_compiled_starts`).
 
     The tree links are made at the first start (a `topo` tree needs the communicator's set-up, which
     every start waits for, see CommState.submit). `loads` fill scratch arrays from the user's buffers
@@ -77,7 +78,7 @@ def started(
         return st.track(plan, operation)
 
     if compiled_call is None:
-        return start, None
+        return start, None, None
     return _compiled_starts(st, compiled_call, links, make_links, keep, shape, fill, finish, collective, root, start)
 
 
@@ -115,7 +116,7 @@ def _compiled_starts(
     collective: str,
     root: Optional[int],
     python_start: Callable[[], Operation],
-) -> tuple[Callable[[], Operation], Callable[[], None]]:
+) -> tuple[Callable[[], Operation], Callable[[], None], Callable[[Operation], Operation]]:
     """(start, run_blocking) of a call on the compiled path. `start()` takes the tags, numbers the
     operation and starts it with one call into C (ac_call_start); a traced call runs the Python
     protocols instead (`python_start`). `run_blocking()` is the blocking forms' start-and-wait (see the
@@ -201,7 +202,54 @@ def _compiled_starts(
         if operation.error is not None:
             raise operation.error
 
-    return start, run_blocking
+    def restart(previous: Operation) -> Operation:
+        """A persistent request's next start: `previous`, its last run's operation (done), numbered and
+        started again in the common case (set-up done, nothing queued, no tags to wait for, no vote, a
+        run that ended well, no trace), which makes neither an Operation nor an OpInfo; else `start()`
+        through the set-up queue. The transport keeps the finished placeholder under the old number, for
+        notices about that run that arrive later."""
+        lock.acquire()
+        try:
+            info = previous.info
+            if (
+                st._step_running
+                or st._steps
+                or st._queued
+                or not ran
+                or fill
+                or previous.error is not None
+                or previous.on_done is not None
+                or type(info) is not OpInfo
+                or info.plan is not shape  # (a run of the Python protocols: a traced start)
+                or info.transport is not transport
+                or _current().trace
+            ):
+                return st.submit(start)
+            live = st._live
+            while live and live[0][1].done:  # CommState._reclaim
+                st._live_tags -= live.popleft()[0]
+            if (live and st._live_tags + ntags > space) or not transport.settled:
+                return st.submit(start)
+            tag_base = st.next_tag % space
+            st.next_tag = (tag_base + ntags) % space
+            info.seq = transport.renumber(previous, info.seq, finished)
+            info.tag_base = tag_base
+            info.reported = False
+            previous.done = False
+            previous.keep = keep
+            h = ran[3](ran[2], tag_base)
+            if not h:
+                previous.done = True
+                raise MemoryError("adaptcoll: out of memory starting a compiled operation")
+            ran[4][h] = (previous, previous.complete if finish is None else _completion(previous, finish), call)
+            previous.handle = h
+            live.append((ntags, previous))
+            st._live_tags += ntags
+            return previous
+        finally:
+            lock.release()
+
+    return start, run_blocking, restart
 
 
 def _unfinished(

@@ -42,17 +42,25 @@ class Prequest(Request):
     """A persistent adaptcoll collective: Start(), then Test()/Wait() (or Request.Waitall), any number
     of times; Free() when done. Inactive (never started, or completed) requests test as complete."""
 
-    __slots__ = ("_start", "_keep", "_error", "_comm")
+    __slots__ = ("_start", "_keep", "_error", "_comm", "_again")
 
     def __init__(
-        self, start: Starter, keep: Any = None, error: Optional[BaseException] = None, comm: Any = None
+        self,
+        start: Starter,
+        keep: Any = None,
+        error: Optional[BaseException] = None,
+        comm: Any = None,
+        again: Optional[Callable[[Operation], Operation]] = None,
     ) -> None:
+        """`again`: the compiled path's restart (Prepared.restart), which starts each run after the
+        first with the previous run's operation; None: every Start() calls `start`."""
         super().__init__(_idle())
         self._reported = True  # inactive until started
         self._start: Optional[Starter] = start
         self._keep = keep
         self._error = error
         self._comm = comm  # for the concurrent-collective check of Start()
+        self._again = again
 
     def _finished(self) -> bool:
         return self._op.done
@@ -65,7 +73,11 @@ class Prequest(Request):
             raise ValueError("Start() on a freed persistent request")
         key = enter(self._comm, "Start") if self._comm is not None else None
         try:
-            self._op = self._start()  # CommState.submit: under the engine lock
+            again = self._again
+            if again is not None and self._op.info is not None:  # a run of ours before: restart it
+                self._op = again(self._op)
+            else:
+                self._op = self._start()  # CommState.submit: under the engine lock
         finally:
             leave(key)
         self._reported = False
@@ -77,7 +89,7 @@ class Prequest(Request):
         """Release the request (waits for an active run to finish first)."""
         if not self._finished():
             engine().wait_for(self._finished)
-        self._start = self._keep = None
+        self._start = self._keep = self._again = None
         self._op = _idle()
 
     @classmethod
@@ -144,8 +156,13 @@ def _prequest(
     )
     if decision.note is not None:
         counters.note(name, decision.note)
+    again = decision.restart if decision.error is None else None
     return Prequest(
-        functools.partial(comm_state(comm).submit, decision.start), keep=keep, error=decision.error, comm=comm
+        functools.partial(comm_state(comm).submit, decision.start),
+        keep=keep,
+        error=decision.error,
+        comm=comm,
+        again=again,
     )
 
 

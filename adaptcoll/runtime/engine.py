@@ -659,6 +659,16 @@ class MPITransport:
             self._trim()
         return seq
 
+    def renumber(self, operation: Any, seq: int, finished: Any) -> int:
+        """`number` for an operation that runs again (a persistent request's next run, only while
+        `settled`): the next number, with `finished` (a finished placeholder describing the same call)
+        standing for it under its old number `seq`, so a late notice about the old run finds that, not
+        the new run. Engine lock held."""
+        ops = self._ops
+        if ops.get(seq) is operation:
+            ops[seq] = finished
+        return self.number(operation)
+
     def remember(self, seq: int, operation: Any) -> None:
         """Remember `operation` as #seq (replacing a placeholder `number` put there)."""
         self._ops[seq] = operation

@@ -1,0 +1,121 @@
+"""Question: how many CPU instructions does one small call cost, adaptcoll's against mpi4py's own?
+Answer: bench/RESULTS.md, "Small calls, in instructions (issue 36, 2026-12-01)".
+
+Timings of a sub-microsecond wrapper swing 2x between launches on a shared VM; callgrind's instruction
+counts do not (the same binary and inputs give the same count, whatever else runs). Each form runs
+`--calls` times after a warm-up, once with 500 calls and once with 2500, both under
+`valgrind --tool=callgrind`; the difference over 2000 is the cost of one call, start-up excluded.
+
+Forms (one process, so no message moves: what is counted is the CPU path around MPI):
+- `wrap-bcast`, `wrap-reduce`, `wrap-allreduce`: a 4 KiB call adaptcoll hands to MPI (below the
+  threshold) on `adaptcoll.Intracomm(COMM_SELF)`; `mpi4py-bcast`, ... the same call of plain mpi4py.
+- `bcast`, `allreduce`, `ibcast`, `iallreduce`, `persistent-bcast`: an 8-byte call served by adaptcoll
+  (`native_below=0`) on a 1-rank duplicate of COMM_WORLD (blocking; I-form + Wait; Start + Wait);
+  `mpi4py-persistent-bcast`: MPI's own persistent Bcast, Start + Wait.
+
+    python bench/studies/call_instructions.py [--form FORM ...]   # counts each form under callgrind
+    python bench/studies/call_instructions.py --run FORM --calls N  # the loop itself
+
+Needs valgrind. OPENBLAS_NUM_THREADS=1 is set for the runs (OpenBLAS's idle threads otherwise add a
+varying count).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+
+FORMS = (
+    "wrap-bcast",
+    "mpi4py-bcast",
+    "wrap-reduce",
+    "mpi4py-reduce",
+    "wrap-allreduce",
+    "mpi4py-allreduce",
+    "bcast",
+    "allreduce",
+    "ibcast",
+    "iallreduce",
+    "persistent-bcast",
+    "mpi4py-persistent-bcast",
+)
+
+
+def _loop(form: str, calls: int) -> None:
+    import numpy as np
+    from mpi4py import MPI
+
+    import adaptcoll
+
+    serve = {"native_below": 0, "bcast_native_below": 0, "reduce_native_below": 0, "allreduce_native_below": 0}
+    small, out = np.zeros(512), np.zeros(512)
+    one, one_out = np.ones(1), np.zeros(1)
+    plain_self = MPI.COMM_SELF
+    ours_self = adaptcoll.Intracomm(MPI.COMM_SELF)
+    for _ in range(3):  # the first calls learn the thresholds
+        ours_self.Bcast(small, 0)
+    with adaptcoll.configured(**serve):
+        served = adaptcoll.Intracomm(MPI.COMM_WORLD.Dup())
+        served.Bcast(one, 0)
+        pb = served.Bcast_init(one, 0)
+        pn = MPI.COMM_WORLD.Bcast_init(one, 0)
+
+        def persistent(req: MPI.Prequest) -> Callable[[], object]:
+            def run() -> None:
+                req.Start()
+                req.Wait()
+
+            return run
+
+        run: Callable[[], object] = {
+            "wrap-bcast": lambda: ours_self.Bcast(small, 0),
+            "mpi4py-bcast": lambda: plain_self.Bcast(small, 0),
+            "wrap-reduce": lambda: ours_self.Reduce(small, out, MPI.SUM, 0),
+            "mpi4py-reduce": lambda: plain_self.Reduce(small, out, MPI.SUM, 0),
+            "wrap-allreduce": lambda: ours_self.Allreduce(small, out, MPI.SUM),
+            "mpi4py-allreduce": lambda: plain_self.Allreduce(small, out, MPI.SUM),
+            "bcast": lambda: served.Bcast(one, 0),
+            "allreduce": lambda: served.Allreduce(one, one_out, MPI.SUM),
+            "ibcast": lambda: served.Ibcast(one, 0).Wait(),
+            "iallreduce": lambda: served.Iallreduce(one, one_out, MPI.SUM).Wait(),
+            "persistent-bcast": persistent(pb),
+            "mpi4py-persistent-bcast": persistent(pn),
+        }[form]
+        for _ in range(50):
+            run()
+        for _ in range(calls):
+            run()
+        pb.Free()
+        pn.Free()
+
+
+def _instructions(form: str, calls: int) -> int:
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+    command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, __file__]
+    done = subprocess.run(command + ["--run", form, "--calls", str(calls)], env=env, capture_output=True, text=True)
+    found = re.search(r"Collected : (\d+)", done.stderr)
+    if done.returncode != 0 or found is None:
+        raise SystemExit(f"{form}: callgrind run failed\n{done.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--form", action="append", choices=FORMS, help="forms to count (default: all)")
+    parser.add_argument("--run", choices=FORMS, help="run the loop of one form (what callgrind counts)")
+    parser.add_argument("--calls", type=int, default=1000)
+    args = parser.parse_args()
+    if args.run:
+        _loop(args.run, args.calls)
+        return
+    for form in args.form or FORMS:
+        few, many = _instructions(form, 500), _instructions(form, 2500)
+        print(f"{form:<26}{(many - few) / 2000:>10.0f} instructions per call", flush=True)
+
+
+if __name__ == "__main__":
+    main()
