@@ -824,3 +824,19 @@ def test_forest_table_params_reach_the_simulator_and_the_tools_choice(tmp_path):
     builtin, fast = rows[None], rows[compiled]
     assert fast["tool_estimates"]["two_tree"]["cpu_s"] < builtin["tool_estimates"]["two_tree"]["cpu_s"] / 5
     assert fast["times_s"]["two_tree"][0] < builtin["times_s"]["two_tree"][0]
+
+
+def test_call_instructions_runs_every_form_and_counts_calls():
+    """bench/studies/call_instructions.py: every form's loop runs (one process, as callgrind runs it), and
+    the calls it makes are the ones its docstring names (stats() of a native, a served and an I-form)."""
+    script = BENCH / "studies" / "call_instructions.py"
+    expect = {"wrap-bcast": ("Bcast", "native"), "bcast": ("Bcast", "adaptcoll"), "ibcast": ("Ibcast", "adaptcoll")}
+    ci = _load("call_instructions", BENCH / "studies")
+    for form in ci.FORMS:
+        command = [sys.executable, str(script), "--run", form, "--calls", "20", "--stats"]
+        res = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=REPO)
+        assert res.returncode == 0, (form, res.stderr[-2000:])
+        stats = json.loads(res.stdout.strip().splitlines()[-1])
+        if form in expect:
+            name, side = expect[form]
+            assert stats[name][side] >= 70, (form, stats[name])  # 50 warm-up calls + 20

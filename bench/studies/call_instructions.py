@@ -14,7 +14,7 @@ Forms (one process, so no message moves: what is counted is the CPU path around 
   `mpi4py-persistent-bcast`: MPI's own persistent Bcast, Start + Wait.
 
     python bench/studies/call_instructions.py [--form FORM ...]   # counts each form under callgrind
-    python bench/studies/call_instructions.py --run FORM --calls N  # the loop itself
+    python bench/studies/call_instructions.py --run FORM --calls N [--stats]  # the loop itself
 
 Needs valgrind. OPENBLAS_NUM_THREADS=1 is set for the runs (OpenBLAS's idle threads otherwise add a
 varying count).
@@ -23,6 +23,8 @@ varying count).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
 import re
 import subprocess
@@ -45,7 +47,7 @@ FORMS = (
 )
 
 
-def _loop(form: str, calls: int) -> None:
+def _loop(form: str, calls: int, stats: bool = False) -> None:
     import numpy as np
     from mpi4py import MPI
 
@@ -58,7 +60,8 @@ def _loop(form: str, calls: int) -> None:
     ours_self = adaptcoll.Intracomm(MPI.COMM_SELF)
     for _ in range(3):  # the first calls learn the thresholds
         ours_self.Bcast(small, 0)
-    with adaptcoll.configured(**serve):
+    served_form = not form.startswith(("wrap-", "mpi4py-"))  # (the wrap- forms under the shipped thresholds)
+    with adaptcoll.configured(**serve) if served_form else contextlib.nullcontext():
         served = adaptcoll.Intracomm(MPI.COMM_WORLD.Dup())
         served.Bcast(one, 0)
         pb = served.Bcast_init(one, 0)
@@ -91,6 +94,8 @@ def _loop(form: str, calls: int) -> None:
             run()
         pb.Free()
         pn.Free()
+    if stats:  # what the loop called, as adaptcoll counted it (tests/test_bench.py)
+        print(json.dumps(adaptcoll.stats()))
 
 
 def _instructions(form: str, calls: int) -> int:
@@ -108,9 +113,10 @@ def main() -> None:
     parser.add_argument("--form", action="append", choices=FORMS, help="forms to count (default: all)")
     parser.add_argument("--run", choices=FORMS, help="run the loop of one form (what callgrind counts)")
     parser.add_argument("--calls", type=int, default=1000)
+    parser.add_argument("--stats", action="store_true", help="with --run: print adaptcoll.stats() as JSON after it")
     args = parser.parse_args()
     if args.run:
-        _loop(args.run, args.calls)
+        _loop(args.run, args.calls, args.stats)
         return
     for form in args.form or FORMS:
         few, many = _instructions(form, 500), _instructions(form, 2500)
