@@ -147,26 +147,40 @@ def _compiled_starts(
         for load in fill:
             load()
         operation = Operation(keep)
-        live = st._live
-        while live and live[0][1].done:  # CommState._reclaim
-            st._live_tags -= live.popleft()[0]
-        if (live and st._live_tags + ntags > space) or not transport.settled:  # tags to wait for, or a vote
+        tag_base = common_tags()
+        if tag_base < 0:  # tags to wait for, or a vote: the ordinary steps
             tag_base = st.take_tag_base(ntags, space)
             if transport.begin(operation, collective, root, shape, tag_base):  # numbered (else failed at once)
                 ran[0].start(call, tag_base, space, 0, operation, _completion(operation, finish))
             return st.track_tags(ntags, operation)
-        # the common case, inline (CommState.take_tag_base, MPITransport.begin, CompiledEngine.start and
-        # CommState.track_tags with no tags to wait for and nothing to vote on): a small nonblocking or
-        # persistent start is mostly Python calls, about 0.1-0.3 us each
+        operation.info = OpInfo(collective, root, transport.number(operation), shape, transport, tag_base)
+        return launch(operation, tag_base)
+
+    # The common case of a start, inline (CommState.take_tag_base, MPITransport.begin, CompiledEngine.start
+    # and CommState.track_tags with no tags to wait for and nothing to vote on): a small nonblocking or
+    # persistent start is mostly Python calls, about 0.1-0.3 us each.
+    def common_tags() -> int:
+        """The next tag base when the common case applies (finished operations' tags reclaimed, as
+        CommState._reclaim), else -1: tags must be waited for, or a failure is being voted on."""
+        live = st._live
+        while live and live[0][1].done:
+            st._live_tags -= live.popleft()[0]
+        if (live and st._live_tags + ntags > space) or not transport.settled:
+            return -1
         tag_base = st.next_tag % space
         st.next_tag = (tag_base + ntags) % space
-        operation.info = OpInfo(collective, root, transport.number(operation), shape, transport, tag_base)
+        return tag_base
+
+    def launch(operation: Operation, tag_base: int) -> Operation:
+        """Start the numbered `operation` in C (ac_call_start), with the compiled engine tracking it and the
+        communicator its tags."""
         h = ran[3](ran[2], tag_base)
         if not h:
+            operation.done = True
             raise MemoryError("adaptcoll: out of memory starting a compiled operation")
         ran[4][h] = (operation, operation.complete if finish is None else _completion(operation, finish), call)
         operation.handle = h
-        live.append((ntags, operation))
+        st._live.append((ntags, operation))
         st._live_tags += ntags
         return operation
 
@@ -225,27 +239,15 @@ def _compiled_starts(
                 or _current().trace
             ):
                 return st.submit(start)
-            live = st._live
-            while live and live[0][1].done:  # CommState._reclaim
-                st._live_tags -= live.popleft()[0]
-            if (live and st._live_tags + ntags > space) or not transport.settled:
+            tag_base = common_tags()
+            if tag_base < 0:
                 return st.submit(start)
-            tag_base = st.next_tag % space
-            st.next_tag = (tag_base + ntags) % space
             info.seq = transport.renumber(previous, info.seq, finished)
             info.tag_base = tag_base
             info.reported = False
             previous.done = False
             previous.keep = keep
-            h = ran[3](ran[2], tag_base)
-            if not h:
-                previous.done = True
-                raise MemoryError("adaptcoll: out of memory starting a compiled operation")
-            ran[4][h] = (previous, previous.complete if finish is None else _completion(previous, finish), call)
-            previous.handle = h
-            live.append((ntags, previous))
-            st._live_tags += ntags
-            return previous
+            return launch(previous, tag_base)
         finally:
             lock.release()
 
