@@ -70,13 +70,13 @@ def lookup(comm: Any, key: tuple[Any, ...], arrays: tuple[Any, ...]) -> Optional
     """The decision remembered for this call if it is still valid, else None (a stale entry is dropped).
     `key` names the call (collective, form, root, op, the ids of `arrays`, which the entry holds, so an
     id cannot have been reused); `arrays`: its buffer arguments (NumPy arrays, IN_PLACE or None)."""
-    calls = getattr(comm, CALLS_ATTR, None)
+    calls = _getattr(comm, CALLS_ATTR, None)
     if calls is None:
         return None
     entry = calls.get(key)
     if entry is None:
         return None
-    if entry[2] is _current() and entry[3] is getattr(comm, TUNING_ATTR, None) and _unchanged(arrays, entry[1]):
+    if entry[2] is _current() and entry[3] is _getattr(comm, TUNING_ATTR, None) and _unchanged(arrays, entry[1]):
         return entry[4]
     calls.held -= entry[5]
     del calls[key]

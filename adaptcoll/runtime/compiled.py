@@ -501,30 +501,16 @@ class CompiledEngine:
         if operation is not None:
             operation.handle = h  # the engine's _fail aborts it while it runs (`abort`)
 
-    def wait_done(self, h: int, eng: Any) -> int:
-        """`wait` in fewer steps for the common case: ac_op_wait's state, ST_DONE when `h` finished well
-        with no error notice waiting (then its on_done has run, as the Python engine `eng`'s
-        `_finish_compiled` runs it, and C freed `h`); any other state goes on to `wait(h, state)`."""
-        state = self._wait(h)
-        if state != ST_DONE:
-            return state
-        operation, on_done, _ = self.ops.pop(h)
-        if operation is not None and not operation.done:
-            previous = eng.owner
-            eng.owner = operation
-            try:
-                on_done()
-            except Exception as exc:
-                eng._fail(operation, exc)
-            finally:
-                eng.owner = previous
-        return state
+    def wait_state(self, h: int) -> int:
+        """ac_op_wait's answer for the running operation `h` (engine lock held, `h` in `ops`): the Python
+        engine completes a plain ST_DONE itself (taking `h` off `ops`); any other state goes on to `wait(h, state)`."""
+        return self._wait(h)
 
     def wait(self, h: int, state: int = -1) -> tuple[Optional[Finished], bool]:
         """Wait in C for the running operation `h` (ac_op_wait; call with the engine lock held, while `h`
         is in `ops`): (its (operation, handle, on_done, error or None) as `sweep` hands them back, or None
         if it is still running; whether an error notice waits). A handle of 0 means C freed it already
-        (nothing to release). `state`: ac_op_wait's answer if `wait_done` asked already."""
+        (nothing to release). `state`: ac_op_wait's answer if `wait_state` asked already."""
         if state < 0:
             state = self._wait(h)
         notice = state >= NOTICE

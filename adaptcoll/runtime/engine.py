@@ -289,22 +289,33 @@ class Engine:
 
     def _finish_compiled(self, comp: Any, finished: list[Any]) -> None:
         """Complete or fail compiled operations handed back (CompiledEngine.sweep / wait), then release them."""
-        previous = self.owner
         for operation, handle, on_done, error in finished:
-            self.owner = operation
             try:
                 if error is not None:
                     if operation is not None:
-                        self._fail(operation, error)
-                elif operation is not None and not operation.done:
-                    try:
-                        on_done()
-                    except Exception as exc:
-                        self._fail(operation, exc)
+                        previous, self.owner = self.owner, operation
+                        try:
+                            self._fail(operation, error)
+                        finally:
+                            self.owner = previous
+                else:
+                    self._complete(operation, on_done)
             finally:
                 if handle:
                     comp.release(handle)
-        self.owner = previous
+
+    def _complete(self, operation: Any, on_done: Callable[[], None]) -> None:
+        """Run the on_done of an operation that finished here (compiled), as its owner; an exception
+        from it fails the operation."""
+        if operation is None or operation.done:
+            return
+        previous, self.owner = self.owner, operation
+        try:
+            on_done()
+        except Exception as exc:
+            self._fail(operation, exc)
+        finally:
+            self.owner = previous
 
     def wait_operation(self, operation: Any, finished: Callable[[], bool]) -> None:
         """wait_for(finished), where `finished` waits for `operation` (call it when `finished()` is False):
@@ -318,8 +329,10 @@ class Engine:
             lock.acquire()
             try:
                 if h in comp.ops and not self._reqs and not self._watches:
-                    state = comp.wait_done(h, self)
+                    state = comp.wait_state(h)
                     if state == _ST_DONE:  # the common case: finished, no notice waiting (so `operation` is done)
+                        done_op, on_done, _ = comp.ops.pop(h)  # (C freed it: nothing to release)
+                        self._complete(done_op, on_done)
                         return
                     found, notice = comp.wait(h, state)
                     if found is not None:
