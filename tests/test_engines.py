@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from pytest_again import run_again
 
-from adaptcoll.runtime import compiled
+from adaptcoll.runtime import compiled, fastcalls
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,6 +42,18 @@ def test_the_mpi_guarantees_hold_on_the_python_engine() -> None:
     run_again(GUARANTEES, {"ADAPTCOLL_ENGINE": "python"})
 
 
+THROUGH_CTYPES = ["tests/test_nonblocking_mpi.py", "tests/test_failures_mpi.py"]
+"""The compiled engine's starts, waits, runs and failures with its calls into C through ctypes (about 30 s):
+what the fast-call extension replaces where it builds (the rest of the suite runs with it)."""
+
+
+@pytest.mark.timeout(300)
+def test_the_compiled_engine_through_ctypes() -> None:
+    if compiled.status()[0] != "compiled":
+        pytest.skip(f"compiled progress path not available here: {compiled.status()[1]}")
+    run_again(THROUGH_CTYPES, {"ADAPTCOLL_ENGINE": "compiled", "ADAPTCOLL_FASTCALLS": "off"})
+
+
 PROGRAM = textwrap.dedent(
     """
     import numpy as np
@@ -58,7 +70,8 @@ PROGRAM = textwrap.dedent(
     req.Wait()
     assert comm.rank != 1 or (out == a * comm.size).all()
     stats = adaptcoll.stats()
-    mine = [stats[name]["engines"] for name in ("Bcast", "Allreduce", "Ireduce")]
+    from adaptcoll.runtime import fastcalls
+    mine = [stats[name]["engines"] for name in ("Bcast", "Allreduce", "Ireduce")] + [fastcalls.status()[0]]
     rows = comm.gather((comm.rank, *mine))
     if comm.rank == 0:  # one writer: two ranks' lines can interleave on a shared stdout
         for row in rows:
@@ -67,17 +80,20 @@ PROGRAM = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("engine", ["python", "compiled"])
-def test_stats_say_which_engine_served(engine: str, tmp_path) -> None:
+@pytest.mark.parametrize(("engine", "calls"), [("python", "none"), ("compiled", "extension"), ("compiled", "ctypes")])
+def test_stats_say_which_engine_served(engine: str, calls: str, tmp_path) -> None:
+    """...and which way the compiled engine's calls into C went (the fast-call extension or ctypes)."""
     if engine == "compiled" and compiled.status()[0] != "compiled":
         pytest.skip(f"compiled progress path not available here: {compiled.status()[1]}")
+    if calls == "extension" and fastcalls.status()[0] != "extension":
+        pytest.skip(f"the fast-call extension is not built here: {fastcalls.status()[1]}")
     prog = tmp_path / "prog.py"
     prog.write_text(PROGRAM)
-    env = {**os.environ, "ADAPTCOLL_ENGINE": engine}
+    env = {**os.environ, "ADAPTCOLL_ENGINE": engine, "ADAPTCOLL_FASTCALLS": "off" if calls == "ctypes" else "auto"}
     done = subprocess.run(
         ["mpiexec", "-n", "2", sys.executable, str(prog)], env=env, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr
     want = f"{{'{engine}': 1}}"
     lines = done.stdout.splitlines()
-    assert lines == [f"{r} {want} {want} {want}" for r in range(2)], done.stdout
+    assert lines == [f"{r} {want} {want} {want} {calls}" for r in range(2)], done.stdout

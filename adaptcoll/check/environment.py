@@ -95,7 +95,7 @@ def gather_environment(world: Any, MPI: Any, adaptcoll: Any, cupy_wanted: bool) 
     import mpi4py
 
     from ..device import mpi_cuda_aware
-    from ..runtime import compiled, settings
+    from ..runtime import compiled, fastcalls, settings
 
     node = world.Split_type(MPI.COMM_TYPE_SHARED)
     leader = node.bcast(world.Get_rank(), 0)
@@ -136,6 +136,7 @@ def gather_environment(world: Any, MPI: Any, adaptcoll: Any, cupy_wanted: bool) 
     env["engine_detail"] = engines[0][1]
     env["engine_ranks"] = {name: sum(1 for e in engines if e[0] == name) for name in sorted({e[0] for e in engines})}
     env["progress_thread_us"] = settings.current().progress_thread  # (the compiled engine's; 0: none)
+    env["c_calls"], env["c_calls_detail"] = fastcalls.status()  # (compiled.status loaded it: extension / ctypes)
     everywhere = env["engine"] == "compiled"
     per_node = max(sizes) if sizes else 1
     env["tuning"] = _tuning(adaptcoll, world, MPI, float(env["ranks_per_core"]), len(nodes), per_node, everywhere)

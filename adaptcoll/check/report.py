@@ -205,4 +205,8 @@ def _engine_row(env: dict[str, Any]) -> str:
     pause = env.get("progress_thread_us", 0)
     if pause and engine == "compiled":
         row += f"; progress thread on (pauses {pause:g} us when idle)"
+    if engine == "compiled" and env.get("c_calls") == "ctypes":
+        row += f"; calls into C through ctypes ({env.get('c_calls_detail', '')})"
+    elif engine == "compiled" and env.get("c_calls") == "extension":
+        row += "; calls into C through the fast-call extension"
     return row

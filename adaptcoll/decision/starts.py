@@ -137,7 +137,7 @@ def _compiled_starts(
         if not links:
             links.append(make_links())
         comp = _ready(st, call, links[0])
-        ran.extend((comp, comp.lib.ac_call_run, call.arg, comp.lib.ac_call_start, comp.ops))
+        ran.extend((comp, comp.run_call, call.arg, comp.start_call, comp.ops))
 
     def start() -> Operation:
         if _current().trace:

@@ -12,18 +12,30 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Optional
 
-__all__ = ["cache_dir", "build_cached"]
+__all__ = ["cache_dir", "build_cached", "find_cc"]
 
 
 def cache_dir(kind: str) -> Path:
     """`$XDG_CACHE_HOME/adaptcoll/<kind>` (default `~/.cache/adaptcoll/<kind>`)."""
     base = os.environ.get("XDG_CACHE_HOME", "").strip()
     return (Path(base) if base else Path.home() / ".cache") / "adaptcoll" / kind
+
+
+def find_cc() -> Optional[str]:
+    """The plain C compiler: `CC`, else cc / gcc / clang on PATH; None if there is none."""
+    for name in (os.environ.get("CC", "").strip(), "cc", "gcc", "clang"):
+        if name:
+            found = shutil.which(name)
+            if found:
+                return found
+    return None
 
 
 def build_cached(

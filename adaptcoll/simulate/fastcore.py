@@ -20,7 +20,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
-import shutil
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -29,7 +28,7 @@ from typing import Any, Optional, cast
 import numpy as np
 
 from ..plans.dealing import tree_links
-from ..runtime.cbuild import build_cached, cache_dir
+from ..runtime.cbuild import build_cached, cache_dir, find_cc
 from .lockstep import BASELINES, Together, check_applicable
 from .params import CostParams
 from .routes import Routes
@@ -107,15 +106,6 @@ def core_setting() -> str:
     return value
 
 
-def _find_cc() -> Optional[str]:
-    for name in (os.environ.get("CC", "").strip(), "cc", "gcc", "clang"):
-        if name:
-            found = shutil.which(name)
-            if found:
-                return found
-    return None
-
-
 def _sources() -> dict[str, bytes]:
     return {
         "simcore.c": resources.files(__package__).joinpath("simcore.c").read_bytes(),
@@ -136,7 +126,7 @@ _P = ctypes.c_void_p
 
 @functools.lru_cache(maxsize=1)
 def _load() -> tuple[Optional[ctypes.CDLL], str]:
-    cc = _find_cc()
+    cc = find_cc()
     if cc is None:
         return None, "no C compiler found (set CC, or install cc / gcc / clang)"
     try:

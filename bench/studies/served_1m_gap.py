@@ -45,8 +45,9 @@ def main() -> None:
     settings.configure(native_below=0, bcast_segment_size=n, max_segments=0)
     lib = compiled.library()
     inside: list[int] = []
-    if lib is not None:  # time the one C call of the blocking compiled path
-        run = lib.ac_call_run
+    if lib is not None:  # time the one C call of the blocking compiled path (made before the first call binds it)
+        comp = compiled.engine_for(lib)
+        run = comp.run_call
 
         def timed(a: object, b: object) -> int:
             t = time.perf_counter_ns()
@@ -54,7 +55,7 @@ def main() -> None:
             inside.append(time.perf_counter_ns() - t)
             return state
 
-        lib.ac_call_run = timed
+        comp.run_call = timed
     tag = [0]
 
     def plain(buf: np.ndarray = big) -> None:

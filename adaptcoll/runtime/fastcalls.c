@@ -1,0 +1,230 @@
+/* Calls into the compiled progress path without ctypes (adaptcoll.runtime.fastcalls).
+
+   A ctypes call costs about 4,200 instructions (argument conversion, a call frame built at run time,
+   the GIL released and taken back); a small served call makes one or two of them (ac_call_run, or
+   ac_call_start and ac_op_wait). This CPython extension wraps a C function pointer of one of a few fixed
+   signatures in a vectorcall object: the same call costs about 550 instructions, 950 where the GIL is
+   released. It knows nothing of MPI or of the library it calls: Python hands it the functions'
+   addresses (from ctypes) and the signature of each, and it is built with the plain C compiler and
+   Python's headers. Where it cannot be built, ctypes calls the same functions (the fallback).
+
+   Arguments are Python ints: 'n' a Py_ssize_t, 'i' a C int (OverflowError outside its range), 'p' an
+   address (void *). The result is a Python int (None for 'v').
+*/
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stddef.h>
+#include <limits.h>
+
+/* The signatures, as "result(arguments)". */
+enum {
+    SIG_I_NI,   /* int f(Py_ssize_t, int): ac_call_run */
+    SIG_N_NI,   /* Py_ssize_t f(Py_ssize_t, int): ac_call_start */
+    SIG_I_N,    /* int f(Py_ssize_t): ac_op_wait */
+    SIG_V_N,    /* void f(Py_ssize_t): ac_op_release */
+    SIG_I_PIIP, /* int f(void *, int, int, void *): ac_progress */
+    SIG_I_PPPI, /* int f(void *, void *, void *, int): ac_take_finished */
+    SIG_COUNT
+};
+
+static const char *const sig_names[SIG_COUNT] = {
+    "i(n,i)", "n(n,i)", "i(n)", "v(n)", "i(p,i,i,p)", "i(p,p,p,i)",
+};
+static const int sig_nargs[SIG_COUNT] = {2, 2, 1, 1, 4, 4};
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    void *fn;
+    int sig;
+    int nogil;
+    PyObject *name;
+} CFunction;
+
+static int arg_int(PyObject *o, int *out) {
+    long v = PyLong_AsLong(o);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    if (v < INT_MIN || v > INT_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "adaptcoll.fastcalls: argument out of range for a C int");
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+static int arg_ssize(PyObject *o, Py_ssize_t *out) {
+    Py_ssize_t v = PyLong_AsSsize_t(o);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    *out = v;
+    return 0;
+}
+
+static int arg_ptr(PyObject *o, void **out) {
+    if (o == Py_None) {
+        *out = NULL;
+        return 0;
+    }
+    void *v = PyLong_AsVoidPtr(o);
+    if (v == NULL && PyErr_Occurred()) return -1;
+    *out = v;
+    return 0;
+}
+
+/* Run `stmt` with the GIL released when the function may sweep for a while (nogil), else holding it. */
+#define CALL(self, stmt)              \
+    do {                              \
+        if ((self)->nogil) {          \
+            Py_BEGIN_ALLOW_THREADS    \
+            stmt;                     \
+            Py_END_ALLOW_THREADS      \
+        } else {                      \
+            stmt;                     \
+        }                             \
+    } while (0)
+
+static PyObject *cfunction_call(PyObject *obj, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    CFunction *self = (CFunction *)obj;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0) {
+        PyErr_Format(PyExc_TypeError, "%U takes no keyword arguments", self->name);
+        return NULL;
+    }
+    if (nargs != sig_nargs[self->sig]) {
+        PyErr_Format(PyExc_TypeError, "%U takes %d arguments (%zd given)", self->name, sig_nargs[self->sig], nargs);
+        return NULL;
+    }
+    Py_ssize_t n0;
+    int i1, i2, i3;
+    void *p0, *p1, *p2, *p3;
+    switch (self->sig) {
+    case SIG_I_NI: {
+        if (arg_ssize(args[0], &n0) || arg_int(args[1], &i1)) return NULL;
+        int r;
+        CALL(self, r = ((int (*)(Py_ssize_t, int))self->fn)(n0, i1));
+        return PyLong_FromLong(r);
+    }
+    case SIG_N_NI: {
+        if (arg_ssize(args[0], &n0) || arg_int(args[1], &i1)) return NULL;
+        Py_ssize_t r;
+        CALL(self, r = ((Py_ssize_t (*)(Py_ssize_t, int))self->fn)(n0, i1));
+        return PyLong_FromSsize_t(r);
+    }
+    case SIG_I_N: {
+        if (arg_ssize(args[0], &n0)) return NULL;
+        int r;
+        CALL(self, r = ((int (*)(Py_ssize_t))self->fn)(n0));
+        return PyLong_FromLong(r);
+    }
+    case SIG_V_N: {
+        if (arg_ssize(args[0], &n0)) return NULL;
+        CALL(self, ((void (*)(Py_ssize_t))self->fn)(n0));
+        Py_RETURN_NONE;
+    }
+    case SIG_I_PIIP: {
+        if (arg_ptr(args[0], &p0) || arg_int(args[1], &i1) || arg_int(args[2], &i2) || arg_ptr(args[3], &p3))
+            return NULL;
+        int r;
+        CALL(self, r = ((int (*)(void *, int, int, void *))self->fn)(p0, i1, i2, p3));
+        return PyLong_FromLong(r);
+    }
+    case SIG_I_PPPI: {
+        if (arg_ptr(args[0], &p0) || arg_ptr(args[1], &p1) || arg_ptr(args[2], &p2) || arg_int(args[3], &i3))
+            return NULL;
+        int r;
+        CALL(self, r = ((int (*)(void *, void *, void *, int))self->fn)(p0, p1, p2, i3));
+        return PyLong_FromLong(r);
+    }
+    }
+    PyErr_SetString(PyExc_SystemError, "adaptcoll.fastcalls: unknown signature");
+    return NULL;
+}
+
+static void cfunction_dealloc(PyObject *obj) {
+    Py_XDECREF(((CFunction *)obj)->name);
+    PyObject_Free(obj);
+}
+
+static PyObject *cfunction_repr(PyObject *obj) {
+    CFunction *self = (CFunction *)obj;
+    return PyUnicode_FromFormat("<adaptcoll fast call %U %s at %p%s>", self->name, sig_names[self->sig], self->fn,
+                                self->nogil ? ", GIL released" : "");
+}
+
+static PyTypeObject CFunctionType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "adaptcoll_fastcalls.CFunction",
+    .tp_doc = "A C function of a fixed signature, called without ctypes (adaptcoll.runtime.fastcalls).",
+    .tp_basicsize = sizeof(CFunction),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(CFunction, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_dealloc = cfunction_dealloc,
+    .tp_repr = cfunction_repr,
+};
+
+/* wrap(address, signature, name, release_gil) -> CFunction */
+static PyObject *wrap(PyObject *module, PyObject *args) {
+    PyObject *address, *name;
+    const char *signature;
+    int nogil;
+    if (!PyArg_ParseTuple(args, "OsUp", &address, &signature, &name, &nogil)) return NULL;
+    void *fn = PyLong_AsVoidPtr(address);
+    if (fn == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "adaptcoll.fastcalls: a NULL function address");
+        return NULL;
+    }
+    int sig = -1;
+    for (int k = 0; k < SIG_COUNT; k++)
+        if (strcmp(signature, sig_names[k]) == 0) sig = k;
+    if (sig < 0) {
+        PyErr_Format(PyExc_ValueError, "adaptcoll.fastcalls: unknown signature %s", signature);
+        return NULL;
+    }
+    CFunction *self = PyObject_New(CFunction, &CFunctionType);
+    if (self == NULL) return NULL;
+    self->vectorcall = cfunction_call;
+    self->fn = fn;
+    self->sig = sig;
+    self->nogil = nogil;
+    Py_INCREF(name);
+    self->name = name;
+    return (PyObject *)self;
+}
+
+static PyObject *signatures(PyObject *module, PyObject *unused) {
+    PyObject *out = PyTuple_New(SIG_COUNT);
+    if (out == NULL) return NULL;
+    for (int k = 0; k < SIG_COUNT; k++) {
+        PyObject *s = PyUnicode_FromString(sig_names[k]);
+        if (s == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(out, k, s);
+    }
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"wrap", wrap, METH_VARARGS, "wrap(address, signature, name, release_gil): a CFunction"},
+    {"signatures", signatures, METH_NOARGS, "The signatures wrap() knows"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "adaptcoll_fastcalls", "Calls into adaptcoll's compiled progress path without ctypes.",
+    -1, methods,
+};
+
+PyMODINIT_FUNC PyInit_adaptcoll_fastcalls(void) {
+    if (PyType_Ready(&CFunctionType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module_def);
+    if (m == NULL) return NULL;
+    Py_INCREF(&CFunctionType);
+    if (PyModule_AddObject(m, "CFunction", (PyObject *)&CFunctionType) < 0) {
+        Py_DECREF(&CFunctionType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,179 @@
+"""The fast-call extension (adaptcoll.runtime.fastcalls): each signature passes its arguments and result
+as ctypes does, bad arguments raise (never a wrong value in C), and where it is off or cannot be built
+the ctypes function itself is used. Its use on the MPI paths: tests/test_engines.py."""
+
+from __future__ import annotations
+
+import ctypes
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from adaptcoll.runtime import cbuild, fastcalls
+
+SOURCE = textwrap.dedent(
+    """
+    #include <sys/types.h>
+    #include <stdint.h>
+    static ssize_t last;
+    int f_i_ni(ssize_t a, int b) { return (int)(a % 100003) * 3 + b; }
+    ssize_t f_n_ni(ssize_t a, int b) { return a * 2 + b; }
+    int f_i_n(ssize_t a) { return (int)(a >> 33) - 1; }
+    void f_v_n(ssize_t a) { last = a; }
+    ssize_t f_last(void) { return last; }
+    int f_i_piip(void *p, int a, int b, void *q) { *(int64_t *)q = (int64_t)(intptr_t)p + a; return a - b; }
+    int f_i_pppi(void *p, void *q, void *r, int n) {
+        ((int64_t *)p)[0] = n; ((int32_t *)q)[0] = -n; return r == 0 ? n : -n; }
+    """
+)
+
+SIGNATURES = {
+    "f_i_ni": ("i(n,i)", ctypes.c_int, [ctypes.c_ssize_t, ctypes.c_int]),
+    "f_n_ni": ("n(n,i)", ctypes.c_ssize_t, [ctypes.c_ssize_t, ctypes.c_int]),
+    "f_i_n": ("i(n)", ctypes.c_int, [ctypes.c_ssize_t]),
+    "f_v_n": ("v(n)", None, [ctypes.c_ssize_t]),
+    "f_i_piip": ("i(p,i,i,p)", ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]),
+    "f_i_pppi": ("i(p,p,p,i)", ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]),
+}
+
+
+@pytest.fixture(scope="module")
+def module():
+    """The extension as the compiled engine loads it (skips where no C compiler or no Python headers)."""
+    mod, why = fastcalls._load(None)
+    if mod is None:
+        pytest.skip(f"the fast-call extension is not built here: {why}")
+    return mod
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory):
+    cc = cbuild.find_cc()
+    if cc is None:
+        pytest.skip("no C compiler")
+    out = tmp_path_factory.mktemp("fastcalls")
+    path = cbuild.build_cached(cc, {"f.c": SOURCE.encode()}, "f.c", "fastcalls_test", out, ("-O1", "-shared", "-fPIC"))
+    lib = ctypes.CDLL(str(path))
+    for name, (_, res, args) in SIGNATURES.items():
+        getattr(lib, name).restype = res
+        getattr(lib, name).argtypes = args
+    lib.f_last.restype = ctypes.c_ssize_t
+    return lib
+
+
+def _fast(module, lib, name, release_gil=False):
+    function = getattr(lib, name)
+    return module.wrap(ctypes.cast(function, ctypes.c_void_p).value, SIGNATURES[name][0], name, release_gil)
+
+
+@pytest.mark.parametrize("release_gil", [False, True])
+def test_every_signature_gives_what_ctypes_gives(module, lib, release_gil) -> None:
+    fast = {name: _fast(module, lib, name, release_gil) for name in SIGNATURES}
+    for a, b in [(0, 0), (5, 1), (-7, -3), (2**40 + 9, 2**31 - 1), (-(2**62), -(2**31))]:
+        assert fast["f_i_ni"](a, b) == lib.f_i_ni(a, b)
+        assert fast["f_n_ni"](a // 4, b) == lib.f_n_ni(a // 4, b)
+        assert fast["f_i_n"](a) == lib.f_i_n(a)
+        assert fast["f_v_n"](a) is None and lib.f_last() == a
+    out_fast, out_ct = ctypes.c_int64(), ctypes.c_int64()
+    at_fast, at_ct = ctypes.addressof(out_fast), ctypes.addressof(out_ct)
+    assert fast["f_i_piip"](1234, 7, 9, at_fast) == lib.f_i_piip(1234, 7, 9, at_ct) == -2
+    assert out_fast.value == out_ct.value == 1241
+    assert fast["f_i_piip"](None, 3, 1, at_fast) == 2 and out_fast.value == 3  # None is NULL, as in ctypes
+    ids, states = (ctypes.c_int64 * 2)(), (ctypes.c_int32 * 2)()
+    assert fast["f_i_pppi"](ctypes.addressof(ids), ctypes.addressof(states), 0, 11) == 11
+    assert (ids[0], states[0]) == (11, -11)
+
+
+def test_bad_arguments_raise_and_call_nothing(module, lib) -> None:
+    f = _fast(module, lib, "f_i_ni")
+    lib.f_v_n(-1)
+    g = _fast(module, lib, "f_v_n")
+    with pytest.raises(TypeError, match=r"f_i_ni takes 2 arguments \(1 given\)"):
+        f(1)
+    with pytest.raises(TypeError, match="keyword"):
+        f(1, b=2)
+    with pytest.raises(TypeError):
+        f(ctypes.c_ssize_t(1), 2)  # ints only (the starts pass CompiledCall.arg as an int here)
+    with pytest.raises(TypeError):
+        g("1")
+    with pytest.raises(OverflowError):
+        f(1, 2**31)
+    with pytest.raises(OverflowError):
+        g(2**70)
+    assert lib.f_last() == -1  # none of them reached C
+    with pytest.raises(ValueError, match="unknown signature"):
+        module.wrap(ctypes.cast(lib.f_i_n, ctypes.c_void_p).value, "d(d)", "f", False)
+    with pytest.raises(ValueError, match="NULL"):
+        module.wrap(0, "i(n)", "f", False)
+    assert "f_i_ni i(n,i)" in repr(f)
+    assert set(module.signatures()) == {sig for sig, _, _ in SIGNATURES.values()}
+
+
+def test_off_missing_headers_and_bad_values(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("ADAPTCOLL_FASTCALLS", "off")
+    assert fastcalls._load(None) == (None, "ADAPTCOLL_FASTCALLS=off")
+    monkeypatch.setenv("ADAPTCOLL_FASTCALLS", "fast")
+    with pytest.raises(ValueError, match="ADAPTCOLL_FASTCALLS must be one of auto, off, got 'fast'"):
+        fastcalls._load(None)
+    monkeypatch.setenv("ADAPTCOLL_FASTCALLS", "auto")
+    monkeypatch.setattr(fastcalls, "_includes", lambda: [str(tmp_path)])
+    module, why = fastcalls._load(None)
+    assert module is None and "Python's headers (Python.h) are not installed" in why
+
+
+def test_wrap_is_ctypes_itself_where_the_extension_is_not_loaded(monkeypatch, lib) -> None:
+    monkeypatch.setattr(fastcalls, "_loaded", (None, "ADAPTCOLL_FASTCALLS=off"))
+    assert fastcalls.wrap(lib.f_i_ni, "i(n,i)", True) is lib.f_i_ni
+    assert fastcalls.status() == ("ctypes", "ADAPTCOLL_FASTCALLS=off")
+
+
+def test_the_fast_call_releases_the_gil_only_when_asked(module, lib, tmp_path) -> None:
+    """A thread runs Python while another is inside a C call that sleeps: with release_gil it gets
+    through, without it waits for the call (checked in a child, so a stuck GIL cannot hang the suite)."""
+    cc = cbuild.find_cc()
+    assert cc is not None
+    path = cbuild.build_cached(
+        cc,
+        {"s.c": b"#include <unistd.h>\n#include <sys/types.h>\nint nap(ssize_t us) { usleep(us); return 1; }\n"},
+        "s.c",
+        "fastcalls_nap",
+        tmp_path,
+        ("-O1", "-shared", "-fPIC"),
+    )
+    program = textwrap.dedent(
+        f"""
+        import ctypes, threading, time
+        from adaptcoll.runtime import fastcalls
+        mod, why = fastcalls._load(None)
+        lib = ctypes.CDLL({str(path)!r}); lib.nap.restype = ctypes.c_int; lib.nap.argtypes = [ctypes.c_ssize_t]
+        for release in (True, False):
+            nap = mod.wrap(ctypes.cast(lib.nap, ctypes.c_void_p).value, "i(n)", "nap", release)
+            ticks = []
+            def count():
+                end = time.monotonic() + 0.3
+                while time.monotonic() < end:
+                    ticks.append(1)
+                    time.sleep(0.001)
+            t = threading.Thread(target=count)
+            t.start(); time.sleep(0.02)
+            n0 = len(ticks); nap(200000); n1 = len(ticks)
+            t.join()
+            print(release, n1 - n0)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    got = dict(line.split() for line in done.stdout.splitlines())
+    assert int(got["True"]) >= 20, done.stdout  # the other thread ran during the 200 ms in C
+    assert int(got["False"]) <= 3, done.stdout  # it could not: the GIL was held
+
+
+def test_the_extension_builds_into_the_cache_once(module, tmp_path) -> None:
+    cc = cbuild.find_cc()
+    assert cc is not None
+    first = fastcalls.build(cc, tmp_path)
+    assert fastcalls.build(cc, tmp_path) == first and first.name.startswith("libadaptcoll_fastcalls-")
+    assert Path(first).stat().st_size > 0
