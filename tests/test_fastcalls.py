@@ -10,6 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from adaptcoll.runtime import cbuild, fastcalls
@@ -177,3 +178,49 @@ def test_the_extension_builds_into_the_cache_once(module, tmp_path) -> None:
     first = fastcalls.build(cc, tmp_path)
     assert fastcalls.build(cc, tmp_path) == first and first.name.startswith("libadaptcoll_fastcalls-")
     assert Path(first).stat().st_size > 0
+
+
+def test_unchanged_answers_what_the_caches_python_check_answers(module) -> None:
+    """The decision cache's array check in C (fastcalls.UNCHANGED) against its Python twin, for every
+    way an array held by a remembered call can change in place."""
+    from adaptcoll.decision import cache
+
+    class Sub(np.ndarray):
+        pass
+
+    base = np.arange(24, dtype="f8")
+    arrays = {
+        "1d": base,
+        "2d": base.reshape(4, 6),
+        "view": base[::2],
+        "empty": np.zeros(0, "i4"),
+        "0d": np.array(3.0),
+        "readonly": np.frombuffer(b"12345678", np.uint8),
+    }
+    for name, a in arrays.items():
+        sig = cache._signature(a)
+        assert module.unchanged((a,), (sig,)) is cache._unchanged((a,), (sig,)) is True, name
+        assert module.unchanged((a, None), (sig, None)) is True, name
+    changed = []
+    a = np.arange(24, dtype="f8")
+    sig = cache._signature(a)
+    b = a.view()
+    b.shape = (6, 4)
+    changed.append(b)
+    c = a.view()
+    c.dtype = np.int64  # same size, another dtype
+    changed.append(c)
+    d = a.view()
+    d.flags.writeable = False
+    changed.append(d)
+    changed.append(np.lib.stride_tricks.as_strided(a, shape=(24,), strides=(0,)))
+    changed.append(a[:12])  # another shape
+    for x in changed:
+        assert module.unchanged((x,), (sig,)) is cache._unchanged((x,), (sig,)) is False, (x.shape, x.strides)
+    # Stricter than Python where Python cannot be wrong either (an entry holds its arrays, so the object
+    # under a remembered id is the one it was made for): not the exact ndarray type, a malformed signature.
+    assert module.unchanged((a.view(Sub),), (sig,)) is False
+    assert module.unchanged((a,), (("not", "a", "signature"),)) is False
+    assert module.unchanged((), ()) is True
+    with pytest.raises(TypeError):
+        module.unchanged([a], [sig])

@@ -21,7 +21,7 @@ from typing import Any, Optional
 import numpy as np
 from mpi4py import MPI
 
-from ..runtime import settings
+from ..runtime import fastcalls, settings
 from ..runtime.native import Kind, Native
 from ..state import shm
 from ..tune.choose import TUNING_ATTR
@@ -43,6 +43,7 @@ _OPS = frozenset(
 )
 _current = settings.current
 _getattr = getattr
+_FAST_UNCHANGED = fastcalls.UNCHANGED
 
 
 class _Calls(dict[tuple[Any, ...], Any]):
@@ -144,10 +145,11 @@ def remembered(
     if calls is not None:
         entry = calls.get(key)
         if entry is not None:
+            fast = _FAST_UNCHANGED[0]  # (the same check in C, once the fast-call extension is loaded)
             if (
                 entry[2] is _current()
                 and entry[3] is _getattr(comm, TUNING_ATTR, None)
-                and _unchanged(arrays, entry[1])
+                and (_unchanged(arrays, entry[1]) if fast is None else fast(arrays, entry[1]))
             ):
                 return entry[4]
             lookup(comm, key, arrays)  # drops the stale entry

@@ -3,9 +3,10 @@
 A served call's path crosses into C once or twice (ac_call_run; ac_call_start and ac_op_wait), and each
 ctypes call costs about 4,200 instructions, a tenth to a fifth of the whole call. The extension wraps
 each hot function's address (taken from ctypes) in an object Python calls with a vectorcall: about 550
-instructions, 950 where the GIL is released. It needs Python's headers and a C compiler (`CC`, else cc /
+instructions, 950 where the GIL is released. It also checks a remembered decision's arrays (`UNCHANGED`,
+for adaptcoll.decision.cache). It needs Python's and NumPy's headers and a C compiler (`CC`, else cc /
 gcc / clang, else the MPI library's `mpicc`), nothing of MPI, and is built at first use into the user's
-cache like the compiled engine (keyed by the source, the compiler and this Python). Where it cannot be
+cache like the compiled engine (keyed by the source, the compiler, this Python and NumPy). Where it cannot be
 built or loaded, the same functions are called through ctypes, with no warning: both run the same C.
 
 `ADAPTCOLL_FASTCALLS=auto|off` (default auto): `off` keeps ctypes (to compare, or to rule the extension
@@ -26,14 +27,20 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Optional
 
+import numpy as np
+
 from .cbuild import build_cached, cache_dir, find_cc
 
-__all__ = ["CHOICES", "choice", "load", "status", "wrap"]
+__all__ = ["CHOICES", "UNCHANGED", "choice", "load", "status", "wrap"]
 
 CHOICES = ("auto", "off")
 MODULE = "adaptcoll_fastcalls"
 """The extension's module name (its init function is PyInit_adaptcoll_fastcalls)."""
 FLAGS = ("-O2", "-shared", "-fPIC")
+
+UNCHANGED: list[Optional[Callable[[tuple[Any, ...], tuple[Any, ...]], bool]]] = [None]
+"""[the extension's `unchanged(arrays, signatures)`] once it is loaded, else [None]: the decision cache's
+check of a remembered call's arrays (adaptcoll.decision.cache._unchanged) in C."""
 
 _lock = threading.Lock()
 _loaded: Optional[tuple[Any, str]] = None  # (the module or None, how it was built / why it is not there)
@@ -63,7 +70,8 @@ def build(cc: str, out_dir: Optional[Path] = None) -> Path:
     includes = _includes()
     if not any((Path(p) / "Python.h").exists() for p in includes):
         raise RuntimeError(f"Python's headers (Python.h) are not installed (looked in {', '.join(includes)})")
-    abi = f"{sys.version} {sysconfig.get_config_var('EXT_SUFFIX')} {sys.abiflags}".encode()
+    includes.append(np.get_include())  # (NumPy's wheels ship their headers)
+    abi = f"{sys.version} {sysconfig.get_config_var('EXT_SUFFIX')} {sys.abiflags} numpy {np.__version__}".encode()
     return build_cached(
         cc,
         {"fastcalls.c": resources.files(__package__).joinpath("fastcalls.c").read_bytes()},
@@ -93,6 +101,8 @@ def load(fallback_cc: Optional[str] = None) -> tuple[Any, str]:
     with _lock:
         if _loaded is None:
             _loaded = _load(fallback_cc)
+            if _loaded[0] is not None:
+                UNCHANGED[0] = _loaded[0].unchanged
     return _loaded
 
 
