@@ -740,21 +740,13 @@ static void op_free(ac_op *op) {
                 if (st->inputs) {
                     for (int k = 1; k < L->inputs; k++)
                         if (st->inputs[k]) POOL_FREE(st->inputs[k]);
-                    free(st->inputs);
                 }
             }
         }
-        free(L->st);
-        free(L->children);
-        free(L->dnext);
-        free(L->dready);
-        free(L->rallowed);
-        free(L->released);
     }
     for (int k = 0; k < op->npool; k++) POOL_FREE(op->pool[k]);
     free(op->pool);
-    free(op->links);
-    free(op);
+    free(op); /* the struct, its links and their arrays: one block (ac_start) */
 }
 
 static void maybe_free(ac_op *op) {
@@ -994,13 +986,47 @@ int ac_engine_thread(ac_engine *e, int on, int64_t sleep_ns, int stop) {
     return rc;
 }
 
+/* One operation's memory in one block (its struct, links, per-link arrays and segment states): a
+ * small call's start then makes one allocation instead of seven or more (about 2,000 instructions of
+ * malloc / free a call, bench/RESULTS.md "Calls into C without ctypes"). */
+#define AC_ALIGN(x) (((x) + (size_t)15) & ~(size_t)15)
+
+static size_t op_block_size(int kind, int ordered, const int32_t *links) {
+    int nl = links[0];
+    size_t size = AC_ALIGN(sizeof(ac_op)) + AC_ALIGN((size_t)(nl > 0 ? nl : 1) * sizeof(link_t));
+    const int32_t *p = links + 1;
+    for (int li = 0; li < nl; li++) {
+        p++; /* parent */
+        size_t nc = (size_t)*p++;
+        p += nc;
+        size_t n = (size_t)*p++;
+        p += n;
+        size += AC_ALIGN((nc + n + 1) * sizeof(int)) + AC_ALIGN((nc * 4 + 1) * sizeof(int));
+        size += AC_ALIGN(n * 2 + 1) + AC_ALIGN(n + 1) + AC_ALIGN(n + 1);
+        if (kind != OPK_BCAST && nc && n) {
+            size += AC_ALIGN(n * sizeof(seg_t));
+            if (ordered) size += AC_ALIGN(n * (nc + 1) * sizeof(char *));
+        }
+    }
+    return size;
+}
+
+/* The next `bytes` of the block at *at (zeroed: the block is calloc'd). */
+static void *carve(char **at, size_t bytes) {
+    void *out = *at;
+    *at += AC_ALIGN(bytes);
+    return out;
+}
+
 /* Start one operation on this rank. `links`: [nlinks, then per link: parent (-1: none), nchild,
  * children..., nseg, segment indices...]. Returns the operation (0: out of memory). */
 intptr_t ac_start(ac_engine *e, int kind, intptr_t comm, intptr_t dtype, int dcode, int opcode, int itemsize,
                   int64_t count, int64_t seg_count, int tag_base, int tag_space, int send_window, int recv_window,
                   int sync_mode, int ordered, char *local, char *target, const int32_t *links) {
-    ac_op *op = (ac_op *)calloc(1, sizeof(ac_op));
-    if (!op) return 0;
+    char *block = (char *)calloc(1, op_block_size(kind, ordered, links));
+    if (!block) return 0;
+    char *at = block;
+    ac_op *op = (ac_op *)carve(&at, sizeof(ac_op));
     op->eng = e;
     op->comm = (MPI_Comm)comm;
     op->dtype = (MPI_Datatype)dtype;
@@ -1021,13 +1047,8 @@ intptr_t ac_start(ac_engine *e, int kind, intptr_t comm, intptr_t dtype, int dco
     op->seg_bytes = seg_count * itemsize;
     int nl = links[0];
     op->nlinks = op->links_left = nl;
-    op->links = (link_t *)calloc(nl > 0 ? (size_t)nl : 1, sizeof(link_t));
-    if (!op->links) {
-        free(op);
-        return 0;
-    }
+    op->links = (link_t *)carve(&at, (size_t)(nl > 0 ? nl : 1) * sizeof(link_t));
     const int32_t *p = links + 1;
-    int nomem = 0;
     for (int li = 0; li < nl; li++) {
         link_t *L = &op->links[li];
         L->parent = *p++;
@@ -1038,19 +1059,17 @@ intptr_t ac_start(ac_engine *e, int kind, intptr_t comm, intptr_t dtype, int dco
         const int32_t *sg = p;
         p += L->n;
         int nc = L->nchild, n = L->n;
-        /* children and segs copied into one block */
-        L->children = (int *)malloc(((size_t)nc + (size_t)n + 1) * sizeof(int));
-        if (!L->children) { nomem = 1; break; }
+        /* children and segs copied into one piece */
+        L->children = (int *)carve(&at, ((size_t)nc + (size_t)n + 1) * sizeof(int));
         L->segs = L->children + nc;
         for (int i = 0; i < nc; i++) L->children[i] = ch[i];
         for (int i = 0; i < n; i++) L->segs[i] = sg[i];
         int has_parent = L->parent >= 0;
-        /* per-child counters: dnext, dinflight, cnext, cinflight in one block */
-        L->dnext = (int *)calloc((size_t)nc * 4 + 1, sizeof(int));
-        L->dready = (unsigned char *)calloc((size_t)n * 2 + 1, 1); /* dready, uready */
-        L->rallowed = (unsigned char *)calloc((size_t)n + 1, 1);
-        L->released = (unsigned char *)calloc((size_t)n + 1, 1);
-        if (!L->dnext || !L->dready || !L->rallowed || !L->released) { nomem = 1; break; }
+        /* per-child counters: dnext, dinflight, cnext, cinflight in one piece */
+        L->dnext = (int *)carve(&at, ((size_t)nc * 4 + 1) * sizeof(int));
+        L->dready = (unsigned char *)carve(&at, (size_t)n * 2 + 1); /* dready, uready */
+        L->rallowed = (unsigned char *)carve(&at, (size_t)n + 1);
+        L->released = (unsigned char *)carve(&at, (size_t)n + 1);
         L->dinflight = L->dnext + nc;
         L->cnext = L->dnext + 2 * nc;
         L->cinflight = L->dnext + 3 * nc;
@@ -1076,26 +1095,16 @@ intptr_t ac_start(ac_engine *e, int kind, intptr_t comm, intptr_t dtype, int dco
                 L->parts = 1;
             }
             if (nc && n) {
-                L->st = (seg_t *)calloc((size_t)n, sizeof(seg_t));
-                if (!L->st) { nomem = 1; break; }
+                L->st = (seg_t *)carve(&at, (size_t)n * sizeof(seg_t));
+                char **inputs = ordered ? (char **)carve(&at, (size_t)n * (size_t)L->inputs * sizeof(char *)) : NULL;
                 for (int pos = 0; pos < n; pos++) {
                     L->st[pos].next_k = 1;
-                    if (ordered) {
-                        L->st[pos].inputs = (char **)calloc((size_t)L->inputs, sizeof(char *));
-                        if (!L->st[pos].inputs) { nomem = 1; break; }
-                    }
+                    if (ordered) L->st[pos].inputs = inputs + (size_t)pos * (size_t)L->inputs;
                 }
-                if (nomem) break;
             }
         }
         L->dleft = n * nc;
         L->rleft = n;
-    }
-    if (nomem) {
-        op->released_by_python = 1;
-        op->state = ST_FAILED;
-        op_free(op);
-        return 0;
     }
     if (!e->fake) pthread_mutex_lock(&e->mu);
     op->next_live = e->live_ops;
