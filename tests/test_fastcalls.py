@@ -224,3 +224,52 @@ def test_unchanged_answers_what_the_caches_python_check_answers(module) -> None:
     assert module.unchanged((), ()) is True
     with pytest.raises(TypeError):
         module.unchanged([a], [sig])
+
+
+def test_busy_marker_is_the_threads_check(module) -> None:
+    """forms.threads' enter / leave in C: the same keys, nesting and error as the Python functions, on
+    the same dict (a call entered by one and left by the other leaves nothing behind)."""
+    import threading
+
+    from adaptcoll.forms import threads
+
+    class Comm:
+        def __init__(self, handle: int) -> None:
+            self.handle = handle
+
+        def Get_name(self) -> str:
+            return "test-comm"
+
+    busy: dict = {}
+    marker = module.busy_marker(busy, threads._conflict)
+    a, b = Comm(0x1234), Comm(0x5678)
+    assert marker.enter(a, "Bcast") == 0x1234 and busy == {0x1234: (threading.get_ident(), "Bcast")}
+    assert marker.enter(a, "Reduce") is None  # nested in this thread's own call
+    assert marker.enter(b, "Allreduce") == 0x5678
+    marker.leave(0x5678)
+    marker.leave(None)
+    marker.leave(0x9999)  # (not busy: nothing to do, as dict.pop(key, None))
+    assert list(busy) == [0x1234]
+    errors: list[BaseException] = []
+
+    def other() -> None:
+        try:
+            marker.enter(a, "Allreduce")
+        except BaseException as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=other, name="second")
+    t.start()
+    t.join()
+    assert len(errors) == 1 and isinstance(errors[0], threads.ConcurrentCollectiveError), errors
+    assert "Allreduce on communicator test-comm (handle 0x1234) was called in thread 'second'" in str(errors[0])
+    assert "inside Bcast" in str(errors[0])
+    marker.leave(0x1234)
+    assert busy == {}
+    with pytest.raises(TypeError):
+        marker.enter(a)
+    with pytest.raises(AttributeError):
+        marker.enter(object(), "Bcast")  # no handle: raises, marks nothing
+    assert busy == {}
+    with pytest.raises(TypeError):
+        module.busy_marker([], threads._conflict)

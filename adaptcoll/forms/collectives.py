@@ -40,9 +40,9 @@ from ..runtime.engine import engine
 from ..runtime.native import BELOW_THRESHOLD, Native
 from ..state.comm_state import comm_state, settle_setup
 from ..tune.choose import BELOW_ATTR, DEVICE_BELOW_ATTR, NB_BELOW_ATTR, NB_DEVICE_BELOW_ATTR, UNKNOWN
+from . import threads as _threads
 from .requests import NativeRequest, Request
 from .spec_size import host_nbytes
-from .threads import enter, leave
 
 __all__ = ["start", "wait", "bcast", "ibcast", "reduce", "ireduce", "allreduce", "iallreduce"]
 
@@ -172,7 +172,7 @@ def bcast(comm: MPI.Intracomm, buf: Any, root: Any = 0, name: str = "Bcast") -> 
         if 0 <= nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["bcast"]:
             _BELOW[name] += 1
             return _MPI_BCAST(comm, buf, root)
-    key = enter(comm, name)
+    key = _threads.enter(comm, name)
     try:
         decision = _bcast_decision(comm, buf, root, True)
         if type(decision) is _PREPARED and decision.run_blocking is not None and decision.error is None:
@@ -182,7 +182,7 @@ def bcast(comm: MPI.Intracomm, buf: Any, root: Any = 0, name: str = "Bcast") -> 
             return _MPI_BCAST(comm, buf, root)
         return wait(operation)
     finally:
-        leave(key)
+        _threads.leave(key)
 
 
 def ibcast(comm: MPI.Intracomm, buf: Any, root: Any = 0) -> Request:
@@ -202,7 +202,7 @@ def ibcast(comm: MPI.Intracomm, buf: Any, root: Any = 0) -> Request:
         _BELOW["Ibcast"] += 1
         settle_setup(comm)
         return NativeRequest(_MPI_IBCAST(comm, buf, root), keep=buf)
-    key = enter(comm, "Ibcast")
+    key = _threads.enter(comm, "Ibcast")
     try:
         operation = start("Ibcast", _bcast_decision(comm, buf, root, False), comm)
         if operation is None:
@@ -210,7 +210,7 @@ def ibcast(comm: MPI.Intracomm, buf: Any, root: Any = 0) -> Request:
             return NativeRequest(_MPI_IBCAST(comm, buf, root), keep=buf)
         return Request(operation)
     finally:
-        leave(key)
+        _threads.leave(key)
 
 
 # -- reduce ---------------------------------------------------------------------------------------
@@ -240,7 +240,7 @@ def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM, root
             if sendbuf is recvbuf:
                 sendbuf = decide.in_place_send_at_root(comm, sendbuf, recvbuf, root)
             return _MPI_REDUCE(comm, sendbuf, recvbuf, op, root)
-    key = enter(comm, "Reduce")
+    key = _threads.enter(comm, "Reduce")
     try:
         decision = _reduce_decision(comm, sendbuf, recvbuf, op, root, True)
         if type(decision) is _PREPARED and decision.run_blocking is not None and decision.error is None:
@@ -251,7 +251,7 @@ def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM, root
             return _MPI_REDUCE(comm, native_send, recvbuf, op, root)
         return wait(operation)
     finally:
-        leave(key)
+        _threads.leave(key)
 
 
 def ireduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM, root: Any = 0) -> Request:
@@ -273,7 +273,7 @@ def ireduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM, roo
         settle_setup(comm)
         native_send = decide.in_place_send_at_root(comm, sendbuf, recvbuf, root)
         return NativeRequest(_MPI_IREDUCE(comm, native_send, recvbuf, op, root), keep=(sendbuf, recvbuf))
-    key = enter(comm, "Ireduce")
+    key = _threads.enter(comm, "Ireduce")
     try:
         operation = start("Ireduce", _reduce_decision(comm, sendbuf, recvbuf, op, root, False), comm)
         if operation is None:
@@ -282,7 +282,7 @@ def ireduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM, roo
             return NativeRequest(_MPI_IREDUCE(comm, native_send, recvbuf, op, root), keep=(sendbuf, recvbuf))
         return Request(operation)
     finally:
-        leave(key)
+        _threads.leave(key)
 
 
 # -- allreduce ------------------------------------------------------------------------------------
@@ -310,7 +310,7 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM) -
         if 0 <= nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["allreduce"]:
             _BELOW["Allreduce"] += 1
             return _MPI_ALLREDUCE(comm, _IN_PLACE if sendbuf is recvbuf else sendbuf, recvbuf, op)
-    key = enter(comm, "Allreduce")
+    key = _threads.enter(comm, "Allreduce")
     try:
         decision = _allreduce_decision(comm, sendbuf, recvbuf, op, True)
         if type(decision) is _PREPARED and decision.run_blocking is not None and decision.error is None:
@@ -320,7 +320,7 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM) -
             return _MPI_ALLREDUCE(comm, decide.in_place_send(sendbuf, recvbuf), recvbuf, op)
         return wait(operation)
     finally:
-        leave(key)
+        _threads.leave(key)
 
 
 def iallreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM) -> Request:
@@ -342,7 +342,7 @@ def iallreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM) 
         settle_setup(comm)
         native_send = _IN_PLACE if sendbuf is recvbuf else sendbuf
         return NativeRequest(_MPI_IALLREDUCE(comm, native_send, recvbuf, op), keep=(sendbuf, recvbuf))
-    key = enter(comm, "Iallreduce")
+    key = _threads.enter(comm, "Iallreduce")
     try:
         operation = start("Iallreduce", _allreduce_decision(comm, sendbuf, recvbuf, op, False), comm)
         if operation is None:
@@ -351,7 +351,7 @@ def iallreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM) 
             return NativeRequest(_MPI_IALLREDUCE(comm, native_send, recvbuf, op), keep=(sendbuf, recvbuf))
         return Request(operation)
     finally:
-        leave(key)
+        _threads.leave(key)
 
 
 # -- decisions, remembered per call signature (adaptcoll.decision.cache) -----------------------------

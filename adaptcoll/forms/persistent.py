@@ -21,8 +21,8 @@ from ..runtime import counters
 from ..runtime.engine import NATIVE_LIVE, engine
 from ..runtime.native import Native
 from ..state.comm_state import comm_state, settle_setup
+from . import threads as _threads
 from .requests import Request
-from .threads import enter, leave
 
 __all__ = ["Prequest", "NativePrequest", "bcast_init", "reduce_init", "allreduce_init"]
 
@@ -71,7 +71,7 @@ class Prequest(Request):
             raise RuntimeError("Start() on an active persistent request (Wait for it first)")
         if self._start is None:
             raise ValueError("Start() on a freed persistent request")
-        key = enter(self._comm, "Start") if self._comm is not None else None
+        key = _threads.enter(self._comm, "Start") if self._comm is not None else None
         try:
             again = self._again
             if again is not None and self._op.info is not None:  # a run of ours before: restart it
@@ -79,7 +79,7 @@ class Prequest(Request):
             else:
                 self._op = self._start()  # CommState.submit: under the engine lock
         finally:
-            leave(key)
+            _threads.leave(key)
         self._reported = False
         if self._error is not None:  # a buffer of this rank was bad: the others' data was drained, now report
             engine().wait_for(self._finished)
@@ -138,7 +138,7 @@ def _prequest(
 ) -> Prequest:
     """A Prequest for a prepared call (each Start() goes through the communicator's set-up queue), or
     the native persistent request for a Native decision."""
-    key = enter(comm, name)
+    key = _threads.enter(comm, name)
     try:
         decision = decide_call()
         if isinstance(decision, Native):
@@ -150,7 +150,7 @@ def _prequest(
             settle_setup(comm)
             return NativePrequest(native(), keep=keep)
     finally:
-        leave(key)
+        _threads.leave(key)
     counters.record(
         name, decision.native_reason, decision.config.label if decision.config is not None else None, decision.engine
     )

@@ -13,6 +13,8 @@ from __future__ import annotations
 import threading
 from typing import Any, Optional
 
+from ..runtime import fastcalls
+
 __all__ = ["ConcurrentCollectiveError", "enter", "leave"]
 
 
@@ -35,6 +37,13 @@ def enter(comm: Any, collective: str) -> Optional[int]:
         return key
     if held[0] == mine[0]:
         return None
+    _conflict(comm, collective, held)
+    return None  # (not reached: _conflict raises)
+
+
+def _conflict(comm: Any, collective: str, held: tuple[int, str]) -> None:
+    """Raise ConcurrentCollectiveError: `collective` on `comm` while thread `held[0]` is inside `held[1]`."""
+    key = comm.handle
     name = comm.Get_name() or "unnamed"
     here = threading.current_thread().name
     there = getattr(threading._active.get(held[0]), "name", f"ident {held[0]}")  # type: ignore[attr-defined]
@@ -49,3 +58,15 @@ def leave(key: Optional[int]) -> None:
     """End the call `enter` returned `key` for."""
     if key is not None:
         _busy.pop(key, None)
+
+
+def _use_extension(module: Any) -> None:
+    """`enter` and `leave` in C (adaptcoll.runtime.fastcalls' busy marker, on the same `_busy`), once the
+    fast-call extension is loaded: about 1,500 instructions less per served call. Callers that look them
+    up as `threads.enter` take them from then on; the Python ones above stay for the others."""
+    global enter, leave
+    marker = module.busy_marker(_busy, _conflict)
+    enter, leave = marker.enter, marker.leave
+
+
+fastcalls.when_loaded(_use_extension)

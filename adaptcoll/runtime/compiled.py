@@ -471,7 +471,10 @@ class CompiledEngine:
         # The hot calls, through the fast-call extension where it is loaded (it takes ints only), else
         # ctypes; the GIL is released in those that may sweep for a while, as ctypes releases it in all.
         wrap = fastcalls.wrap
-        self._wait = wrap(lib.ac_op_wait, "i(n)", True)
+        self.wait_state = wrap(lib.ac_op_wait, "i(n)", True)
+        """ac_op_wait(h): the state of the running operation `h` once waited for in C (call with the engine
+        lock held, `h` in `ops`); the Python engine completes a plain ST_DONE itself (taking `h` off `ops`),
+        any other state goes on to `wait(h, state)`."""
         self.run_call = wrap(lib.ac_call_run, "i(n,i)", True)
         """ac_call_run(call.arg, tag base): a blocking call's start and sweep in one (decision/starts.py)."""
         self.start_call = wrap(lib.ac_call_start, "n(n,i)", False)
@@ -517,18 +520,13 @@ class CompiledEngine:
         if operation is not None:
             operation.handle = h  # the engine's _fail aborts it while it runs (`abort`)
 
-    def wait_state(self, h: int) -> int:
-        """ac_op_wait's answer for the running operation `h` (engine lock held, `h` in `ops`): the Python
-        engine completes a plain ST_DONE itself (taking `h` off `ops`); any other state goes on to `wait(h, state)`."""
-        return self._wait(h)
-
     def wait(self, h: int, state: int = -1) -> tuple[Optional[Finished], bool]:
         """Wait in C for the running operation `h` (ac_op_wait; call with the engine lock held, while `h`
         is in `ops`): (its (operation, handle, on_done, error or None) as `sweep` hands them back, or None
         if it is still running; whether an error notice waits). A handle of 0 means C freed it already
         (nothing to release). `state`: ac_op_wait's answer if `wait_state` asked already."""
         if state < 0:
-            state = self._wait(h)
+            state = self.wait_state(h)
         notice = state >= NOTICE
         if notice:
             state -= NOTICE

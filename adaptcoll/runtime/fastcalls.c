@@ -10,7 +10,8 @@
 
    It also does one check of the decision cache in C (`unchanged`: are a remembered call's arrays still of
    the dtype, shape, strides and writeable flag it was decided for), reading the array struct through
-   NumPy's inline accessors (its headers, no API table), which saves some 1,500 instructions an array.
+   NumPy's inline accessors (its headers, no API table), which saves some 1,500 instructions an array,
+   and the concurrent-collective check of every served call (`busy_marker`: adaptcoll.forms.threads).
 
    Arguments are Python ints: 'n' a Py_ssize_t, 'i' a C int (OverflowError outside its range), 'p' an
    address (void *). The result is a Python int (None for 'v').
@@ -240,6 +241,113 @@ static PyObject *unchanged(PyObject *module, PyObject *const *args, Py_ssize_t n
     Py_RETURN_TRUE;
 }
 
+/* The concurrent-collective check (adaptcoll.forms.threads) in C: a BusyMarker holds the dict of busy
+   communicators (handle -> (thread ident, collective)) and what raises on a conflict; `enter` and
+   `leave` are its bound methods, called as the Python functions are. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *busy;     /* dict */
+    PyObject *conflict; /* conflict(comm, collective, held): raises ConcurrentCollectiveError */
+} BusyMarker;
+
+static PyObject *str_handle;
+
+/* enter(comm, collective) -> the key for leave, None for a call nested in this thread's own, or raises */
+static PyObject *busy_enter(PyObject *obj, PyObject *const *args, Py_ssize_t nargs) {
+    BusyMarker *self = (BusyMarker *)obj;
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "enter(comm, collective) takes 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *key = PyObject_GetAttr(args[0], str_handle);
+    if (key == NULL) return NULL;
+    PyObject *ident = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
+    if (ident == NULL) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    PyObject *mine = PyTuple_Pack(2, ident, args[1]);
+    if (mine == NULL) {
+        Py_DECREF(key);
+        Py_DECREF(ident);
+        return NULL;
+    }
+    PyObject *held = PyDict_SetDefault(self->busy, key, mine); /* borrowed */
+    PyObject *out = NULL;
+    if (held == mine) {
+        out = key;
+        key = NULL;
+    } else if (held != NULL) {
+        int same = PyObject_RichCompareBool(PyTuple_GET_ITEM(held, 0), ident, Py_EQ);
+        if (same > 0) {
+            out = Py_None;
+            Py_INCREF(out);
+        } else if (same == 0) {
+            Py_INCREF(held);
+            PyObject *r = PyObject_CallFunctionObjArgs(self->conflict, args[0], args[1], held, NULL);
+            Py_DECREF(held);
+            if (r != NULL) { /* (conflict raises; if it did not, report that) */
+                Py_DECREF(r);
+                PyErr_SetString(PyExc_RuntimeError, "adaptcoll: concurrent collectives on one communicator");
+            }
+        }
+    }
+    Py_XDECREF(key);
+    Py_DECREF(ident);
+    Py_DECREF(mine);
+    return out;
+}
+
+/* leave(key): end the call `enter` gave `key` for (None: nothing to do) */
+static PyObject *busy_leave(PyObject *obj, PyObject *key) {
+    BusyMarker *self = (BusyMarker *)obj;
+    if (key != Py_None && PyDict_DelItem(self->busy, key) < 0) {
+        if (!PyErr_ExceptionMatches(PyExc_KeyError)) return NULL;
+        PyErr_Clear();
+    }
+    Py_RETURN_NONE;
+}
+
+static void busy_dealloc(PyObject *obj) {
+    BusyMarker *self = (BusyMarker *)obj;
+    Py_XDECREF(self->busy);
+    Py_XDECREF(self->conflict);
+    PyObject_Free(obj);
+}
+
+static PyMethodDef busy_methods[] = {
+    {"enter", (PyCFunction)(void (*)(void))busy_enter, METH_FASTCALL, "enter(comm, collective): as forms.threads.enter"},
+    {"leave", busy_leave, METH_O, "leave(key): as forms.threads.leave"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject BusyMarkerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "adaptcoll_fastcalls.BusyMarker",
+    .tp_doc = "The concurrent-collective check of adaptcoll.forms.threads, in C.",
+    .tp_basicsize = sizeof(BusyMarker),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_dealloc = busy_dealloc,
+    .tp_methods = busy_methods,
+};
+
+/* busy_marker(busy, conflict) -> BusyMarker */
+static PyObject *busy_marker(PyObject *module, PyObject *args) {
+    PyObject *busy, *conflict;
+    if (!PyArg_ParseTuple(args, "O!O", &PyDict_Type, &busy, &conflict)) return NULL;
+    if (!PyCallable_Check(conflict)) {
+        PyErr_SetString(PyExc_TypeError, "busy_marker: conflict must be callable");
+        return NULL;
+    }
+    BusyMarker *self = PyObject_New(BusyMarker, &BusyMarkerType);
+    if (self == NULL) return NULL;
+    Py_INCREF(busy);
+    Py_INCREF(conflict);
+    self->busy = busy;
+    self->conflict = conflict;
+    return (PyObject *)self;
+}
+
 static PyObject *signatures(PyObject *module, PyObject *unused) {
     PyObject *out = PyTuple_New(SIG_COUNT);
     if (out == NULL) return NULL;
@@ -257,6 +365,7 @@ static PyObject *signatures(PyObject *module, PyObject *unused) {
 static PyMethodDef methods[] = {
     {"wrap", wrap, METH_VARARGS, "wrap(address, signature, name, release_gil): a CFunction"},
     {"signatures", signatures, METH_NOARGS, "The signatures wrap() knows"},
+    {"busy_marker", busy_marker, METH_VARARGS, "busy_marker(busy, conflict): forms.threads' check in C"},
     {"unchanged", (PyCFunction)(void (*)(void))unchanged, METH_FASTCALL,
      "unchanged(arrays, signatures): adaptcoll.decision.cache._unchanged in C"},
     {NULL, NULL, 0, NULL},
@@ -268,7 +377,9 @@ static struct PyModuleDef module_def = {
 };
 
 PyMODINIT_FUNC PyInit_adaptcoll_fastcalls(void) {
-    if (PyType_Ready(&CFunctionType) < 0) return NULL;
+    if (PyType_Ready(&CFunctionType) < 0 || PyType_Ready(&BusyMarkerType) < 0) return NULL;
+    str_handle = PyUnicode_InternFromString("handle");
+    if (str_handle == NULL) return NULL;
     PyObject *numpy = PyImport_ImportModule("numpy");
     if (numpy == NULL) return NULL;
     PyObject *nd = PyObject_GetAttrString(numpy, "ndarray");

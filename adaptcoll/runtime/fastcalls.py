@@ -3,14 +3,16 @@
 A served call's path crosses into C once or twice (ac_call_run; ac_call_start and ac_op_wait), and each
 ctypes call costs about 4,200 instructions, a tenth to a fifth of the whole call. The extension wraps
 each hot function's address (taken from ctypes) in an object Python calls with a vectorcall: about 550
-instructions, 950 where the GIL is released. It also checks a remembered decision's arrays (`UNCHANGED`,
-for adaptcoll.decision.cache). It needs Python's and NumPy's headers and a C compiler (`CC`, else cc /
-gcc / clang, else the MPI library's `mpicc`), nothing of MPI, and is built at first use into the user's
-cache like the compiled engine (keyed by the source, the compiler, this Python and NumPy). Where it cannot be
-built or loaded, the same functions are called through ctypes, with no warning: both run the same C.
+instructions, 950 where the GIL is released. It also does two Python steps of every served call in C:
+the decision cache's check of a remembered call's arrays (`UNCHANGED`, for adaptcoll.decision.cache)
+and the concurrent-collective check (adaptcoll.forms.threads, which takes it through `when_loaded`).
+It needs Python's and NumPy's headers and a C compiler (`CC`, else cc / gcc / clang, else the MPI
+library's `mpicc`), nothing of MPI, and is built at first use into the user's cache like the compiled
+engine (keyed by the source, the compiler, this Python and NumPy). Where it cannot be built or loaded,
+ctypes calls the same functions and the Python steps run, with no warning: the results are the same.
 
-`ADAPTCOLL_FASTCALLS=auto|off` (default auto): `off` keeps ctypes (to compare, or to rule the extension
-out); anything else is a ValueError.
+`ADAPTCOLL_FASTCALLS=auto|off` (default auto): `off` keeps ctypes and the Python steps (to compare, or to
+rule the extension out); anything else is a ValueError.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import numpy as np
 
 from .cbuild import build_cached, cache_dir, find_cc
 
-__all__ = ["CHOICES", "UNCHANGED", "choice", "load", "status", "wrap"]
+__all__ = ["CHOICES", "UNCHANGED", "choice", "load", "status", "when_loaded", "wrap"]
 
 CHOICES = ("auto", "off")
 MODULE = "adaptcoll_fastcalls"
@@ -42,6 +44,7 @@ UNCHANGED: list[Optional[Callable[[tuple[Any, ...], tuple[Any, ...]], bool]]] = 
 """[the extension's `unchanged(arrays, signatures)`] once it is loaded, else [None]: the decision cache's
 check of a remembered call's arrays (adaptcoll.decision.cache._unchanged) in C."""
 
+_listeners: list[Callable[[Any], None]] = []
 _lock = threading.Lock()
 _loaded: Optional[tuple[Any, str]] = None  # (the module or None, how it was built / why it is not there)
 
@@ -103,7 +106,21 @@ def load(fallback_cc: Optional[str] = None) -> tuple[Any, str]:
             _loaded = _load(fallback_cc)
             if _loaded[0] is not None:
                 UNCHANGED[0] = _loaded[0].unchanged
+                for listener in _listeners:
+                    listener(_loaded[0])
     return _loaded
+
+
+def when_loaded(listener: Callable[[Any], None]) -> None:
+    """Call `listener(module)` once the extension is loaded (now, if it is): how a higher layer takes a C
+    version of its own step (adaptcoll.forms.threads) without this module knowing it."""
+    with _lock:
+        if _loaded is None:
+            _listeners.append(listener)
+            return
+        module = _loaded[0]
+    if module is not None:
+        listener(module)
 
 
 def _load(fallback_cc: Optional[str]) -> tuple[Any, str]:
