@@ -273,3 +273,52 @@ def test_busy_marker_is_the_threads_check(module) -> None:
     assert busy == {}
     with pytest.raises(TypeError):
         module.busy_marker([], threads._conflict)
+
+
+def test_native_gate_is_the_fast_paths_test_and_counter(module) -> None:
+    """The native wrapper's test in C (forms.collectives: an exact ndarray below comm.<attr>[key] goes to
+    MPI) gives the Python test's answer, counts only what it lets through, and reads and resets as the
+    one-element counters of runtime.counters."""
+
+    class Comm:
+        pass
+
+    comm = Comm()
+    gate = module.native_gate("_adaptcoll_below", "bcast", 5)
+    arrays = [
+        np.zeros(100, "f8"),
+        np.zeros(100, "f4"),
+        np.zeros((10, 10), "i2"),
+        np.zeros(1000, "u1")[::3],
+        np.array(2.5),
+        np.zeros(0),
+        np.zeros((3, 0, 4)),
+        np.zeros(4, "c16"),
+    ]
+    assert gate(comm, arrays[0]) is False and gate[0] == 5  # no thresholds yet (UNKNOWN): never below
+    for limit in (0, 1, 8, 16, 200, 333, 334, 400, 800, 801, 10**6):
+        comm._adaptcoll_below = {"bcast": limit, "reduce": 0}
+        for a in arrays:
+            before = gate[0]
+            want = a.nbytes < limit
+            assert gate(comm, a) is want, (a.dtype, a.shape, limit)
+            assert gate[0] == before + want
+    assert gate(comm, [1, 2]) is False and gate(comm, arrays[0].view(np.matrix)) is False  # exact ndarray only
+    assert gate(object(), arrays[0]) is False  # no __dict__: the Python path decides
+    comm._adaptcoll_below = {"reduce": 10**6}
+    assert gate(comm, arrays[0]) is False  # no entry for this collective
+    comm._adaptcoll_below = None
+    assert gate(comm, arrays[0]) is False
+    gate[0] = 0
+    assert gate[0] == 0 and len(gate) == 1
+    with pytest.raises(IndexError):
+        gate[1]
+    with pytest.raises(TypeError):
+        gate(comm)
+    from adaptcoll.runtime import counters
+
+    counters.below_counter("TestGate")[0] = 7
+    counters.use_below_counter("TestGate", gate)
+    assert gate[0] == 7 and counters.stats()["TestGate"]["native"] == 7
+    counters.reset_stats()
+    assert gate[0] == 0

@@ -35,7 +35,7 @@ from ..device import small as _small
 from ..device.route import staged_reason
 from ..device.staged import StagedCall
 from ..protocols.operation import Operation
-from ..runtime import counters
+from ..runtime import counters, fastcalls
 from ..runtime.engine import engine
 from ..runtime.native import BELOW_THRESHOLD, Native
 from ..state.comm_state import comm_state, settle_setup
@@ -72,6 +72,22 @@ _host_nbytes = host_nbytes
 _PREPARED = decide.Prepared
 _FINISHED = Operation()
 _FINISHED.complete()
+_GATES: list[Any] = [None]
+"""[(Bcast's, Reduce's, Allreduce's native gate)] once the fast-call extension is loaded, else [None]:
+the ndarray fast path's test and count in C (adaptcoll.runtime.fastcalls, `native_gate`)."""
+
+
+def _use_gates(module: Any) -> None:
+    """The ndarray fast path's test and count in C from now on (the gates count where the lists did)."""
+    gates = []
+    for name, key in (("Bcast", "bcast"), ("Reduce", "reduce"), ("Allreduce", "allreduce")):
+        gate = module.native_gate(_BELOW_ATTR, key, 0)
+        counters.use_below_counter(name, gate)
+        gates.append(gate)
+    _GATES[0] = tuple(gates)
+
+
+fastcalls.when_loaded(_use_gates)
 
 
 def start(name: str, decision: decide.Decision, comm: MPI.Intracomm, blocking: bool = False) -> Optional[Operation]:
@@ -154,7 +170,11 @@ def bcast(comm: MPI.Intracomm, buf: Any, root: Any = 0, name: str = "Bcast") -> 
     pays (0.35-0.40 us here, bench/RESULTS.md), so its test comes first."""
     kind = type(buf)
     if kind is _NDARRAY:
-        if buf.nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["bcast"]:
+        gates = _GATES[0]
+        if gates is not None and name is _BCAST:
+            if gates[0](comm, buf):  # (the test below and its count, in C)
+                return _MPI_BCAST(comm, buf, root)
+        elif buf.nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["bcast"]:
             if name is _BCAST:
                 _BCAST_BELOW[0] += 1
             else:
@@ -219,7 +239,11 @@ def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM, root
     A small NumPy array's test comes first, as in `bcast`."""
     kind = type(sendbuf)
     if kind is _NDARRAY and sendbuf is not recvbuf:
-        if sendbuf.nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["reduce"]:
+        gates = _GATES[0]
+        if gates is not None:
+            if gates[1](comm, sendbuf):
+                return _MPI_REDUCE(comm, sendbuf, recvbuf, op, root)
+        elif sendbuf.nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["reduce"]:
             _REDUCE_BELOW[0] += 1
             return _MPI_REDUCE(comm, sendbuf, recvbuf, op, root)
     else:
@@ -291,7 +315,11 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM) -
     array's test comes first, as in `bcast`."""
     kind = type(sendbuf)
     if kind is _NDARRAY:
-        if sendbuf.nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["allreduce"]:
+        gates = _GATES[0]
+        if gates is not None:
+            if gates[2](comm, sendbuf):
+                return _MPI_ALLREDUCE(comm, _IN_PLACE if sendbuf is recvbuf else sendbuf, recvbuf, op)
+        elif sendbuf.nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["allreduce"]:
             _ALLREDUCE_BELOW[0] += 1
             return _MPI_ALLREDUCE(comm, _IN_PLACE if sendbuf is recvbuf else sendbuf, recvbuf, op)
     else:

@@ -11,7 +11,8 @@
    It also does one check of the decision cache in C (`unchanged`: are a remembered call's arrays still of
    the dtype, shape, strides and writeable flag it was decided for), reading the array struct through
    NumPy's inline accessors (its headers, no API table), which saves some 1,500 instructions an array,
-   and the concurrent-collective check of every served call (`busy_marker`: adaptcoll.forms.threads).
+   the concurrent-collective check of every served call (`busy_marker`: adaptcoll.forms.threads), and
+   the native wrapper's small-array test with its call counter (`native_gate`: adaptcoll.forms.collectives).
 
    Arguments are Python ints: 'n' a Py_ssize_t, 'i' a C int (OverflowError outside its range), 'p' an
    address (void *). The result is a Python int (None for 'v').
@@ -348,6 +349,139 @@ static PyObject *busy_marker(PyObject *module, PyObject *args) {
     return (PyObject *)self;
 }
 
+/* The native wrapper's test in C (adaptcoll.forms.collectives: a bare ndarray below the communicator's
+   threshold goes to MPI): a NativeGate for one collective is called as gate(comm, array) -> bool, True
+   when `array` is exactly a numpy.ndarray of fewer bytes than comm.<attr>[<key>], and then counts the
+   call. It is also that counter, read and reset as the one-element lists of adaptcoll.runtime.counters
+   are (gate[0], gate[0] = 0), so stats() needs nothing new. In Python the test and the count cost about
+   1,700 instructions (the count alone 600: an int made and freed per call; `nbytes` 390; the threshold's
+   attribute 330-500); here a few hundred. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *attr; /* the communicator's attribute holding the thresholds dict */
+    PyObject *key;  /* the collective's key in it */
+    long long count;
+    PyObject *last_descr; /* the dtype whose itemsize was read last (held), and that itemsize */
+    Py_ssize_t last_itemsize;
+} NativeGate;
+
+static PyObject *str_itemsize;
+
+/* `array.nbytes` from the array struct (the dimensions' product times the dtype's itemsize, the one
+   Python attribute read only for a dtype not seen last time); -1 with an error set if that read fails. */
+static Py_ssize_t gate_nbytes(NativeGate *self, PyArrayObject *a) {
+    PyObject *descr = (PyObject *)PyArray_DESCR(a);
+    if (descr != self->last_descr) {
+        PyObject *size = PyObject_GetAttr(descr, str_itemsize);
+        if (size == NULL) return -1;
+        Py_ssize_t itemsize = PyLong_AsSsize_t(size);
+        Py_DECREF(size);
+        if (itemsize < 0) return -1;
+        Py_INCREF(descr);
+        Py_XSETREF(self->last_descr, descr);
+        self->last_itemsize = itemsize;
+    }
+    Py_ssize_t n = self->last_itemsize;
+    npy_intp *dims = PyArray_DIMS(a);
+    for (int k = 0, nd = PyArray_NDIM(a); k < nd; k++) n *= (Py_ssize_t)dims[k];
+    return n;
+}
+
+static PyObject *gate_call(PyObject *obj, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    NativeGate *self = (NativeGate *)obj;
+    if (PyVectorcall_NARGS(nargsf) != 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0)) {
+        PyErr_SetString(PyExc_TypeError, "a native gate takes (comm, array)");
+        return NULL;
+    }
+    if (Py_TYPE(args[1]) != ndarray_type) Py_RETURN_FALSE;
+    Py_ssize_t nbytes = gate_nbytes(self, (PyArrayObject *)args[1]);
+    if (nbytes < 0) return NULL;
+    /* The thresholds from the communicator's own __dict__ (where adaptcoll.tune.choose puts them: no
+       type attribute has that name), not through the generic attribute lookup, which walks mpi4py's
+       class dicts first (about 300 instructions); no dict, or no entry yet: not below. */
+    PyObject *dict = PyObject_GenericGetDict(args[0], NULL);
+    if (dict == NULL) {
+        PyErr_Clear();
+        Py_RETURN_FALSE;
+    }
+    Py_ssize_t limit = -1;
+    PyObject *below = PyDict_GetItemWithError(dict, self->attr); /* borrowed */
+    if (below != NULL && PyDict_Check(below)) {
+        PyObject *found = PyDict_GetItemWithError(below, self->key); /* borrowed */
+        if (found != NULL && PyLong_Check(found)) limit = PyLong_AsSsize_t(found);
+    }
+    Py_DECREF(dict);
+    if (PyErr_Occurred()) PyErr_Clear(); /* (anything odd: not below, the Python path decides) */
+    if (nbytes < limit) {
+        self->count++;
+        Py_RETURN_TRUE;
+    }
+    Py_RETURN_FALSE;
+}
+
+static PyObject *gate_item(PyObject *obj, PyObject *index) {
+    if (!PyLong_Check(index) || PyLong_AsLong(index) != 0) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_IndexError, "a native gate's count is [0]");
+        return NULL;
+    }
+    return PyLong_FromLongLong(((NativeGate *)obj)->count);
+}
+
+static int gate_set_item(PyObject *obj, PyObject *index, PyObject *value) {
+    if (value == NULL || !PyLong_Check(index) || PyLong_AsLong(index) != 0) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_IndexError, "a native gate's count is [0]");
+        return -1;
+    }
+    long long v = PyLong_AsLongLong(value);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    ((NativeGate *)obj)->count = v;
+    return 0;
+}
+
+static Py_ssize_t gate_len(PyObject *obj) { return 1; }
+
+static PyMappingMethods gate_mapping = {gate_len, gate_item, gate_set_item};
+
+static void gate_dealloc(PyObject *obj) {
+    NativeGate *self = (NativeGate *)obj;
+    Py_XDECREF(self->attr);
+    Py_XDECREF(self->key);
+    Py_XDECREF(self->last_descr);
+    PyObject_Free(obj);
+}
+
+static PyTypeObject NativeGateType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "adaptcoll_fastcalls.NativeGate",
+    .tp_doc = "The native wrapper's small-array test and its call counter, in C (adaptcoll.forms.collectives).",
+    .tp_basicsize = sizeof(NativeGate),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(NativeGate, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_dealloc = gate_dealloc,
+    .tp_as_mapping = &gate_mapping,
+};
+
+/* native_gate(attr, key, count) -> NativeGate */
+static PyObject *native_gate(PyObject *module, PyObject *args) {
+    PyObject *attr, *key;
+    long long count;
+    if (!PyArg_ParseTuple(args, "UUL", &attr, &key, &count)) return NULL;
+    NativeGate *self = PyObject_New(NativeGate, &NativeGateType);
+    if (self == NULL) return NULL;
+    self->vectorcall = gate_call;
+    Py_INCREF(attr);
+    PyUnicode_InternInPlace(&attr);
+    Py_INCREF(key);
+    self->attr = attr;
+    self->key = key;
+    self->count = count;
+    self->last_descr = NULL;
+    self->last_itemsize = 0;
+    return (PyObject *)self;
+}
+
 static PyObject *signatures(PyObject *module, PyObject *unused) {
     PyObject *out = PyTuple_New(SIG_COUNT);
     if (out == NULL) return NULL;
@@ -365,6 +499,7 @@ static PyObject *signatures(PyObject *module, PyObject *unused) {
 static PyMethodDef methods[] = {
     {"wrap", wrap, METH_VARARGS, "wrap(address, signature, name, release_gil): a CFunction"},
     {"signatures", signatures, METH_NOARGS, "The signatures wrap() knows"},
+    {"native_gate", native_gate, METH_VARARGS, "native_gate(attr, key, count): the native wrapper's test in C"},
     {"busy_marker", busy_marker, METH_VARARGS, "busy_marker(busy, conflict): forms.threads' check in C"},
     {"unchanged", (PyCFunction)(void (*)(void))unchanged, METH_FASTCALL,
      "unchanged(arrays, signatures): adaptcoll.decision.cache._unchanged in C"},
@@ -377,9 +512,11 @@ static struct PyModuleDef module_def = {
 };
 
 PyMODINIT_FUNC PyInit_adaptcoll_fastcalls(void) {
-    if (PyType_Ready(&CFunctionType) < 0 || PyType_Ready(&BusyMarkerType) < 0) return NULL;
+    if (PyType_Ready(&CFunctionType) < 0 || PyType_Ready(&BusyMarkerType) < 0 || PyType_Ready(&NativeGateType) < 0)
+        return NULL;
     str_handle = PyUnicode_InternFromString("handle");
-    if (str_handle == NULL) return NULL;
+    str_itemsize = PyUnicode_InternFromString("itemsize");
+    if (str_handle == NULL || str_itemsize == NULL) return NULL;
     PyObject *numpy = PyImport_ImportModule("numpy");
     if (numpy == NULL) return NULL;
     PyObject *nd = PyObject_GetAttrString(numpy, "ndarray");

@@ -3,9 +3,12 @@
 A served call's path crosses into C once or twice (ac_call_run; ac_call_start and ac_op_wait), and each
 ctypes call costs about 4,200 instructions, a tenth to a fifth of the whole call. The extension wraps
 each hot function's address (taken from ctypes) in an object Python calls with a vectorcall: about 550
-instructions, 950 where the GIL is released. It also does two Python steps of every served call in C:
+instructions, 950 where the GIL is released. It also does two Python steps of every served call in C,
 the decision cache's check of a remembered call's arrays (`UNCHANGED`, for adaptcoll.decision.cache)
-and the concurrent-collective check (adaptcoll.forms.threads, which takes it through `when_loaded`).
+and the concurrent-collective check (adaptcoll.forms.threads), and the test and count of every call
+that goes native below the threshold (adaptcoll.forms.collectives); the forms take theirs through
+`when_loaded`. It is loaded by the compiled engine and by a communicator's first blocking call (when
+its thresholds become known, adaptcoll.tune.choose), whichever comes first.
 It needs Python's and NumPy's headers and a C compiler (`CC`, else cc / gcc / clang, else the MPI
 library's `mpicc`), nothing of MPI, and is built at first use into the user's cache like the compiled
 engine (keyed by the source, the compiler, this Python and NumPy). Where it cannot be built or loaded,
@@ -127,6 +130,10 @@ def _load(fallback_cc: Optional[str]) -> tuple[Any, str]:
     if choice() == "off":
         return None, "ADAPTCOLL_FASTCALLS=off"
     cc = find_cc() or fallback_cc
+    if cc is None:
+        from .compiled import find_mpicc  # (a wrapper of some C compiler; compiled imports this module)
+
+        cc = find_mpicc()
     if cc is None:
         return None, "no C compiler found (set CC)"
     try:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from mpi4py import MPI
 
-from ..runtime import settings
+from ..runtime import fastcalls, settings
 from ..state.comm_state import comm_state
 from .config import CallConfig
 from .exchange import mpi_library
@@ -62,6 +62,7 @@ def comm_tuning(comm: MPI.Intracomm, blocking: bool = True) -> CommTuning:
         cached: dict[str, object] = {NB_BELOW_ATTR: found.below, NB_DEVICE_BELOW_ATTR: found.device_below}
         if known is not None:  # the fast paths of every form, from now on
             cached.update({TUNING_ATTR: found, BELOW_ATTR: found.below, DEVICE_BELOW_ATTR: found.device_below})
+            fastcalls.load()  # (once per process: the native path's test in C, adaptcoll.runtime.fastcalls)
         try:
             for name, value in cached.items():
                 setattr(comm, name, value)
