@@ -167,7 +167,7 @@ def bcast(comm: MPI.Intracomm, buf: Any, root: Any = 0, name: str = "Bcast") -> 
     """Broadcast `buf` from `root` (mpi4py's Bcast: signature and semantics); `name`: the counter.
 
     A small NumPy array goes to MPI in the fewest steps: this wrapper is what every small native call
-    pays (0.35-0.40 us here, bench/RESULTS.md), so its test comes first."""
+    pays (0.22-0.30 us here with the test in C, bench/RESULTS.md), so its test comes first."""
     kind = type(buf)
     if kind is _NDARRAY:
         gates = _GATES[0]
