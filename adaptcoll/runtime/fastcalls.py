@@ -34,7 +34,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from .cbuild import build_cached, cache_dir, find_cc
+from .cbuild import build_cached, cache_dir, find_cc, find_mpicc
 
 __all__ = ["CHOICES", "UNCHANGED", "choice", "load", "status", "when_loaded", "wrap"]
 
@@ -131,9 +131,7 @@ def _load(fallback_cc: Optional[str]) -> tuple[Any, str]:
         return None, "ADAPTCOLL_FASTCALLS=off"
     cc = find_cc() or fallback_cc
     if cc is None:
-        from .compiled import find_mpicc  # (a wrapper of some C compiler; compiled imports this module)
-
-        cc = find_mpicc()
+        cc = find_mpicc()  # (a wrapper of some C compiler)
     if cc is None:
         return None, "no C compiler found (set CC)"
     try:
