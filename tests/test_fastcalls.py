@@ -97,7 +97,7 @@ def test_bad_arguments_raise_and_call_nothing(module, lib) -> None:
     with pytest.raises(TypeError, match="keyword"):
         f(1, b=2)
     with pytest.raises(TypeError):
-        f(ctypes.c_ssize_t(1), 2)  # ints only (the starts pass CompiledCall.arg as an int here)
+        f(ctypes.c_ssize_t(1), 2)  # ints only (the starts pass CompiledCall.handle)
     with pytest.raises(TypeError):
         g("1")
     with pytest.raises(OverflowError):

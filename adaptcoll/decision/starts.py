@@ -137,7 +137,7 @@ def _compiled_starts(
         if not links:
             links.append(make_links())
         comp = _ready(st, call, links[0])
-        ran.extend((comp, comp.run_call, call.arg, comp.start_call, comp.ops))
+        ran.extend((comp, comp.run_call, call.handle, comp.start_call, comp.ops))
 
     def start() -> Operation:
         if _current().trace:

@@ -293,7 +293,6 @@ class CompiledCall:
         "local",
         "target",
         "handle",
-        "arg",
         "bound",
         "notice_slot",
         "_lib",
@@ -328,9 +327,6 @@ class CompiledCall:
         self.target = 0 if target is None else target.__array_interface__["data"][0]
         self.handle = 0
         """The C side's copy of all this (`ac_call_new`), made with the links; freed with this object."""
-        self.arg: Any = None
-        """`handle` as the starts pass it: an int to the fast calls (`fastcalls`), a ready c_ssize_t to
-        ctypes (which skips its conversion of a Python int, about 0.15 us a call)."""
         self.bound = False
         """Whether the C side knows its engine and communicator (CompiledEngine.bind)."""
         self.notice_slot: Optional[np.ndarray] = None
@@ -360,7 +356,6 @@ class CompiledCall:
         if not handle:
             raise MemoryError("adaptcoll: out of memory preparing a compiled operation")
         self.handle, self._lib = handle, lib  # (C copied the links: `packed` may go)
-        self.arg = handle if fastcalls.status()[0] == "extension" else ctypes.c_ssize_t(handle)
 
     def __del__(self) -> None:
         if self.handle and self._lib is not None:
@@ -448,9 +443,9 @@ class CompiledEngine:
         lock held, `h` in `ops`); the Python engine completes a plain ST_DONE itself (taking `h` off `ops`),
         any other state goes on to `wait(h, state)`."""
         self.run_call = wrap(lib.ac_call_run, "i(n,i)", True)
-        """ac_call_run(call.arg, tag base): a blocking call's start and sweep in one (decision/starts.py)."""
+        """ac_call_run(call.handle, tag base): a blocking call's start and sweep in one (decision/starts.py)."""
         self.start_call = wrap(lib.ac_call_start, "n(n,i)", False)
-        """ac_call_start(call.arg, tag base) -> the running operation's handle (0: out of memory)."""
+        """ac_call_start(call.handle, tag base) -> the running operation's handle (0: out of memory)."""
         self._progress = wrap(lib.ac_progress, "i(p,i,i,p)", True)
         self._take = wrap(lib.ac_take_finished, "i(p,p,p,i)", False)
         self._release = wrap(lib.ac_op_release, "v(n)", False)
@@ -480,7 +475,7 @@ class CompiledEngine:
         the engine's sweep) once it has finished here; returns its handle."""
         if not call.bound:
             self.bind(call, comm_handle, tag_space)
-        h = self.start_call(call.arg, tag_base)
+        h = self.start_call(call.handle, tag_base)
         if not h:
             raise MemoryError("adaptcoll: out of memory starting a compiled operation")
         self.adopt(h, call, operation, on_done)
