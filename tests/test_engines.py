@@ -54,7 +54,7 @@ cache's array check, the concurrent-collective check), about 40 s: what the fast
 replaces where it builds (the rest of the suite runs with it)."""
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)
 def test_the_compiled_engine_through_ctypes() -> None:
     if compiled.status()[0] != "compiled":
         pytest.skip(f"compiled progress path not available here: {compiled.status()[1]}")
