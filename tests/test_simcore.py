@@ -65,6 +65,7 @@ WINDOWS = {
     "ADAPTCOLL_REDUCE_RECV_WINDOW": "5",
 }
 NODE_BW = {"ranks_per_node": 4, "node_bw": 5e9, "large_from": 32768, "large_cost": 1.5}
+CONTENTION = {"transfer": "cpu", "copy_order": "poll", "copy_contention": 0.25}
 
 
 def _variants() -> list[tuple[str, dict[str, str], dict[str, object], list[str]]]:
@@ -88,6 +89,8 @@ def _variants() -> list[tuple[str, dict[str, str], dict[str, object], list[str]]
             {**NODE_BW, "copy_order": "poll"},
             ["20kHz x 5us"],
         ),
+        ("4 per node, node_bw, copy contention", {}, {**NODE_BW, "copy_contention": 0.3}, []),
+        ("transfer cpu, copy contention alone, copies after completions", {}, CONTENTION, []),
         ("gap", {}, {"g": 3e-6}, []),
         ("all eager", {}, {"eager": 1 << 20}, []),
         ("sync all", {"ADAPTCOLL_SYNC_SENDS": "all"}, {}, []),
@@ -184,6 +187,7 @@ LOCKSTEP_VARIANTS = {
     "default": ({}, []),
     "4 ranks per node, node_bw": ({"ranks_per_node": 4, "node_bw": 5e9}, []),
     "transfer cpu, copies after completions": ({"transfer": "cpu", "copy_order": "poll", "node_bw": 5e9}, []),
+    "transfer cpu, node_bw, copy contention": ({**CONTENTION, "node_bw": 5e9}, []),
     "pair links, faults": ({"links": "pair", "fault": 6e-10, "fault_from": 1 << 16}, []),
     "fifo links, noise": ({"links": "fifo"}, ["20kHz x 10us", "net: 50kHz x 2us"]),
     "noise and skew": ({}, ["20kHz x 10us", "net: 50kHz x 2us", "skew: uniform:20us"]),

@@ -529,6 +529,32 @@ def test_node_bandwidth_is_shared_by_concurrent_copies():
     assert _time(flat, params=dataclasses.replace(nodes, node_bw=0.5 / P.G)) > _time(flat, params=nodes)
 
 
+def test_copy_contention_slows_concurrent_copies_by_a_power_of_their_count():
+    """copy_contention c: a shared-memory copy that starts while k-1 others run on its node takes k**c times
+    its own time (alone: unchanged; 0: the model as before), with or without node_bw."""
+    cpu = dataclasses.replace(P, transfer="cpu", links="fair", eager=0, L=0.0, o=0.0, engine=0.0)
+    pair = Job("bcast", 2, 1 << 20, 1 << 20, "chain", UNCAPPED)
+    alone = _time(pair, params=cpu)
+    assert _close(_time(pair, params=dataclasses.replace(cpu, copy_contention=0.5)), alone)
+    # a root sending one message to each of two ranks: their copies run at once, the second to start is
+    # stretched by 2**c (the first, alone when it starts, is not)
+    fan = Job("bcast", 3, 1 << 20, 1 << 20, "linear", UNCAPPED)
+    plain = _time(fan, params=cpu)
+    for c in (0.25, 0.5, 1.0):
+        stretched = _time(fan, params=dataclasses.replace(cpu, copy_contention=c))
+        assert abs((stretched - plain) - alone * (2**c - 1)) <= 0.02 * alone, (c, plain, stretched, alone)
+    ring = Job("bcast", 8, 1 << 20, 1, settings=UNCAPPED)
+    ring_plain = _time(ring, "scatter_ring_allgather", cpu)
+    assert _close(_time(ring, "scatter_ring_allgather", dataclasses.replace(cpu, copy_contention=0.0)), ring_plain)
+    shared = dataclasses.replace(cpu, node_bw=4 / cpu.G)
+    assert _time(ring, "scatter_ring_allgather", dataclasses.replace(shared, copy_contention=0.3)) > _time(
+        ring, "scatter_ring_allgather", shared
+    )
+    with pytest.raises(ValueError, match="copy_contention"):
+        dataclasses.replace(cpu, copy_contention=-0.1)
+    assert "copy_contention" not in cpu.to_dict()
+
+
 def test_native_rows_are_modelled_by_mpichs_choice():
     from adaptcoll.simulate.calibrate import native_algorithm
 
@@ -737,3 +763,33 @@ def test_copies_after_completions_fit_the_16core_nodes_8_rank_bcasts():
             big = [m for m in rows if m.collective == "bcast" and m.size == 64 << 20 and m.impl == rule]
             assert validate(big, before)[0]["error_pct"] > 40.0
     assert right >= 97 and clear <= 4
+
+
+def test_copy_contention_fits_the_16core_node_at_every_rank_count():
+    """With params_16core_contention.json (concurrent shared-memory copies slow one another, k**0.3; G and
+    large_cost refitted) the median |error| of native MPICH's and of the shipped rule's rows is <= 15 % at 4,
+    8 and 16 ranks each, where params_16core_poll.json missed at 4 ranks (16.2 / 17.2 %), and the simulator
+    says which of adaptcoll and native is faster as measured in at least 97 of the 108 pairs, at most 3 of
+    the wrong ones outside measured ties (bench/RESULTS.md, "Concurrent copies slow one another")."""
+    import statistics
+
+    from adaptcoll.simulate.calibrate import TIE, sign_agreement, validate
+
+    params = load_params(MEASURED_16CORE.parent / "params_16core_contention.json")
+    before = load_params(MEASURED_16CORE.parent / "params_16core_poll.json")
+    assert (params.copy_contention, before.copy_contention) == (0.3, 0.0)
+    right = clear = 0
+    for ranks in (4, 8, 16):
+        rows = [m for m in read_measurements(MEASURED_16CORE / f"osu_dataset_n{ranks}.json") if m.size >= 1 << 20]
+        out = validate(rows, params)
+        agree = sign_agreement(out)
+        right += agree["right"]
+        clear += sum(abs(w[4] - 1) > TIE for w in agree["wrong"])
+        for impl in ("native", "adaptcoll:native_below=0"):
+            errors = [abs(r["error_pct"]) for r in out if r["impl"] == impl]
+            assert len(errors) == 12 and statistics.median(errors) <= 15.0, (ranks, impl, sorted(errors))
+        if ranks == 4:
+            old = validate(rows, before)
+            for impl in ("native", "adaptcoll:native_below=0"):
+                assert statistics.median(abs(r["error_pct"]) for r in old if r["impl"] == impl) > 15.0
+    assert right >= 97 and clear <= 3

@@ -52,7 +52,7 @@ __all__ = [
 ]
 
 CORES = ("auto", "python", "c")
-SIM_ABI = 5
+SIM_ABI = 6
 FLAGS = ("-O2", "-ffp-contract=off", "-shared", "-fPIC", "-pthread")
 """(-ffp-contract=off: no fused multiply-adds, whose one rounding would part the floats from Python's)"""
 _KINDS = {"bcast": 0, "reduce": 1, "allreduce": 2}
@@ -487,6 +487,7 @@ def _simulate(
                 horizon,
                 horizon,
                 params.fault * itemsize,
+                params.copy_contention,
             ],
             np.float64,
         )

@@ -61,6 +61,7 @@ class CostParams:
     fault: float = 0.0
     fault_from: int = 32 << 20
     copy_order: str = "ready"
+    copy_contention: float = 0.0
 
     def __post_init__(self) -> None:
         if self.transfer not in TRANSFERS:
@@ -71,6 +72,8 @@ class CostParams:
             raise ValueError(f"links must be one of {', '.join(LINK_POLICIES)}, got {self.links!r}")
         if self.ranks_per_node < 1:
             raise ValueError(f"ranks_per_node must be >= 1, got {self.ranks_per_node!r}")
+        if not self.copy_contention >= 0.0:
+            raise ValueError(f"copy_contention must be >= 0 (an exponent), got {self.copy_contention!r}")
         if self.large_cost < 1.0:
             raise ValueError(f"large_cost must be >= 1 (a factor on copy and fold per byte), got {self.large_cost!r}")
 
@@ -89,6 +92,8 @@ class CostParams:
             del out["fault"], out["fault_from"]
         if self.copy_order == "ready":  # as before the field existed
             del out["copy_order"]
+        if not self.copy_contention:  # off, as before the field existed
+            del out["copy_contention"]
         return out
 
 
@@ -115,6 +120,10 @@ PARAM_DOCS: dict[str, str] = {
     "its node (cache-line transfer and the wait for their next engine sweep) (s)",
     "node_bw": "memory bandwidth one node's concurrent shared-memory copies share (bytes/s): a copy that starts "
     "while k-1 others run on its node moves at most node_bw/k; 0: unlimited (each copy at 1/copy)",
+    "copy_contention": "how much a node's concurrent shared-memory copies slow one another beyond node_bw's equal "
+    "share: a copy that starts while k-1 others run on its node costs k**copy_contention times its own time "
+    "(memory and cache contention: two copies at once each run slower than one alone, long before the node's "
+    "bandwidth is used up); 0: off",
     "large_from": "a shared-memory copy or a fold of more than this many bytes at once streams through memory, out "
     "of the caches: it costs `large_cost` times `copy` (or `fold`) per byte (bytes; 0: off)",
     "large_cost": "the factor (>= 1) on a large copy's or fold's cost per byte (see large_from)",

@@ -49,7 +49,7 @@ static inline int sim_no_mpi(void) { return 1; }
 
 #include "progress.c"
 
-#define SIM_ABI 5
+#define SIM_ABI 6
 enum { SIM_OK = 0, SIM_DEADLOCK = 1, SIM_NOMEM = 2, SIM_SIZE = 3, SIM_HORIZON = 4, SIM_FAILED = 5, SIM_ROUTE = 6,
        SIM_NORATE = 7 };
 enum { EV_START, EV_WAKE, EV_READY, EV_DEPART, EV_BEGIN, EV_ARRIVE, EV_EAGER_SENT, EV_LATE_RECV,
@@ -124,7 +124,8 @@ static struct {
     int size, rpn, nodes, kind, itemsize, tag_base, tag_space, send_window, recv_window, sync_mode, ordered, root;
     int64_t count, seg_count, eager_elems, large_elems;
     int pair, cpu_copy, copy_poll;
-    double event_cost, post_cost, L, g, bytecost, copycost, foldcost, large_cost, node_bw;
+    double event_cost, post_cost, L, g, bytecost, copycost, foldcost, large_cost, node_bw, contention;
+    int share; /* node_bw or contention: a node's copies affect one another (World._share) */
     const int32_t *links;
     const int64_t *loff;
     timeline_t cpu, net;
@@ -579,7 +580,7 @@ static void sim_post(ac_op *op, const entry_t *en, int is_recv, int synchronous,
 /* ---------------------------------------------------------------- the network */
 static int node_of(int rank) { return W.rpn > 1 ? rank / W.rpn : 0; }
 
-/* World._shared: a shared-memory copy's duration under node_bw */
+/* World._shared: a shared-memory copy's duration under node_bw and copy_contention */
 static double shared_copy(int dst, double start, int64_t n, double dur) {
     int nd = node_of(dst);
     double *ends = W.copies[nd];
@@ -587,6 +588,8 @@ static double shared_copy(int dst, double start, int64_t n, double dur) {
     for (int i = 0; i < W.ncopies[nd]; i++)
         if (ends[i] > start) ends[k++] = ends[i];
     W.ncopies[nd] = k;
+    if (W.contention > 0) dur *= pow((double)(k + 1), W.contention);
+    if (!(W.node_bw > 0)) return dur;
     double need = (double)n * W.itemsize * (double)(k + 1) / W.node_bw;
     return dur > need ? dur : need;
 }
@@ -1274,7 +1277,7 @@ static void depart(int m) {
     if (rpn > 1 && M->src / rpn == M->dst / rpn) {
         double now = W.now, copy = (double)M->n * W.copycost;
         if (M->n > W.large_elems) copy *= W.large_cost;
-        if (W.node_bw > 0) {
+        if (W.share) {
             copy = shared_copy(M->dst, now, M->n, copy);
             copy_ended(M->dst, now + copy);
         }
@@ -1315,9 +1318,9 @@ static void ready(int m) {
             }
             double dur = (double)M->n * W.copycost;
             if (M->n > W.large_elems) dur *= W.large_cost;
-            if (W.node_bw > 0) dur = shared_copy(dst, start, M->n, dur);
+            if (W.share) dur = shared_copy(dst, start, M->n, dur);
             double end = cpu_after(dst, start, dur);
-            if (W.node_bw > 0) copy_ended(dst, end);
+            if (W.share) copy_ended(dst, end);
             W.busy[dst] = end;
             M->start = M->end = start;
             W.messages++;
@@ -1613,7 +1616,7 @@ int ac_sim_abi(void) { return SIM_ABI; }
  * lock-step (1: the ranks run ls_* steps instead of the tree protocols), elements each lock-step rank
  * copies first, fault_from in elements, FIFO links, copy order 'poll']; fp: [event_cost, post_cost, L, g, G per element, copy per
  * element, fold per element, large_cost, node_bw (0: none), cpu horizon, net horizon, fault per
- * element]. Lock-step: rank r's steps are ls_rank[r]..ls_rank[r+1]-1, step k's operations
+ * element, copy_contention (0: none)]. Lock-step: rank r's steps are ls_rank[r]..ls_rank[r+1]-1, step k's operations
  * ls_step[k]..ls_step[k+1]-1, each 5 values in ls_ops (kind, peer, lo, hi, tag). links + loff[rank]: each rank's packed links (as
  * ac_start takes them); starts[rank]: its start time. cpu_d / cpu_off (per rank) and net_d / net_off
  * (per node): detours. Out: finished[rank] (and finished[size]: the time of the last event, as
@@ -1667,6 +1670,8 @@ int ac_sim_run(const int64_t *ip, const double *fp, const int32_t *links, const 
     W.foldcost = fp[6];
     W.large_cost = fp[7];
     W.node_bw = fp[8];
+    W.contention = fp[12];
+    W.share = W.node_bw > 0 || W.contention > 0;
     W.links = links;
     W.loff = loff;
     W.finished = finished;

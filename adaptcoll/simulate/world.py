@@ -228,6 +228,8 @@ class World:
         self._cpu_copy = params.transfer == "cpu"
         self._copy_poll = params.copy_order == "poll"
         self._node_bw = params.node_bw
+        self._contention = params.copy_contention
+        self._share = bool(self._node_bw or self._contention)  # copies of one node affect one another (_shared)
         self._node_copies: dict[int, list[float]] = {}  # node -> end times of its shared-memory copies
         self._rpn = params.ranks_per_node
         self._plain = not (data or record or trace is not None)
@@ -518,10 +520,10 @@ class World:
                 dur = msg.n * self._copycost
                 if msg.n > self._large_elems:
                     dur *= self._large_cost
-                if self._node_bw:
+                if self._share:
                     dur = self._shared(dst, start, msg.n, dur)
                 end = start + dur if cpu is None else cpu.advance(dst, start, dur)
-                if self._node_bw:
+                if self._share:
                     self._node_copies[self._node_of(dst)].append(end)
                 self._busy[dst] = end
                 msg.start = msg.end = start
@@ -543,12 +545,16 @@ class World:
         return rank // rpn if rpn > 1 else 0
 
     def _shared(self, dst: int, start: float, n: int, dur: float) -> float:
-        """A shared-memory copy of `n` elements into `dst` starting at `start`, under `node_bw`: the copies
-        of one node share its memory bandwidth, each getting an equal share fixed when it starts (k
-        copies running: node_bw / k), at most its own rate (`dur`). The caller records its end."""
+        """A shared-memory copy of `n` elements into `dst` starting at `start`, under `node_bw` and
+        `copy_contention`: the copies of one node share its memory bandwidth, each getting an equal share
+        fixed when it starts (k copies running: node_bw / k), at most its own rate (`dur`, which k copies
+        stretch by k**copy_contention). The caller records its end."""
         ends = self._node_copies.setdefault(self._node_of(dst), [])
         ends[:] = [e for e in ends if e > start]
-        return max(dur, n * self.itemsize * (len(ends) + 1) / self._node_bw)
+        k = len(ends) + 1
+        if self._contention:
+            dur *= k**self._contention
+        return max(dur, n * self.itemsize * k / self._node_bw) if self._node_bw else dur
 
     def _depart(self, msg: _Msg) -> None:
         """Onto the network; eager messages between ranks of one node go through shared memory instead."""
@@ -558,7 +564,7 @@ class World:
             copy = msg.n * self._copycost
             if msg.n > self._large_elems:
                 copy *= self._large_cost
-            if self._node_bw:
+            if self._share:
                 copy = self._shared(msg.dst, now, msg.n, copy)
                 self._node_copies[self._node_of(msg.dst)].append(now + copy)
             msg.start, msg.end = now, now + copy
