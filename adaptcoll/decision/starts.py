@@ -216,12 +216,18 @@ def _compiled_starts(
         if operation.error is not None:
             raise operation.error
 
+    entries: list[Any] = [None, None, None]  # the last restart's operation, its compiled-engine and live-tags entries
+
     def restart(previous: Operation) -> Operation:
         """A persistent request's next start: `previous`, its last run's operation (done), numbered and
         started again in the common case (set-up done, nothing queued, no tags to wait for, no vote, a
         run that ended well, no trace), which makes neither an Operation nor an OpInfo; else `start()`
         through the set-up queue. The transport keeps the finished placeholder under the old number, for
-        notices about that run that arrive later."""
+        notices about that run that arrive later.
+
+        One frame: `common_tags`, MPITransport.settled / renumber / number and `launch` inline, and the
+        engine's entry for the operation made once (a persistent Start + Wait is some 20 Python steps
+        around two calls into C; each frame saved is about 0.05 us)."""
         lock.acquire()
         try:
             info = previous.info
@@ -236,18 +242,45 @@ def _compiled_starts(
                 or type(info) is not OpInfo
                 or info.plan is not shape  # (a run of the Python protocols: a traced start)
                 or info.transport is not transport
-                or _current().trace
+                or settings._current.trace
+                or transport._votes
+                or transport._early
+                or transport._broken is not None
             ):
                 return st.submit(start)
-            tag_base = common_tags()
-            if tag_base < 0:
+            live = st._live  # common_tags, inline
+            while live and live[0][1].done:
+                st._live_tags -= live.popleft()[0]
+            if live and st._live_tags + ntags > space:
                 return st.submit(start)
-            info.seq = transport.renumber(previous, info.seq, finished)
+            tag_base = st.next_tag % space
+            st.next_tag = (tag_base + ntags) % space
+            ops = transport._ops  # MPITransport.renumber and number, inline
+            seq = info.seq
+            if ops.get(seq) is previous:
+                ops[seq] = finished
+            seq = transport._seq = transport._seq + 1
+            ops[seq] = previous
+            if len(ops) > transport.RECENT + 64:
+                transport._trim()
+            info.seq = seq
             info.tag_base = tag_base
             info.reported = False
             previous.done = False
             previous.keep = keep
-            return launch(previous, tag_base)
+            h = ran[3](ran[2], tag_base)  # launch, inline
+            if not h:
+                previous.done = True
+                raise MemoryError("adaptcoll: out of memory starting a compiled operation")
+            if entries[0] is not previous:
+                entries[0] = previous
+                entries[1] = (previous, previous.complete if finish is None else _completion(previous, finish), call)
+                entries[2] = (ntags, previous)
+            ran[4][h] = entries[1]
+            previous.handle = h
+            live.append(entries[2])
+            st._live_tags += ntags
+            return previous
         finally:
             lock.release()
 

@@ -14,6 +14,7 @@ from typing import Any, Optional
 from mpi4py import MPI
 
 from ..protocols.operation import Operation
+from ..runtime import engine as _engines
 from ..runtime.engine import NATIVE_LIVE, engine
 
 __all__ = ["Request", "NativeRequest"]
@@ -69,7 +70,7 @@ class Request:
         overrides `_finished` and `_failure` and takes `_wait_polled` as its Wait."""
         op = self._op
         if not op.done:
-            engine().wait_operation(op, self._finished)
+            (_engines._engine or engine()).wait_operation(op, self._finished)
         self._reported = True
         if status is not None:
             _fill(status)
