@@ -840,3 +840,25 @@ def test_call_instructions_runs_every_form_and_counts_calls():
         if form in expect:
             name, side = expect[form]
             assert stats[name][side] >= 70, (form, stats[name])  # 50 warm-up calls + 20
+
+
+def test_node_memory_study_runs_and_a_slower_node_memory_slows_every_call(tmp_path):
+    """bench/studies/node_memory.py at 16 ranks x 4 per node: one row per node bandwidth, contention and call,
+    the rule served, and every call (the rule's and the best baseline's) slower on a node of 5 GB/s than on one
+    of 200 GB/s (copies inside a node are what the node's memory bandwidth limits)."""
+    out = tmp_path / "rows.json"
+    command = [sys.executable, str(BENCH / "studies" / "node_memory.py"), "--ranks", "16", "--per-node", "4"]
+    command += ["--node-bw", "5e9,200e9", "--json", str(out)]
+    env = {**os.environ, "ADAPTCOLL_ENGINE": "compiled"}
+    res = subprocess.run(command, capture_output=True, text=True, timeout=240, cwd=REPO, env=env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert len(rows) == 2 * 2 * 3 and all(r["rule"] != "native" for r in rows)
+    for slow in (r for r in rows if r["node_bw"] == 5e9):
+        fast = next(
+            r
+            for r in rows
+            if r["node_bw"] == 200e9
+            and (r["collective"], r["copy_contention"]) == (slow["collective"], slow["copy_contention"])
+        )
+        assert slow["rule_s"] > fast["rule_s"] and slow["best_s"] > fast["best_s"], (slow, fast)
