@@ -738,24 +738,36 @@ def test_copy_order_ready_books_copies_ahead_of_completions_poll_does_not():
         assert run_once(job, params, core="c")[0] == run_once(job, params, core="python")[0]
 
 
-def test_copies_after_completions_fit_the_16core_nodes_8_rank_bcasts():
-    """With params_16core_poll.json (copy_order "poll", G refitted) the 8-rank Bcast rows the "ready" model
-    simulated 15-50 % too slow (16 MiB segments forwarded only after three copies) are within 15 %, and the
-    simulator says which of adaptcoll and native is faster as measured in at least 97 of the 108 pairs, at
-    most 4 of the wrong ones outside measured ties (89 and 8 with params_16core_fault.json; bench/RESULTS.md,
-    "Copies after completions")."""
+def _signs_on_the_16core_node(params: CostParams) -> tuple[int, int, list[tuple[int, list, list[dict]]]]:
+    """(pairs with the sign right, wrong pairs outside measured ties, [(ranks, rows, validate's output)]) of
+    the 16-core node's 1-64 MiB rows at 4, 8 and 16 ranks under `params`."""
     from adaptcoll.simulate.calibrate import TIE, sign_agreement, validate
 
-    params = load_params(MEASURED_16CORE.parent / "params_16core_poll.json")
-    before = load_params(MEASURED_16CORE.parent / "params_16core_fault.json")
-    assert (params.copy_order, before.copy_order) == ("poll", "ready")
     right = clear = 0
+    runs = []
     for ranks in (4, 8, 16):
         rows = [m for m in read_measurements(MEASURED_16CORE / f"osu_dataset_n{ranks}.json") if m.size >= 1 << 20]
         out = validate(rows, params)
         agree = sign_agreement(out)
         right += agree["right"]
         clear += sum(abs(w[4] - 1) > TIE for w in agree["wrong"])
+        runs.append((ranks, rows, out))
+    return right, clear, runs
+
+
+def test_copies_after_completions_fit_the_16core_nodes_8_rank_bcasts():
+    """With params_16core_poll.json (copy_order "poll", G refitted) the 8-rank Bcast rows the "ready" model
+    simulated 15-50 % too slow (16 MiB segments forwarded only after three copies) are within 15 %, and the
+    simulator says which of adaptcoll and native is faster as measured in at least 97 of the 108 pairs, at
+    most 4 of the wrong ones outside measured ties (89 and 8 with params_16core_fault.json; bench/RESULTS.md,
+    "Copies after completions")."""
+    from adaptcoll.simulate.calibrate import validate
+
+    params = load_params(MEASURED_16CORE.parent / "params_16core_poll.json")
+    before = load_params(MEASURED_16CORE.parent / "params_16core_fault.json")
+    assert (params.copy_order, before.copy_order) == ("poll", "ready")
+    right, clear, runs = _signs_on_the_16core_node(params)
+    for ranks, rows, out in runs:
         if ranks == 8:
             bcast = [r for r in out if r["collective"] == "bcast" and r["model"] == "adaptcoll"]
             assert len(bcast) == 12 and all(abs(r["error_pct"]) <= 15.0 for r in bcast), bcast
@@ -773,18 +785,13 @@ def test_copy_contention_fits_the_16core_node_at_every_rank_count():
     the wrong ones outside measured ties (bench/RESULTS.md, "Concurrent copies slow one another")."""
     import statistics
 
-    from adaptcoll.simulate.calibrate import TIE, sign_agreement, validate
+    from adaptcoll.simulate.calibrate import validate
 
     params = load_params(MEASURED_16CORE.parent / "params_16core_contention.json")
     before = load_params(MEASURED_16CORE.parent / "params_16core_poll.json")
     assert (params.copy_contention, before.copy_contention) == (0.3, 0.0)
-    right = clear = 0
-    for ranks in (4, 8, 16):
-        rows = [m for m in read_measurements(MEASURED_16CORE / f"osu_dataset_n{ranks}.json") if m.size >= 1 << 20]
-        out = validate(rows, params)
-        agree = sign_agreement(out)
-        right += agree["right"]
-        clear += sum(abs(w[4] - 1) > TIE for w in agree["wrong"])
+    right, clear, runs = _signs_on_the_16core_node(params)
+    for ranks, rows, out in runs:
         for impl in ("native", "adaptcoll:native_below=0"):
             errors = [abs(r["error_pct"]) for r in out if r["impl"] == impl]
             assert len(errors) == 12 and statistics.median(errors) <= 15.0, (ranks, impl, sorted(errors))
