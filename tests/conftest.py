@@ -24,7 +24,6 @@ import shutil
 import sys
 import tempfile
 import time
-from unittest import mock
 
 import pytest
 
@@ -36,8 +35,9 @@ os.environ.setdefault("ADAPTCOLL_TUNING", "off")
 # took about 1 s of every rank's start-up (tests/test_shm_mpi.py: 55 s -> 35 s without it), and no MPI test
 # uses Hypothesis (tests/test_trees.py, the one that does, runs in a worker, with the plugin); "-o addopts=":
 # a rank runs its one test itself (pyproject's addopts ask for two pytest-xdist workers), with or without
-# pytest-xdist installed.
-RANK_ADDOPTS = "-p no:hypothesispytest -o addopts="
+# pytest-xdist installed, and "-p no:xdist" spares it loading that plugin (and execnet: about 15 ms of each
+# of some 600 rank start-ups a suite run makes, each about 0.9 CPU-s on the 2-core machine).
+RANK_ADDOPTS = "-p no:hypothesispytest -p no:xdist -o addopts="
 DEFAULT_TIMEOUT = 120
 HANG_MARKERS = ("At least one MPI process has exited prematurely", "Timeout occurred")
 
@@ -123,6 +123,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
         "ADAPTCOLL_TEST_STACKS": stacks,
         "PYTEST_ADDOPTS": f"{os.environ.get('PYTEST_ADDOPTS', '')} {RANK_ADDOPTS}".strip(),
     }
+    from unittest import mock  # (here, not at the top: every rank of every launch imports this file, 30 ms each)
+
     try:
         with mock.patch.dict(os.environ, launch_env):
             yield
