@@ -171,16 +171,25 @@ def _compiled_starts(
         st.next_tag = (tag_base + ntags) % space
         return tag_base
 
-    def launch(operation: Operation, tag_base: int) -> Operation:
+    def launch(operation: Operation, tag_base: int, kept: Optional[list[Any]] = None) -> Operation:
         """Start the numbered `operation` in C (ac_call_start), with the compiled engine tracking it and the
-        communicator its tags."""
+        communicator its tags. `kept` (a persistent request's, `restart`): [operation, its entry in the
+        engine's ops, its entry in the live tags] of the last restart, reused when it is this operation's
+        (so a request's runs make them once), else made and kept there."""
         h = ran[3](ran[2], tag_base)
         if not h:
             operation.done = True
             raise MemoryError("adaptcoll: out of memory starting a compiled operation")
-        ran[4][h] = (operation, operation.complete if finish is None else _completion(operation, finish), call)
+        if kept is not None and kept[0] is operation:
+            entry, tags = kept[1], kept[2]
+        else:
+            entry = (operation, operation.complete if finish is None else _completion(operation, finish), call)
+            tags = (ntags, operation)
+            if kept is not None:
+                kept[:] = (operation, entry, tags)
+        ran[4][h] = entry
         operation.handle = h
-        st._live.append((ntags, operation))
+        st._live.append(tags)
         st._live_tags += ntags
         return operation
 
@@ -216,18 +225,15 @@ def _compiled_starts(
         if operation.error is not None:
             raise operation.error
 
-    entries: list[Any] = [None, None, None]  # the last restart's operation, its compiled-engine and live-tags entries
+    kept: list[Any] = [None, None, None]  # the last restart's operation and its entries (see `launch`)
 
     def restart(previous: Operation) -> Operation:
         """A persistent request's next start: `previous`, its last run's operation (done), numbered and
         started again in the common case (set-up done, nothing queued, no tags to wait for, no vote, a
-        run that ended well, no trace), which makes neither an Operation nor an OpInfo; else `start()`
-        through the set-up queue. The transport keeps the finished placeholder under the old number, for
-        notices about that run that arrive later.
-
-        One frame: `common_tags`, MPITransport.settled / renumber / number and `launch` inline, and the
-        engine's entry for the operation made once (a persistent Start + Wait is some 20 Python steps
-        around two calls into C; each frame saved is about 0.05 us)."""
+        run that ended well, no trace), which makes neither an Operation nor an OpInfo, and the engine's
+        entries for it only at its first restart; else `start()` through the set-up queue. The transport
+        keeps the finished placeholder under the old number, for notices about that run that arrive
+        later."""
         lock.acquire()
         try:
             info = previous.info
@@ -242,45 +248,18 @@ def _compiled_starts(
                 or type(info) is not OpInfo
                 or info.plan is not shape  # (a run of the Python protocols: a traced start)
                 or info.transport is not transport
-                or settings._current.trace
-                or transport._votes
-                or transport._early
-                or transport._broken is not None
+                or _current().trace
             ):
                 return st.submit(start)
-            live = st._live  # common_tags, inline
-            while live and live[0][1].done:
-                st._live_tags -= live.popleft()[0]
-            if live and st._live_tags + ntags > space:
+            tag_base = common_tags()
+            if tag_base < 0:
                 return st.submit(start)
-            tag_base = st.next_tag % space
-            st.next_tag = (tag_base + ntags) % space
-            ops = transport._ops  # MPITransport.renumber and number, inline
-            seq = info.seq
-            if ops.get(seq) is previous:
-                ops[seq] = finished
-            seq = transport._seq = transport._seq + 1
-            ops[seq] = previous
-            if len(ops) > transport.RECENT + 64:
-                transport._trim()
-            info.seq = seq
+            info.seq = transport.renumber(previous, info.seq, finished)
             info.tag_base = tag_base
             info.reported = False
             previous.done = False
             previous.keep = keep
-            h = ran[3](ran[2], tag_base)  # launch, inline
-            if not h:
-                previous.done = True
-                raise MemoryError("adaptcoll: out of memory starting a compiled operation")
-            if entries[0] is not previous:
-                entries[0] = previous
-                entries[1] = (previous, previous.complete if finish is None else _completion(previous, finish), call)
-                entries[2] = (ntags, previous)
-            ran[4][h] = entries[1]
-            previous.handle = h
-            live.append(entries[2])
-            st._live_tags += ntags
-            return previous
+            return launch(previous, tag_base, kept)
         finally:
             lock.release()
 

@@ -332,14 +332,7 @@ class Engine:
                     state = comp.wait_state(h)
                     if state == _ST_DONE:  # the common case: finished, no notice waiting (so `operation` is done)
                         done_op, on_done, _ = comp.ops.pop(h)  # (C freed it: nothing to release)
-                        if not done_op.done:  # self._complete, inline
-                            previous, self.owner = self.owner, done_op
-                            try:
-                                on_done()
-                            except Exception as exc:
-                                self._fail(done_op, exc)
-                            finally:
-                                self.owner = previous
+                        self._complete(done_op, on_done)
                         return
                     found, notice = comp.wait(h, state)
                     if found is not None:

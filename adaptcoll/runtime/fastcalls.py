@@ -129,9 +129,7 @@ def when_loaded(listener: Callable[[Any], None]) -> None:
 def _load(fallback_cc: Optional[str]) -> tuple[Any, str]:
     if choice() == "off":
         return None, "ADAPTCOLL_FASTCALLS=off"
-    cc = find_cc() or fallback_cc
-    if cc is None:
-        cc = find_mpicc()  # (a wrapper of some C compiler)
+    cc = find_cc() or fallback_cc or find_mpicc()  # (mpicc: a wrapper of some C compiler)
     if cc is None:
         return None, "no C compiler found (set CC)"
     try:
