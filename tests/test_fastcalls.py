@@ -322,3 +322,84 @@ def test_native_gate_is_the_fast_paths_test_and_counter(module) -> None:
     assert gate[0] == 7 and counters.stats()["TestGate"]["native"] == 7
     counters.reset_stats()
     assert gate[0] == 0
+
+
+def _specifications() -> list:
+    """Buffer specifications of every form spec_size.host_nbytes knows, and some it refuses."""
+    import array
+    import mmap
+
+    from mpi4py import MPI
+
+    mapped = mmap.mmap(-1, 64)
+    derived = MPI.DOUBLE.Create_contiguous(2).Commit()
+    bufs = [bytearray(64), bytes(64), mapped, np.zeros(8), array.array("d", [0.0] * 8), memoryview(bytearray(64))]
+    counts = [0, 1, 7, 64, -1, True, (4, 0), (4,), 2**70, 3.0, "4"]
+    datatypes = [MPI.BYTE, MPI.INT, MPI.DOUBLE, MPI.C_DOUBLE_COMPLEX, MPI.LONG_DOUBLE, derived, MPI.DATATYPE_NULL]
+    datatypes += ["d", None]
+    specs: list = [*bufs, None, MPI.BOTTOM, [], (), [mapped], object()]
+    for buf in [*bufs, None, MPI.BOTTOM, object()]:
+        for count in counts:
+            for datatype in datatypes:
+                specs += [[buf, count, datatype], (buf, count, datatype), [buf, count, 0, datatype]]
+        specs += [[buf, MPI.DOUBLE], [buf, 3], (buf, 2, 0, MPI.BYTE, 1)]
+    return specs
+
+
+def test_host_nbytes_in_c_is_spec_sizes_answer(module) -> None:
+    """The extension's host_nbytes (the common specification forms sized in C, the rest by the Python
+    function) answers spec_size.host_nbytes's answer for every form, in range or not, on host buffers and
+    on anything else; the facts it is given are checked."""
+    from adaptcoll.forms import spec_size
+
+    module.spec_facts(spec_size.HOST_TYPES, spec_size.PREDEFINED_SIZES, spec_size.host_nbytes)
+    specs = _specifications()
+    assert len(specs) > 1000
+    for spec in specs:
+        assert module.host_nbytes(spec) == spec_size.host_nbytes(spec), spec
+    with pytest.raises(TypeError):
+        module.spec_facts([bytearray], spec_size.PREDEFINED_SIZES, spec_size.host_nbytes)
+    with pytest.raises(TypeError):
+        module.spec_facts((bytearray, 1), spec_size.PREDEFINED_SIZES, spec_size.host_nbytes)
+    with pytest.raises(TypeError):
+        module.spec_facts(spec_size.HOST_TYPES, spec_size.PREDEFINED_SIZES, None)
+    module.spec_facts(spec_size.HOST_TYPES, spec_size.PREDEFINED_SIZES, spec_size.host_nbytes)
+
+
+def test_native_gate_takes_the_specifications_c_sizes(module) -> None:
+    """The native gate on a buffer specification: True (and counted) exactly when the form is one the C
+    sizing knows (`[buf, count, datatype]`, `[buf, count, displ, datatype]` with an int count >= 0, a
+    predefined datatype and an exact host buffer type; a bare bytearray or bytes) and spec_size.host_nbytes
+    sizes it below the threshold; every other form is left to the Python path."""
+    from adaptcoll.forms import spec_size
+
+    class Comm:
+        pass
+
+    def sized_in_c(spec) -> bool:
+        if type(spec) in (bytearray, bytes, np.ndarray):  # (an exact ndarray: the gate's own first test)
+            return True
+        return (
+            type(spec) in (list, tuple)
+            and len(spec) in (3, 4)
+            and type(spec[0]) in spec_size.HOST_TYPES
+            and type(spec[1]) is int
+            and 0 <= spec[1] < 2**63
+            and id(spec[-1]) in spec_size.PREDEFINED_SIZES
+        )
+
+    module.spec_facts(spec_size.HOST_TYPES, spec_size.PREDEFINED_SIZES, spec_size.host_nbytes)
+    comm = Comm()
+    gate = module.native_gate("_adaptcoll_below", "allreduce", 0)
+    specs = _specifications()
+    let_through = left = 0
+    for limit in (0, 1, 8, 64, 65, 10**6):
+        comm._adaptcoll_below = {"allreduce": limit}
+        for spec in specs:
+            before = gate[0]
+            want = sized_in_c(spec) and 0 <= spec_size.host_nbytes(spec) < limit
+            assert gate(comm, spec) is want, (spec, limit)
+            assert gate[0] == before + want
+            let_through += want
+            left += not sized_in_c(spec) and 0 <= spec_size.host_nbytes(spec) < limit
+    assert let_through > 100 and left > 10  # both kinds were there

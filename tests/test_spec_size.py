@@ -91,9 +91,12 @@ def test_declines_what_the_decision_must_see() -> None:
 @pytest.mark.mpi(ranks=[2], timeout=120)
 def test_small_spec_calls_take_the_fast_path_and_match_native(mpi_ranks):
     """Below the threshold, `[buf, count, datatype]` and friends go straight to mpi4py (counted in
-    counters.below, like a bare ndarray), ranks mixing forms included, with native results."""
+    stats() once under "below native_below", like a bare ndarray, whether the fast-call extension sized
+    the form or Python did), ranks mixing forms included, with native results."""
     import adaptcoll
-    from adaptcoll.runtime import counters
+
+    def below(name: str) -> int:
+        return adaptcoll.stats().get(name, {}).get("native_reasons", {}).get("below native_below", 0)
 
     world = MPI.COMM_WORLD
     comm = adaptcoll.Intracomm(world)
@@ -109,7 +112,7 @@ def test_small_spec_calls_take_the_fast_path_and_match_native(mpi_ranks):
     ]
     for i, form in enumerate(forms):
         mine = form if rank == 0 else forms[(i + 1) % len(forms)]  # ranks use different forms
-        before = dict(counters.below)
+        before = {name: below(name) for name in ("Bcast", "Allreduce", "Reduce")}
         buf = np.arange(n, dtype="d") if rank == 0 else np.zeros(n)
         comm.Bcast(mine(buf), 0)
         np.testing.assert_array_equal(buf, np.arange(n, dtype="d"))
@@ -118,7 +121,40 @@ def test_small_spec_calls_take_the_fast_path_and_match_native(mpi_ranks):
         np.testing.assert_array_equal(recv, 2 * np.arange(n, dtype="d") + 1)
         comm.Reduce(mine(send), mine(recv) if rank == 0 else None, MPI.SUM, 0)
         for name in ("Bcast", "Allreduce", "Reduce"):
-            assert counters.below[name] == before.get(name, 0) + 1, (i, name)
+            assert below(name) == before[name] + 1, (i, name)
+
+
+@pytest.mark.mpi(ranks=[2], timeout=120)
+def test_the_osu_demos_form_goes_native_with_natives_data(mpi_ranks):
+    """mpi4py's demo/osu_bcast.py's call, `comm.Bcast([mmap, size, MPI.BYTE], 0)`, at sizes on both sides
+    of a threshold of 4 KiB: the root's bytes arrive and nothing past the count changes, each call below
+    the threshold is counted once under "below native_below" (sized by the fast-call extension where it
+    is built), the others decided."""
+    import mmap
+
+    import adaptcoll
+
+    world = MPI.COMM_WORLD
+    rank = world.Get_rank()
+    limit = 4096
+    top = 4 * limit
+    buf = mmap.mmap(-1, top)
+    sizes = [0, 1, 8, 1000, limit - 1, limit, limit + 1, top]
+    with adaptcoll.configured(bcast_native_below=limit):
+        comm = adaptcoll.Intracomm(world.Dup())
+        comm.Bcast(np.zeros(1), 0)  # the first blocking call learns the communicator's thresholds
+        assert comm._adaptcoll_below["bcast"] == limit
+        adaptcoll.reset_stats()
+        for size in sizes:
+            buf[:] = bytes([(size + rank * 3) % 251]) * top  # rank 0: the byte to send; rank 1: another
+            comm.Bcast([buf, size, MPI.BYTE], 0)
+            assert buf[:size] == bytes([size % 251]) * size, size
+            assert buf[size:] == bytes([(size + rank * 3) % 251]) * (top - size), size  # nothing past the count
+        stats = adaptcoll.stats()["Bcast"]
+    below = sum(1 for size in sizes if size < limit)
+    assert stats["native_reasons"].get("below native_below") == below, stats
+    assert stats["native"] + stats["adaptcoll"] == len(sizes), stats
+    comm.Free()
 
 
 @pytest.mark.mpi(ranks=[2], timeout=120)

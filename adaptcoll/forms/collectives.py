@@ -10,7 +10,8 @@ blocking call; 0 before, so the first calls take the full path; the nonblocking 
 provisional tuning's thresholds until then, which they decide with meanwhile) goes straight to mpi4py
 (a program that reduces norms or flags makes such calls all the time). Its size is the NumPy array's `nbytes`, or for
 the other host forms (`[buf, count, datatype]` and friends over bytearray, mmap, array.array, ...)
-`spec_size.host_nbytes`, the signature's size from the count and datatype; everything else goes
+`spec_size.host_nbytes`, the signature's size from the count and datatype (the common forms sized,
+tested and counted in C where the fast-call extension is built); everything else goes
 through the decision, which reaches the same native call for small messages. A second fast path takes
 exact `cupy.ndarray`s below the communicator's device threshold when MPI is not CUDA-aware
 (`adaptcoll.device.small`): the blocking forms run the staged native call the decision would make,
@@ -42,7 +43,7 @@ from ..state.comm_state import comm_state, settle_setup
 from ..tune.choose import BELOW_ATTR, DEVICE_BELOW_ATTR, NB_BELOW_ATTR, NB_DEVICE_BELOW_ATTR, UNKNOWN
 from . import threads as _threads
 from .requests import NativeRequest, Request
-from .spec_size import host_nbytes
+from .spec_size import HOST_TYPES, PREDEFINED_SIZES, host_nbytes
 
 __all__ = ["start", "wait", "bcast", "ibcast", "reduce", "ireduce", "allreduce", "iallreduce"]
 
@@ -74,11 +75,15 @@ _FINISHED = Operation()
 _FINISHED.complete()
 _GATES: list[Any] = [None]
 """[(Bcast's, Reduce's, Allreduce's native gate)] once the fast-call extension is loaded, else [None]:
-the ndarray fast path's test and count in C (adaptcoll.runtime.fastcalls, `native_gate`)."""
+the fast path's test and count in C (adaptcoll.runtime.fastcalls, `native_gate`)."""
 
 
 def _use_gates(module: Any) -> None:
-    """The ndarray fast path's test and count in C from now on (the gates count where the lists did)."""
+    """The fast path's test and count in C from now on, for ndarrays and the specifications the
+    extension sizes (the gates count where the lists did), and `host_nbytes`'s common forms sized there."""
+    global _host_nbytes
+    module.spec_facts(HOST_TYPES, PREDEFINED_SIZES, host_nbytes)
+    _host_nbytes = module.host_nbytes
     gates = []
     for name, key in (("Bcast", "bcast"), ("Reduce", "reduce"), ("Allreduce", "allreduce")):
         gate = module.native_gate(_BELOW_ATTR, key, 0)
@@ -188,6 +193,9 @@ def bcast(comm: MPI.Intracomm, buf: Any, root: Any = 0, name: str = "Bcast") -> 
                 return None
             nbytes = -1
         else:
+            gates = _GATES[0]
+            if gates is not None and name is _BCAST and gates[0](comm, buf):  # a specification sized in C
+                return _MPI_BCAST(comm, buf, root)
             nbytes = _host_nbytes(buf)
         if 0 <= nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["bcast"]:
             _BELOW[name] += 1
@@ -258,6 +266,11 @@ def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM, root
                 return None
             nbytes = -1
         else:
+            gates = _GATES[0]
+            if gates is not None and gates[1](comm, data):  # a specification sized in C, below: counted
+                if sendbuf is recvbuf:
+                    sendbuf = decide.in_place_send_at_root(comm, sendbuf, recvbuf, root)
+                return _MPI_REDUCE(comm, sendbuf, recvbuf, op, root)
             nbytes = _host_nbytes(data)
         if 0 <= nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["reduce"]:
             _BELOW["Reduce"] += 1
@@ -334,6 +347,9 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM) -
                 return None
             nbytes = -1
         else:
+            gates = _GATES[0]
+            if gates is not None and gates[2](comm, data):  # a specification sized in C, below: counted
+                return _MPI_ALLREDUCE(comm, _IN_PLACE if sendbuf is recvbuf else sendbuf, recvbuf, op)
             nbytes = _host_nbytes(data)
         if 0 <= nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["allreduce"]:
             _BELOW["Allreduce"] += 1

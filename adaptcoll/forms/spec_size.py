@@ -26,7 +26,7 @@ from mpi4py import MPI
 from ..buffers import dlpack
 from ..device import MemoryKind, memory_kind
 
-__all__ = ["host_nbytes"]
+__all__ = ["HOST_TYPES", "PREDEFINED_SIZES", "host_nbytes"]
 
 _NDARRAY = np.ndarray
 _MEMORYVIEW = memoryview
@@ -124,6 +124,11 @@ def _predefined_sizes() -> dict[int, int]:
 
 _SIZES = _predefined_sizes()
 _sizes_get = _SIZES.get
+HOST_TYPES = tuple(sorted(_HOST_TYPES, key=lambda t: t.__name__))
+"""The exact buffer types sized from the buffer itself (and certainly host memory), for the fast-call
+extension's copy of `host_nbytes` (adaptcoll.runtime.fastcalls)."""
+PREDEFINED_SIZES = _SIZES
+"""id() of each predefined datatype object of mpi4py.MPI -> its size (the same dict `host_nbytes` reads)."""
 
 
 def host_nbytes(spec: Any) -> int:

@@ -12,7 +12,8 @@
    the dtype, shape, strides and writeable flag it was decided for), reading the array struct through
    NumPy's inline accessors (its headers, no API table), which saves some 1,500 instructions an array,
    the concurrent-collective check of every served call (`busy_marker`: adaptcoll.forms.threads), and
-   the native wrapper's small-array test with its call counter (`native_gate`: adaptcoll.forms.collectives).
+   the native wrapper's small-array test with its call counter (`native_gate`: adaptcoll.forms.collectives),
+   and the size of the buffer specifications a program writes in a loop (`host_nbytes`).
 
    Arguments are Python ints: 'n' a Py_ssize_t, 'i' a C int (OverflowError outside its range), 'p' an
    address (void *). The result is a Python int (None for 'v').
@@ -351,8 +352,8 @@ static PyObject *busy_marker(PyObject *module, PyObject *args) {
 
 /* The native wrapper's test in C (adaptcoll.forms.collectives: a bare ndarray below the communicator's
    threshold goes to MPI): a NativeGate for one collective is called as gate(comm, array) -> bool, True
-   when `array` is exactly a numpy.ndarray of fewer bytes than comm.<attr>[<key>], and then counts the
-   call. It is also that counter, read and reset as the one-element lists of adaptcoll.runtime.counters
+   when `array` is exactly a numpy.ndarray, or a specification spec_nbytes (below) sizes, of fewer bytes
+   than comm.<attr>[<key>], and then counts the call. It is also that counter, read and reset as the one-element lists of adaptcoll.runtime.counters
    are (gate[0], gate[0] = 0), so stats() needs nothing new. In Python the test and the count cost about
    1,700 instructions (the count alone 600: an int made and freed per call; `nbytes` 390; the threshold's
    attribute 330-500); here a few hundred. */
@@ -388,15 +389,123 @@ static Py_ssize_t gate_nbytes(NativeGate *self, PyArrayObject *a) {
     return n;
 }
 
+/* The message size of a buffer specification in the forms a program writes in a loop, as
+   adaptcoll.forms.spec_size.host_nbytes computes it: `[buf, count, datatype]` and `[buf, count, displ,
+   datatype]` (list or tuple, `count` an int >= 0, `datatype` one of mpi4py's predefined datatype objects,
+   `buf` of one of the exact host types) and a bare bytearray or bytes; -1 for every other form (Python
+   sizes it). What those are, and the fallback, come from Python once (`spec_facts`). mpi4py checks the
+   specification itself when the call goes native, as the Python path lets it. In Python the sizing of
+   `[mmap, n, MPI.BYTE]` costs about 2,000 instructions; here about 100. */
+static PyObject *spec_host_types; /* tuple of the exact host buffer types (spec_size.HOST_TYPES) */
+static PyObject *spec_sizes;      /* {id(predefined datatype): its size} (spec_size.PREDEFINED_SIZES) */
+static PyObject *spec_fallback;   /* spec_size.host_nbytes: every form this file does not size */
+static PyObject *spec_last_type;  /* the datatype object found last (held) and its size */
+static Py_ssize_t spec_last_size;
+
+static Py_ssize_t spec_datatype_size(PyObject *datatype) {
+    if (datatype == spec_last_type) return spec_last_size;
+    PyObject *key = PyLong_FromVoidPtr(datatype); /* id(datatype) */
+    if (key == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
+    PyObject *found = PyDict_GetItemWithError(spec_sizes, key); /* borrowed */
+    Py_DECREF(key);
+    Py_ssize_t size = found != NULL && PyLong_CheckExact(found) ? PyLong_AsSsize_t(found) : -1;
+    if (PyErr_Occurred()) PyErr_Clear();
+    if (size < 0) return -1;
+    Py_INCREF(datatype); /* (held: its address cannot name another object while it is the one found last) */
+    Py_XSETREF(spec_last_type, datatype);
+    spec_last_size = size;
+    return size;
+}
+
+static Py_ssize_t spec_nbytes(PyObject *spec) {
+    if (spec_sizes == NULL) return -1;
+    PyTypeObject *kind = Py_TYPE(spec);
+    if (kind == &PyByteArray_Type) return PyByteArray_GET_SIZE(spec);
+    if (kind == &PyBytes_Type) return PyBytes_GET_SIZE(spec);
+    PyObject *buf, *count, *datatype;
+    Py_ssize_t items;
+    if (kind == &PyList_Type) {
+        items = PyList_GET_SIZE(spec);
+        if (items != 3 && items != 4) return -1;
+        buf = PyList_GET_ITEM(spec, 0);
+        count = PyList_GET_ITEM(spec, 1);
+        datatype = PyList_GET_ITEM(spec, items - 1);
+    } else if (kind == &PyTuple_Type) {
+        items = PyTuple_GET_SIZE(spec);
+        if (items != 3 && items != 4) return -1;
+        buf = PyTuple_GET_ITEM(spec, 0);
+        count = PyTuple_GET_ITEM(spec, 1);
+        datatype = PyTuple_GET_ITEM(spec, items - 1);
+    } else {
+        return -1;
+    }
+    if (!PyLong_CheckExact(count)) return -1; /* ((count, displ) pairs, bools, ...: Python's) */
+    int overflow = 0;
+    long long n = PyLong_AsLongLongAndOverflow(count, &overflow);
+    if (overflow || n < 0) return -1;
+    Py_ssize_t size = spec_datatype_size(datatype);
+    if (size < 0) return -1;
+    PyTypeObject *buf_kind = Py_TYPE(buf);
+    int host = 0;
+    for (Py_ssize_t k = 0, m = PyTuple_GET_SIZE(spec_host_types); k < m && !host; k++)
+        host = (PyObject *)buf_kind == PyTuple_GET_ITEM(spec_host_types, k);
+    if (!host) return -1;
+    if (size > 0 && n > PY_SSIZE_T_MAX / size) return -1;
+    return (Py_ssize_t)n * size;
+}
+
+/* spec_facts(host_types, sizes, fallback): what spec_nbytes needs from adaptcoll.forms.spec_size. */
+static PyObject *spec_facts(PyObject *module, PyObject *args) {
+    PyObject *types, *sizes, *fallback;
+    if (!PyArg_ParseTuple(args, "O!O!O", &PyTuple_Type, &types, &PyDict_Type, &sizes, &fallback)) return NULL;
+    if (!PyCallable_Check(fallback)) {
+        PyErr_SetString(PyExc_TypeError, "spec_facts: fallback must be callable");
+        return NULL;
+    }
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(types); k++) {
+        if (!PyType_Check(PyTuple_GET_ITEM(types, k))) {
+            PyErr_SetString(PyExc_TypeError, "spec_facts: host_types must be a tuple of types");
+            return NULL;
+        }
+    }
+    Py_INCREF(types);
+    Py_INCREF(sizes);
+    Py_INCREF(fallback);
+    Py_XSETREF(spec_host_types, types);
+    Py_XSETREF(spec_sizes, sizes);
+    Py_XSETREF(spec_fallback, fallback);
+    Py_CLEAR(spec_last_type);
+    Py_RETURN_NONE;
+}
+
+/* host_nbytes(spec): spec_size.host_nbytes with the common forms sized here (the rest by the fallback). */
+static PyObject *host_nbytes(PyObject *module, PyObject *spec) {
+    Py_ssize_t n = spec_nbytes(spec);
+    if (n >= 0) return PyLong_FromSsize_t(n);
+    if (spec_fallback == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "host_nbytes before spec_facts");
+        return NULL;
+    }
+    return PyObject_CallOneArg(spec_fallback, spec);
+}
+
 static PyObject *gate_call(PyObject *obj, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     NativeGate *self = (NativeGate *)obj;
     if (PyVectorcall_NARGS(nargsf) != 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0)) {
         PyErr_SetString(PyExc_TypeError, "a native gate takes (comm, array)");
         return NULL;
     }
-    if (Py_TYPE(args[1]) != ndarray_type) Py_RETURN_FALSE;
-    Py_ssize_t nbytes = gate_nbytes(self, (PyArrayObject *)args[1]);
-    if (nbytes < 0) return NULL;
+    Py_ssize_t nbytes;
+    if (Py_TYPE(args[1]) == ndarray_type) {
+        nbytes = gate_nbytes(self, (PyArrayObject *)args[1]);
+        if (nbytes < 0) return NULL;
+    } else {
+        nbytes = spec_nbytes(args[1]); /* a specification spec_nbytes sizes, else not ours: False */
+        if (nbytes < 0) Py_RETURN_FALSE;
+    }
     /* The thresholds from the communicator's own __dict__ (where adaptcoll.tune.choose puts them: no
        type attribute has that name), not through the generic attribute lookup, which walks mpi4py's
        class dicts first (about 300 instructions); no dict, or no entry yet: not below. */
@@ -500,6 +609,8 @@ static PyMethodDef methods[] = {
     {"wrap", wrap, METH_VARARGS, "wrap(address, signature, name, release_gil): a CFunction"},
     {"signatures", signatures, METH_NOARGS, "The signatures wrap() knows"},
     {"native_gate", native_gate, METH_VARARGS, "native_gate(attr, key, count): the native wrapper's test in C"},
+    {"spec_facts", spec_facts, METH_VARARGS, "spec_facts(host_types, sizes, fallback): what host_nbytes sizes"},
+    {"host_nbytes", host_nbytes, METH_O, "host_nbytes(spec): adaptcoll.forms.spec_size.host_nbytes, common forms in C"},
     {"busy_marker", busy_marker, METH_VARARGS, "busy_marker(busy, conflict): forms.threads' check in C"},
     {"unchanged", (PyCFunction)(void (*)(void))unchanged, METH_FASTCALL,
      "unchanged(arrays, signatures): adaptcoll.decision.cache._unchanged in C"},

@@ -10,6 +10,8 @@ the few thousand instructions by which two runs of the same process differ, spre
 Forms (one process, so no message moves: what is counted is the CPU path around MPI):
 - `wrap-bcast`, `wrap-reduce`, `wrap-allreduce`: a 4 KiB call adaptcoll hands to MPI (below the
   threshold) on `adaptcoll.Intracomm(COMM_SELF)`; `mpi4py-bcast`, ... the same call of plain mpi4py.
+- `wrap-bcast-spec`, `wrap-allreduce-spec`: the same with the buffers as `[mmap, 4096, MPI.BYTE]` (the
+  form of mpi4py's demo/osu_bcast.py; Allreduce on `[mmap, 512, MPI.DOUBLE]`); `mpi4py-...-spec` plain.
 - `bcast`, `allreduce`, `ibcast`, `iallreduce`, `persistent-bcast`: an 8-byte call served by adaptcoll
   (`native_below=0`) on a 1-rank duplicate of COMM_WORLD (blocking; I-form + Wait; Start + Wait);
   `mpi4py-persistent-bcast`: MPI's own persistent Bcast, Start + Wait.
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import mmap
 import os
 import re
 import subprocess
@@ -39,6 +42,10 @@ FORMS = (
     "mpi4py-reduce",
     "wrap-allreduce",
     "mpi4py-allreduce",
+    "wrap-bcast-spec",
+    "mpi4py-bcast-spec",
+    "wrap-allreduce-spec",
+    "mpi4py-allreduce-spec",
     "bcast",
     "allreduce",
     "ibcast",
@@ -57,6 +64,8 @@ def _loop(form: str, calls: int, stats: bool = False) -> None:
     serve = {"native_below": 0, "bcast_native_below": 0, "reduce_native_below": 0, "allreduce_native_below": 0}
     small, out = np.zeros(512), np.zeros(512)
     one, one_out = np.ones(1), np.zeros(1)
+    mapped, mapped_out = mmap.mmap(-1, 4096), mmap.mmap(-1, 4096)
+    spec, spec_in, spec_out = [mapped, 4096, MPI.BYTE], [mapped, 512, MPI.DOUBLE], [mapped_out, 512, MPI.DOUBLE]
     plain_self = MPI.COMM_SELF
     ours_self = adaptcoll.Intracomm(MPI.COMM_SELF)
     for _ in range(3):  # the first calls learn the thresholds
@@ -82,6 +91,10 @@ def _loop(form: str, calls: int, stats: bool = False) -> None:
             "mpi4py-reduce": lambda: plain_self.Reduce(small, out, MPI.SUM, 0),
             "wrap-allreduce": lambda: ours_self.Allreduce(small, out, MPI.SUM),
             "mpi4py-allreduce": lambda: plain_self.Allreduce(small, out, MPI.SUM),
+            "wrap-bcast-spec": lambda: ours_self.Bcast(spec, 0),
+            "mpi4py-bcast-spec": lambda: plain_self.Bcast(spec, 0),
+            "wrap-allreduce-spec": lambda: ours_self.Allreduce(spec_in, spec_out, MPI.SUM),
+            "mpi4py-allreduce-spec": lambda: plain_self.Allreduce(spec_in, spec_out, MPI.SUM),
             "bcast": lambda: served.Bcast(one, 0),
             "allreduce": lambda: served.Allreduce(one, one_out, MPI.SUM),
             "ibcast": lambda: served.Ibcast(one, 0).Wait(),
