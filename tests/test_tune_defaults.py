@@ -15,6 +15,7 @@ from adaptcoll.tune.defaults import (
     BINOMIAL_32K,
     BINOMIAL_64K,
     BINOMIAL_128K,
+    BINOMIAL_512K,
     FINE,
     FOUR_TREES_16K,
     FOUR_TREES_32K,
@@ -184,6 +185,32 @@ MEASURED_COMPILED = [
     (2, "", "allreduce", SHIPPED, {4 * M: 1.51, 8 * M: 1.68, 16 * M: 1.75, 32 * M: 3.08, 64 * M: 2.92}),
     (2, "", "allreduce", SHIPPED, {64 * K: 1.28, 128 * K: 0.93, 256 * K: 1.89, 512 * K: 0.95, M: 1.45, 2 * M: 1.37}),
     (2, "", "allreduce", SHIPPED, {4 * M: 1.55, 8 * M: 1.68, 16 * M: 1.71, 32 * M: 3.08, 64 * M: 3.26}),
+    # 2 ranks, 2026-12-02: Reduce with binomial 512K uncapped, three launches of bench/sweep.py
+    # (bench/results/rule_2ranks_uncapped_2026-12-02/; 512K x 4 in the same launches: 1.46-3.34 at 4M-64M)
+    (
+        2,
+        "",
+        "reduce",
+        BINOMIAL_512K,
+        {M: 1.72, 2 * M: 1.73, 4 * M: 1.78, 8 * M: 1.74, 16 * M: 4.09, 32 * M: 3.61, 64 * M: 3.39},
+    ),
+    (
+        2,
+        "",
+        "reduce",
+        BINOMIAL_512K,
+        {M: 1.70, 2 * M: 1.71, 4 * M: 1.71, 8 * M: 1.70, 16 * M: 4.01, 32 * M: 3.67, 64 * M: 3.39},
+    ),
+    (
+        2,
+        "",
+        "reduce",
+        BINOMIAL_512K,
+        {M: 1.73, 2 * M: 1.73, 4 * M: 1.72, 8 * M: 1.70, 16 * M: 4.43, 32 * M: 3.74, 64 * M: 3.36},
+    ),
+    (2, "", "reduce", SHIPPED, {4 * M: 1.61, 8 * M: 1.47, 16 * M: 3.04, 32 * M: 3.24, 64 * M: 3.10}),
+    (2, "", "reduce", SHIPPED, {4 * M: 1.54, 8 * M: 1.46, 16 * M: 3.06, 32 * M: 3.30, 64 * M: 3.10}),
+    (2, "", "reduce", SHIPPED, {4 * M: 1.54, 8 * M: 1.46, 16 * M: 3.34, 32 * M: 3.30, 64 * M: 3.10}),
     # 2 ranks, Open MPI 5.0.11 against tuned, three launches with every size served (2026-11-27)
     (2, OPEN_MPI, "allreduce", SHIPPED, {M: 1.31, 2 * M: 1.41, 4 * M: 1.51, 8 * M: 1.4, 16 * M: 1.52, 64 * M: 2.77}),
     (2, OPEN_MPI, "allreduce", SHIPPED, {M: 1.14, 2 * M: 1.04, 4 * M: 1.13, 8 * M: 1.26, 16 * M: 1.48, 64 * M: 2.63}),
@@ -309,6 +336,9 @@ def test_the_compiled_rule_serves_what_was_measured_with_the_compiled_engine():
     assert _choice("reduce", 2, 1.0, 64 * K, compiled=True) == SHIPPED  # Python engine: from 4M
     assert _choice("reduce", 2, 1.0, 16 * K, compiled=True) == SHIPPED  # 2026-11-28: from 16K
     assert _choice("reduce", 2, 1.0, 8 * K, compiled=True) is None
+    assert _choice("reduce", 2, 1.0, 2 * M, compiled=True) == SHIPPED  # (the same four 512K segments)
+    assert _choice("reduce", 2, 1.0, 4 * M, compiled=True) == BINOMIAL_512K  # 2026-12-02: uncapped from 4M
+    assert _choice("reduce", 2, 1.0, 64 * M, compiled=True) == BINOMIAL_512K
     assert _choice("reduce", 2, 1.0, 64 * K) is None
     assert _choice("allreduce", 2, 1.0, M, compiled=True) == SHIPPED
     assert _choice("allreduce", 2, 1.0, 512 * K, compiled=True) == BINOMIAL_128K  # 2026-11-28: from 256K

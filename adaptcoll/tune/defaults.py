@@ -189,6 +189,10 @@ BINOMIAL_128K = ServeConfig("binomial", 128 * K, 0, 0)
 """binomial trees, 128K segments, no cap: the compiled engine's pipeline at one node (a segment costs
 about 1 us of CPU there instead of about 9, so small segments pay)."""
 
+BINOMIAL_512K = ServeConfig("binomial", 512 * K, 0, 0)
+"""binomial trees, 512K segments, no cap: 2 ranks' Reduce from 4M with the compiled engine (the root's fold of
+a 512K segment finds it in the caches; 512K x 4 makes 1-16 MiB segments there, folded from memory)."""
+
 BINOMIAL_64K = ServeConfig("binomial", 64 * K, 0, 0)
 """binomial trees, 64K segments, no cap: 2 ranks' Allreduce of 128K-255K with the compiled engine (the fold
 of one segment overlaps the transfer of the next)."""
@@ -211,7 +215,7 @@ instead of 4570-6343): native as before, from 8M the pipeline (1.36, 1.69-1.92 a
 _MANY_OPEN_MPI_COMPILED: _Rule = {**_MANY_OPEN_MPI, "allreduce": _MANY_COMPILED["allreduce"]}
 _TWO_COMPILED: _Rule = {
     **_TWO,
-    "reduce": ((16 * K, SHIPPED),),
+    "reduce": ((16 * K, SHIPPED), (4 * M, BINOMIAL_512K)),
     "allreduce": ((64 * K, BINOMIAL_32K), (128 * K, BINOMIAL_64K), (256 * K, BINOMIAL_128K), (1 * M, SHIPPED)),
 }
 """2 ranks (MPICH), compiled engine, once a served call costs a few microseconds over MPI's own (the
@@ -227,7 +231,11 @@ bench/results/rule_2ranks_shared/ar_small.json): 32K segments 1.78-1.86 at 64K (
 64K segments 1.17-1.19 at 128K (32K 1.03-1.05, 128K 0.90-0.91), every one 0.74-0.81 at 32K: from 64K
 with 32K segments, from 128K with 64K. Reduce below 64K, the same launches' setting
 (bench/results/rule_2ranks_shared/red_small.json): 16K 1.16-1.29, 32K 1.06-1.36, 8K 0.61-0.68: from 16K.
-Bcast stays native (served 0.60-0.95 at every size, one message with nothing to pipeline)."""
+Bcast stays native (served 0.60-0.95 at every size, one message with nothing to pipeline). 2026-12-02
+(bench/results/rule_2ranks_uncapped_2026-12-02/, three launches): from 4M the cap of 4 made segments of
+1-16 MiB, which the root's fold reads back from memory after the copy (`perf`: the fold 1.3 ms of a 16
+MiB call, 0.7 ms when the segment is still cached); 512K uncapped was faster than 512K x 4 in every
+launch at 4M-64M (1.09-1.35x; native / it 1.70-4.43): Reduce from 4M with it."""
 
 _TWO_OPEN_MPI_COMPILED: _Rule = {**_TWO_OPEN_MPI, "allreduce": ((4 * M, SHIPPED),)}
 """2 ranks under Open MPI 5, compiled engine (this machine, 2026-11-27, three launches of `bench/sweep.py
