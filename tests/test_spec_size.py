@@ -202,3 +202,49 @@ def test_small_ndarray_calls_take_the_first_test_and_count_in_stats(mpi_ranks):
     assert not any(adaptcoll.stats().get(name, {}).get("native") for name in calls), adaptcoll.stats()
     comm.Bcast(np.zeros(n), 0)
     assert adaptcoll.stats()["Bcast"]["native_reasons"] == {"below native_below": 1}
+
+
+@pytest.mark.mpi(ranks=[2], timeout=120)
+def test_small_nonblocking_calls_after_the_tuning_go_native_counted_once(mpi_ranks):
+    """After the first blocking call (the fast-call extension's gates then test and count where it is
+    built), small Ibcast / Ireduce / Iallreduce on ndarrays and on `[buf, count, datatype]` go to mpi4py
+    with native results in every buffer arrangement (plain, `sendbuf is recvbuf`, IN_PLACE, a non-root's
+    recvbuf None), each counted once under "below native_below"."""
+    import adaptcoll
+
+    world = MPI.COMM_WORLD
+    comm = adaptcoll.Intracomm(world.Dup())
+    rank, size = world.Get_rank(), world.Get_size()
+    comm.Bcast(np.zeros(1), 0)
+    n = 64
+    base = np.arange(n, dtype="d")
+    adaptcoll.reset_stats()
+    calls = {"Ibcast": 0, "Ireduce": 0, "Iallreduce": 0}
+    for form in (lambda a: a, lambda a: [a, n, MPI.DOUBLE]):
+        for root in range(size):
+            buf = base * (root + 1) if rank == root else np.zeros(n)
+            comm.Ibcast(form(buf), root).Wait()
+            np.testing.assert_array_equal(buf, base * (root + 1))
+            calls["Ibcast"] += 1
+            for mode in ("plain", "aliased", "IN_PLACE"):
+                want = sum(base + r for r in range(size))
+                recv = base + rank if mode != "plain" else np.zeros(n)
+                spec_recv = form(recv)
+                send = {"plain": form(base + rank), "aliased": spec_recv, "IN_PLACE": MPI.IN_PLACE}[mode]
+                comm.Iallreduce(send, spec_recv, MPI.SUM).Wait()
+                np.testing.assert_array_equal(recv, want, err_msg=f"Iallreduce {mode}")
+                recv = base + rank if mode != "plain" else np.zeros(n)
+                spec_recv = form(recv)
+                send = {"plain": form(base + rank), "aliased": spec_recv, "IN_PLACE": MPI.IN_PLACE}[mode]
+                if rank != root:
+                    send, spec_recv = form(base + rank), (None if mode == "plain" else spec_recv)
+                comm.Ireduce(send, spec_recv, MPI.SUM, root).Wait()
+                if rank == root:
+                    np.testing.assert_array_equal(recv, want, err_msg=f"Ireduce {mode} root {root}")
+                calls["Iallreduce"] += 1
+                calls["Ireduce"] += 1
+    stats = adaptcoll.stats()
+    for name, k in calls.items():
+        assert stats[name]["native"] == k and stats[name]["adaptcoll"] == 0, (name, stats[name])
+        assert stats[name]["native_reasons"] == {"below native_below": k}, (name, stats[name])
+    comm.Free()

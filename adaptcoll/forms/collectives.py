@@ -39,7 +39,7 @@ from ..protocols.operation import Operation
 from ..runtime import counters, fastcalls
 from ..runtime.engine import engine
 from ..runtime.native import BELOW_THRESHOLD, Native
-from ..state.comm_state import comm_state, settle_setup
+from ..state.comm_state import IDUP_OVERLAP_BREAKS, comm_state, settle_setup
 from ..tune.choose import BELOW_ATTR, DEVICE_BELOW_ATTR, NB_BELOW_ATTR, NB_DEVICE_BELOW_ATTR, UNKNOWN
 from . import threads as _threads
 from .requests import NativeRequest, Request
@@ -73,9 +73,12 @@ _host_nbytes = host_nbytes
 _PREPARED = decide.Prepared
 _FINISHED = Operation()
 _FINISHED.complete()
+_IDUP_BREAKS = IDUP_OVERLAP_BREAKS
 _GATES: list[Any] = [None]
 """[(Bcast's, Reduce's, Allreduce's native gate)] once the fast-call extension is loaded, else [None]:
 the fast path's test and count in C (adaptcoll.runtime.fastcalls, `native_gate`)."""
+_NB_GATES: list[Any] = [None]
+"""[(Ibcast's, Ireduce's, Iallreduce's native gate)] likewise, against the nonblocking thresholds."""
 
 
 def _use_gates(module: Any) -> None:
@@ -90,6 +93,12 @@ def _use_gates(module: Any) -> None:
         counters.use_below_counter(name, gate)
         gates.append(gate)
     _GATES[0] = tuple(gates)
+    gates = []
+    for name, key in (("Ibcast", "bcast"), ("Ireduce", "reduce"), ("Iallreduce", "allreduce")):
+        gate = module.native_gate(_NB_BELOW_ATTR, key, 0)
+        counters.use_below_counter(name, gate)
+        gates.append(gate)
+    _NB_GATES[0] = tuple(gates)
 
 
 fastcalls.when_loaded(_use_gates)
@@ -216,16 +225,19 @@ def bcast(comm: MPI.Intracomm, buf: Any, root: Any = 0, name: str = "Bcast") -> 
 def ibcast(comm: MPI.Intracomm, buf: Any, root: Any = 0) -> Request:
     """comm.Ibcast(buf, root): an adaptcoll Request."""
     kind = type(buf)
-    if kind is _NDARRAY:
-        nbytes = buf.nbytes
-    elif kind is _DEVICE_ARRAY[0]:
+    if kind is _DEVICE_ARRAY[0]:
         if 0 < buf.nbytes < _getattr(comm, _NB_DEVICE_BELOW_ATTR, UNKNOWN)["bcast"]:
             call = _small.staged("bcast", comm, (buf, root))
             if call is not None:
                 return _staged_request("Ibcast", comm, call)
         nbytes = -1
     else:
-        nbytes = _host_nbytes(buf)
+        gates = _NB_GATES[0]
+        if gates is not None and gates[0](comm, buf):  # (the test below and its count, in C)
+            if _IDUP_BREAKS:
+                settle_setup(comm)
+            return NativeRequest(_MPI_IBCAST(comm, buf, root), keep=buf)
+        nbytes = buf.nbytes if kind is _NDARRAY else _host_nbytes(buf)
     if 0 <= nbytes < _getattr(comm, _NB_BELOW_ATTR, UNKNOWN)["bcast"]:
         _BELOW["Ibcast"] += 1
         settle_setup(comm)
@@ -295,16 +307,20 @@ def ireduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM, roo
     """comm.Ireduce(sendbuf, recvbuf, op, root): an adaptcoll Request (which keeps the buffers alive)."""
     data = recvbuf if sendbuf is _IN_PLACE else sendbuf
     kind = type(data)
-    if kind is _NDARRAY:
-        nbytes = data.nbytes
-    elif kind is _DEVICE_ARRAY[0]:
+    if kind is _DEVICE_ARRAY[0]:
         if 0 < data.nbytes < _getattr(comm, _NB_DEVICE_BELOW_ATTR, UNKNOWN)["reduce"]:
             call = _small.staged("reduce", comm, (sendbuf, recvbuf, op, root))
             if call is not None:
                 return _staged_request("Ireduce", comm, call)
         nbytes = -1
     else:
-        nbytes = _host_nbytes(data)
+        gates = _NB_GATES[0]
+        if gates is not None and gates[1](comm, data):  # (the test below and its count, in C)
+            if _IDUP_BREAKS:
+                settle_setup(comm)
+            native_send = decide.in_place_send_at_root(comm, sendbuf, recvbuf, root) if sendbuf is recvbuf else sendbuf
+            return NativeRequest(_MPI_IREDUCE(comm, native_send, recvbuf, op, root), keep=(sendbuf, recvbuf))
+        nbytes = data.nbytes if kind is _NDARRAY else _host_nbytes(data)
     if 0 <= nbytes < _getattr(comm, _NB_BELOW_ATTR, UNKNOWN)["reduce"]:
         _BELOW["Ireduce"] += 1
         settle_setup(comm)
@@ -371,16 +387,20 @@ def iallreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM) 
     """comm.Iallreduce(sendbuf, recvbuf, op): an adaptcoll Request (which keeps the buffers alive)."""
     data = recvbuf if sendbuf is _IN_PLACE else sendbuf
     kind = type(data)
-    if kind is _NDARRAY:
-        nbytes = data.nbytes
-    elif kind is _DEVICE_ARRAY[0]:
+    if kind is _DEVICE_ARRAY[0]:
         if 0 < data.nbytes < _getattr(comm, _NB_DEVICE_BELOW_ATTR, UNKNOWN)["allreduce"]:
             call = _small.staged("allreduce", comm, (sendbuf, recvbuf, op))
             if call is not None:
                 return _staged_request("Iallreduce", comm, call)
         nbytes = -1
     else:
-        nbytes = _host_nbytes(data)
+        gates = _NB_GATES[0]
+        if gates is not None and gates[2](comm, data):  # (the test below and its count, in C)
+            if _IDUP_BREAKS:
+                settle_setup(comm)
+            native_send = _IN_PLACE if sendbuf is recvbuf else sendbuf
+            return NativeRequest(_MPI_IALLREDUCE(comm, native_send, recvbuf, op), keep=(sendbuf, recvbuf))
+        nbytes = data.nbytes if kind is _NDARRAY else _host_nbytes(data)
     if 0 <= nbytes < _getattr(comm, _NB_BELOW_ATTR, UNKNOWN)["allreduce"]:
         _BELOW["Iallreduce"] += 1
         settle_setup(comm)

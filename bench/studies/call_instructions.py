@@ -12,6 +12,7 @@ Forms (one process, so no message moves: what is counted is the CPU path around 
   threshold) on `adaptcoll.Intracomm(COMM_SELF)`; `mpi4py-bcast`, ... the same call of plain mpi4py.
 - `wrap-bcast-spec`, `wrap-allreduce-spec`: the same with the buffers as `[mmap, 4096, MPI.BYTE]` (the
   form of mpi4py's demo/osu_bcast.py; Allreduce on `[mmap, 512, MPI.DOUBLE]`); `mpi4py-...-spec` plain.
+- `wrap-ibcast`, `wrap-iallreduce`: the 4 KiB I-form + Wait adaptcoll hands to MPI; `mpi4py-...` plain.
 - `bcast`, `allreduce`, `ibcast`, `iallreduce`, `persistent-bcast`: an 8-byte call served by adaptcoll
   (`native_below=0`) on a 1-rank duplicate of COMM_WORLD (blocking; I-form + Wait; Start + Wait);
   `mpi4py-persistent-bcast`: MPI's own persistent Bcast, Start + Wait.
@@ -46,6 +47,10 @@ FORMS = (
     "mpi4py-bcast-spec",
     "wrap-allreduce-spec",
     "mpi4py-allreduce-spec",
+    "wrap-ibcast",
+    "mpi4py-ibcast",
+    "wrap-iallreduce",
+    "mpi4py-iallreduce",
     "bcast",
     "allreduce",
     "ibcast",
@@ -95,6 +100,10 @@ def _loop(form: str, calls: int, stats: bool = False) -> None:
             "mpi4py-bcast-spec": lambda: plain_self.Bcast(spec, 0),
             "wrap-allreduce-spec": lambda: ours_self.Allreduce(spec_in, spec_out, MPI.SUM),
             "mpi4py-allreduce-spec": lambda: plain_self.Allreduce(spec_in, spec_out, MPI.SUM),
+            "wrap-ibcast": lambda: ours_self.Ibcast(small, 0).Wait(),
+            "mpi4py-ibcast": lambda: plain_self.Ibcast(small, 0).Wait(),
+            "wrap-iallreduce": lambda: ours_self.Iallreduce(small, out, MPI.SUM).Wait(),
+            "mpi4py-iallreduce": lambda: plain_self.Iallreduce(small, out, MPI.SUM).Wait(),
             "bcast": lambda: served.Bcast(one, 0),
             "allreduce": lambda: served.Allreduce(one, one_out, MPI.SUM),
             "ibcast": lambda: served.Ibcast(one, 0).Wait(),
