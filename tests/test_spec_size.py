@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import array
 import mmap
+from typing import Any
 
 import fake_device as fd
 import numpy as np
@@ -124,6 +125,41 @@ def test_small_spec_calls_take_the_fast_path_and_match_native(mpi_ranks):
             assert below(name) == before[name] + 1, (i, name)
 
 
+def _arrangement(mode: str, base: np.ndarray, rank: int, form: Any) -> tuple[Any, Any, np.ndarray]:
+    """A reduction's (sendbuf, recvbuf) in one buffer arrangement ("plain", "aliased": `sendbuf is recvbuf`,
+    "IN_PLACE"), each wrapped by form, and the array the result lands in."""
+    recv = base + rank if mode != "plain" else np.zeros(len(base))
+    recv_arg = form(recv)
+    send = {"plain": form(base + rank), "aliased": recv_arg, "IN_PLACE": MPI.IN_PLACE}[mode]
+    return send, recv_arg, recv
+
+
+def _reduce_both(allreduce: Any, reduce: Any, mode: str, base: np.ndarray, root: int, form: Any = lambda a: a) -> None:
+    """One SUM Allreduce and one Reduce to root in a buffer arrangement (a non-root Reduce passes its own
+    sendbuf, and recvbuf None when plain), each result checked against the sum over ranks."""
+    rank, size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
+    want = sum(base + r for r in range(size))
+    send, recv_arg, recv = _arrangement(mode, base, rank, form)
+    allreduce(send, recv_arg, MPI.SUM)
+    np.testing.assert_array_equal(recv, want, err_msg=f"{allreduce} {mode}")
+    send, recv_arg, recv = _arrangement(mode, base, rank, form)
+    if rank != root:
+        send, recv_arg = form(base + rank), (None if mode == "plain" else recv_arg)
+    reduce(send, recv_arg, MPI.SUM, root)
+    if rank == root:
+        np.testing.assert_array_equal(recv, want, err_msg=f"{reduce} {mode} root {root}")
+
+
+def _assert_all_below(calls: dict[str, int]) -> None:
+    """stats() counted exactly calls[name] calls of each collective, every one native "below native_below"."""
+    import adaptcoll
+
+    stats = adaptcoll.stats()
+    for name, k in calls.items():
+        assert stats[name]["native"] == k and stats[name]["adaptcoll"] == 0, (name, stats[name])
+        assert stats[name]["native_reasons"] == {"below native_below": k}, (name, stats[name])
+
+
 @pytest.mark.mpi(ranks=[2], timeout=120)
 def test_the_osu_demos_form_goes_native_with_natives_data(mpi_ranks):
     """mpi4py's demo/osu_bcast.py's call, `comm.Bcast([mmap, size, MPI.BYTE], 0)`, at sizes on both sides
@@ -179,25 +215,10 @@ def test_small_ndarray_calls_take_the_first_test_and_count_in_stats(mpi_ranks):
         np.testing.assert_array_equal(buf, base * (root + 1))
         calls["Bcast"] += 1
         for mode in ("plain", "aliased", "IN_PLACE"):
-            want = sum(base + r for r in range(size))
-            recv = base + rank if mode != "plain" else np.zeros(n)
-            send = {"plain": base + rank, "aliased": recv, "IN_PLACE": MPI.IN_PLACE}[mode]
-            comm.Allreduce(send, recv, MPI.SUM)
-            np.testing.assert_array_equal(recv, want, err_msg=f"Allreduce {mode}")
-            recv = base + rank if mode != "plain" else np.zeros(n)
-            send = {"plain": base + rank, "aliased": recv, "IN_PLACE": MPI.IN_PLACE}[mode]
-            if rank != root:
-                send = base + rank
-                recv = None if mode == "plain" else recv
-            comm.Reduce(send, recv, MPI.SUM, root)
-            if rank == root:
-                np.testing.assert_array_equal(recv, want, err_msg=f"Reduce {mode} root {root}")
+            _reduce_both(comm.Allreduce, comm.Reduce, mode, base, root)
             calls["Allreduce"] += 1
             calls["Reduce"] += 1
-    stats = adaptcoll.stats()
-    for name, k in calls.items():
-        assert stats[name]["native"] == k and stats[name]["adaptcoll"] == 0, (name, stats[name])
-        assert stats[name]["native_reasons"] == {"below native_below": k}, (name, stats[name])
+    _assert_all_below(calls)
     adaptcoll.reset_stats()
     assert not any(adaptcoll.stats().get(name, {}).get("native") for name in calls), adaptcoll.stats()
     comm.Bcast(np.zeros(n), 0)
@@ -227,24 +248,10 @@ def test_small_nonblocking_calls_after_the_tuning_go_native_counted_once(mpi_ran
             np.testing.assert_array_equal(buf, base * (root + 1))
             calls["Ibcast"] += 1
             for mode in ("plain", "aliased", "IN_PLACE"):
-                want = sum(base + r for r in range(size))
-                recv = base + rank if mode != "plain" else np.zeros(n)
-                spec_recv = form(recv)
-                send = {"plain": form(base + rank), "aliased": spec_recv, "IN_PLACE": MPI.IN_PLACE}[mode]
-                comm.Iallreduce(send, spec_recv, MPI.SUM).Wait()
-                np.testing.assert_array_equal(recv, want, err_msg=f"Iallreduce {mode}")
-                recv = base + rank if mode != "plain" else np.zeros(n)
-                spec_recv = form(recv)
-                send = {"plain": form(base + rank), "aliased": spec_recv, "IN_PLACE": MPI.IN_PLACE}[mode]
-                if rank != root:
-                    send, spec_recv = form(base + rank), (None if mode == "plain" else spec_recv)
-                comm.Ireduce(send, spec_recv, MPI.SUM, root).Wait()
-                if rank == root:
-                    np.testing.assert_array_equal(recv, want, err_msg=f"Ireduce {mode} root {root}")
+                _reduce_both(
+                    lambda *a: comm.Iallreduce(*a).Wait(), lambda *a: comm.Ireduce(*a).Wait(), mode, base, root, form
+                )
                 calls["Iallreduce"] += 1
                 calls["Ireduce"] += 1
-    stats = adaptcoll.stats()
-    for name, k in calls.items():
-        assert stats[name]["native"] == k and stats[name]["adaptcoll"] == 0, (name, stats[name])
-        assert stats[name]["native_reasons"] == {"below native_below": k}, (name, stats[name])
+    _assert_all_below(calls)
     comm.Free()

@@ -87,18 +87,17 @@ def _use_gates(module: Any) -> None:
     global _host_nbytes
     module.spec_facts(HOST_TYPES, PREDEFINED_SIZES, host_nbytes)
     _host_nbytes = module.host_nbytes
-    gates = []
-    for name, key in (("Bcast", "bcast"), ("Reduce", "reduce"), ("Allreduce", "allreduce")):
-        gate = module.native_gate(_BELOW_ATTR, key, 0)
-        counters.use_below_counter(name, gate)
-        gates.append(gate)
-    _GATES[0] = tuple(gates)
-    gates = []
-    for name, key in (("Ibcast", "bcast"), ("Ireduce", "reduce"), ("Iallreduce", "allreduce")):
-        gate = module.native_gate(_NB_BELOW_ATTR, key, 0)
-        counters.use_below_counter(name, gate)
-        gates.append(gate)
-    _NB_GATES[0] = tuple(gates)
+    keys = ("bcast", "reduce", "allreduce")
+    for found, attr, names in (
+        (_GATES, _BELOW_ATTR, ("Bcast", "Reduce", "Allreduce")),
+        (_NB_GATES, _NB_BELOW_ATTR, ("Ibcast", "Ireduce", "Iallreduce")),
+    ):
+        gates = []
+        for name, key in zip(names, keys):
+            gate = module.native_gate(attr, key, 0)
+            counters.use_below_counter(name, gate)
+            gates.append(gate)
+        found[0] = tuple(gates)
 
 
 fastcalls.when_loaded(_use_gates)
