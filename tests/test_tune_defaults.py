@@ -29,6 +29,7 @@ from adaptcoll.tune.defaults import (
     TWO_TREE,
     TWO_TREE_16K,
     TWO_TREE_32K,
+    WHOLE_MESSAGE,
     default_bands,
 )
 from adaptcoll.tune.table import band_index
@@ -515,6 +516,31 @@ def test_describe_names_the_case():
     assert defaults.case(64, 1.0) == "64+ ranks" and defaults.case(16384, 1.0) == "8K+ ranks"
     text = defaults.describe(2, 1.0)
     assert "case '2 ranks'" in text and "always native" in text
+
+
+@pytest.mark.parametrize("library", ["MPICH Version: 5.0.2", "Open MPI v5.0.11"])
+@pytest.mark.parametrize("compiled", [False, True])
+def test_two_ranks_bcast_served_by_an_explicit_threshold_is_one_message(library, compiled):
+    """2 ranks' Bcast stays native under the rule; served anyway (native_below=0) it sends the message
+    whole (one child forwards nothing; segments measured 0.92-0.93 of native at 1M against 0.97-0.98), while
+    Reduce keeps its segments (the fold of one overlaps the transfer of the next) and explicit segment
+    settings still win."""
+    from adaptcoll.runtime import settings
+    from adaptcoll.tune.policy import CommFacts, resolve
+
+    tuning = resolve(b"", "", CommFacts(2, 1, 2, 1.0, library, compiled), warn=False)
+    assert _choice("bcast", 2, 1.0, 64 * M, library, compiled=compiled) is None
+    assert default_bands("bcast", 2, 1.0, library, compiled=compiled)[0].config == WHOLE_MESSAGE
+    assert default_bands("bcast", 4, 1.0, library, compiled=compiled)[0].config != WHOLE_MESSAGE
+    with settings.configured(native_below=0):
+        tuning.refresh(settings.current())
+        call = tuning.choose("bcast", 64 * M)
+        assert call.serve and (call.segment_size, call.max_segments) == (1 << 30, 0), call
+        assert tuning.choose("reduce", 64 * M).segment_size < M
+    with settings.configured(native_below=0, bcast_segment_size="64K"):
+        tuning.refresh(settings.current())
+        assert (tuning.choose("bcast", 64 * M).segment_size, tuning.choose("bcast", 64 * M).max_segments) == (64 * K, 0)
+    tuning.refresh(settings.current())
 
 
 # (ranks, per core, library, collective, config, {size: ratio}) measured against another MPI library:

@@ -28,6 +28,7 @@ __all__ = [
     "BINOMIAL_128K",
     "BINOMIAL_64K",
     "BINOMIAL_32K",
+    "WHOLE_MESSAGE",
     "TWO_TREE_16K",
     "TWO_TREE_32K",
     "TWO_TREE_64K",
@@ -236,6 +237,22 @@ Bcast stays native (served 0.60-0.95 at every size, one message with nothing to 
 1-16 MiB, which the root's fold reads back from memory after the copy (`perf`: the fold 1.3 ms of a 16
 MiB call, 0.7 ms when the segment is still cached); 512K uncapped was faster than 512K x 4 in every
 launch at 4M-64M (1.09-1.35x; native / it 1.70-4.43): Reduce from 4M with it."""
+
+WHOLE_MESSAGE = ServeConfig("binomial", 1 << 30, 0, 0)
+"""binomial tree, 1 GiB segments, no cap (a message up to 1 GiB goes whole): 2 ranks' Bcast where an
+explicit threshold serves it. Its one child forwards nothing, so segments only add messages (2026-12-02,
+`python -m adaptcoll.check --only speed --impl native_below=0 --impl "native_below=0;bcast_segment_size=512K;
+max_segments=4"`, 3 launches in each order, served / native, 512K x 4 -> whole: MPICH 1M 0.90-0.93 ->
+0.93-0.97, 4M 0.90-0.93 -> 0.96-0.99, 16M 0.94-0.98 -> 0.97-1.00, 64M a tie; against Open MPI's coll/adapt
+1M 0.87-0.91 -> 0.90-0.95, 4M 0.91-0.98 -> 0.93-0.98, 16M 0.96-0.98 -> 0.96-0.99). The rule itself keeps
+2 ranks' Bcast native."""
+
+_UNSERVED: dict[str, dict[str, ServeConfig]] = {
+    "2 ranks": {"bcast": WHOLE_MESSAGE},
+    "2 ranks, Open MPI": {"bcast": WHOLE_MESSAGE},
+}
+"""Per case and collective, the configuration an explicit threshold serves with where the rule serves no
+band (else SHIPPED)."""
 
 _TWO_OPEN_MPI_COMPILED: _Rule = {**_TWO_OPEN_MPI, "allreduce": ((4 * M, SHIPPED),)}
 """2 ranks under Open MPI 5, compiled engine (this machine, 2026-11-27, three launches of `bench/sweep.py
@@ -497,7 +514,7 @@ def default_bands(
         served = BLOCK_RULE.get(name, {}).get(collective, ())
         return (Band(0, False, RING),) + tuple(Band(start, True, config) for start, config in served)
     served = _rule(name, compiled, in_rank_order)[collective]
-    first = served[0][1] if served else SHIPPED
+    first = served[0][1] if served else _UNSERVED.get(name, {}).get(collective, SHIPPED)
     out = [Band(0, False, first)]
     out.extend(Band(start, True, config) for start, config in served)
     return tuple(out)
