@@ -140,6 +140,33 @@ def test_borrowed_and_large_arrays_are_not_held(mpi_ranks):
 
 
 @pytest.mark.mpi(ranks=[2], timeout=120)
+def test_a_16_mib_call_and_a_small_one_are_both_remembered(mpi_ranks):
+    """A program that alternates a 16 MiB Bcast (or a Reduce of 2 x 16 MiB) with a small call decides each
+    once: the byte budget holds both (with 16 MiB they evicted each other, and each call decided afresh)."""
+    comm = _world()
+    rank = comm.Get_rank()
+    big, small = np.zeros(2 << 20), np.zeros(1)
+    send, out, want = np.arange(2 << 20, dtype=np.float64) + rank, np.zeros(2 << 20), np.zeros(2 << 20)
+    with adaptcoll.configured(**SERVE):
+        decisions = []
+        for it in range(3):
+            big[:] = it if rank == 0 else -1
+            comm.Bcast(big, 0)
+            small[:] = it + 1 if rank == 0 else -1
+            comm.Bcast(small, 0)
+            assert (big == it).all() and (small == it + 1).all()
+            comm.Reduce(send, out, MPI.SUM, 0)
+            MPI.COMM_WORLD.Reduce(send, want, MPI.SUM, 0)
+            assert rank != 0 or (out == want).all()
+            entries = _calls(comm)
+            mine = [[v[4] for k, v in entries.items() if id(a) in k] for a in (big, small, send)]
+            assert [len(found) for found in mine] == [1, 1, 1], [len(found) for found in mine]
+            decisions.append([found[0] for found in mine])
+        assert all(d is first for later in decisions[1:] for d, first in zip(later, decisions[0]))
+    comm.Free()
+
+
+@pytest.mark.mpi(ranks=[2], timeout=120)
 def test_ranks_may_remember_differently(mpi_ranks):
     """One rank reuses its arrays, the other passes fresh ones each time: the decisions still agree."""
     comm = _world()
