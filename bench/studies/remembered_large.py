@@ -61,7 +61,7 @@ def main() -> None:
                     times[(side, name)].append(dt * 1e6)
     if rank == 0:
         print(
-            f"# {MPI.Get_library_version().splitlines()[0]}; {args.size}; {world.Get_size()} ranks; "
+            f"# {MPI.Get_library_version().splitlines()[0].rstrip(chr(0))}; {args.size}; {world.Get_size()} ranks; "
             f"median us (max over ranks); ratio native / side"
         )
         for side in sides:
