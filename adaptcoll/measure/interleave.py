@@ -1,6 +1,10 @@
-"""The interleaved timing loop: every implementation runs once per iteration, in order (A B A B ...),
-each call after a barrier, settings switched outside the timed region, so that all implementations see
-the same machine state (noise, other jobs, thermal state) and their samples can be paired."""
+"""The interleaved timing loop: every implementation runs once per iteration (A B A B ...), each call
+after a barrier, settings switched outside the timed region, so that all implementations see the same
+machine state (noise, other jobs, thermal state) and their samples can be paired. The order changes from
+one iteration to the next (`orders`: a balanced Latin square), so each implementation is timed in every
+position and right after each of the others equally often: in a fixed order the implementation listed
+last read 0.03-0.10 faster than an identical one listed before it (bench/RESULTS.md, "2 ranks' Bcast
+served whole")."""
 
 from __future__ import annotations
 
@@ -11,7 +15,16 @@ from typing import Any, Optional
 
 import numpy as np
 
-__all__ = ["Impl", "SettingsSwitch", "first_blocking_calls", "warmup", "time_blocking", "routes", "route_of"]
+__all__ = [
+    "Impl",
+    "SettingsSwitch",
+    "first_blocking_calls",
+    "warmup",
+    "orders",
+    "time_blocking",
+    "routes",
+    "route_of",
+]
 
 
 @dataclass
@@ -74,6 +87,17 @@ def warmup(
     return spent / max(count, 1)
 
 
+def orders(n: int) -> list[list[int]]:
+    """A balanced Latin square of the indices 0..n-1 (Williams' design): every index in every position,
+    and right after every other index, equally often over the rows (n rows for even n, 2n for odd n,
+    whose second half is the first reversed)."""
+    base = [0]
+    for j in range(1, n):
+        base.append((j + 1) // 2 if j % 2 else n - j // 2)
+    rows = [[(b + i) % n for b in base] for i in range(n)]
+    return rows + [row[::-1] for row in rows] if n % 2 and n > 1 else rows
+
+
 def time_blocking(
     calls: Sequence[Callable[[], Any]],
     impls: Sequence[Impl],
@@ -83,13 +107,15 @@ def time_blocking(
     progress_cb: Callable[[int], None],
     delay: Optional[Callable[[int], None]] = None,
 ) -> np.ndarray:
-    """times[impl, iteration] in seconds on this rank, implementations interleaved per iteration
-    (`delay(iteration)` runs after the barrier, before the clock starts: injected skew)."""
+    """times[impl, iteration] in seconds on this rank, implementations interleaved per iteration in the
+    order of `orders(len(impls))`'s row `iteration % rows` (`delay(iteration)` runs after the barrier,
+    before the clock starts: injected skew)."""
     n = len(impls)
     times = np.zeros((n, iters))
     clock = time.perf_counter
+    square = orders(n)
     for it in range(iters):
-        for k in range(n):
+        for k in square[it % len(square)]:
             switch.apply(impls[k])
             barrier()
             if delay is not None:
