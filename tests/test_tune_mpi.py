@@ -360,3 +360,36 @@ def test_a_real_tuner_run_writes_a_table_the_next_launch_loads(tmp_path):
         else:
             assert sum(row["native_reasons"].values()) >= 1, (e, row)
     assert all("no tuning table" not in n for n in stats["Bcast"]["tuning"]), stats["Bcast"]["tuning"]
+
+
+@pytest.mark.mpi(ranks=[2], timeout=120)
+def test_the_tuners_candidates_keep_their_remembered_decisions(mpi_ranks, monkeypatch):
+    """The tuner's interleaved rounds run each candidate under its own settings; on one shared
+    communicator object every call found the previous candidate's entry stale and decided afresh (1 MiB
+    Bcast: candidates 156-177 us against native 87), so each candidate has its own object. After the
+    set-up round no call decides again."""
+    import adaptcoll.forms.collectives as forms
+    from adaptcoll.decision import decide
+    from adaptcoll.tune import measure
+    from adaptcoll.tune.candidates import candidates
+
+    comm = adaptcoll.Intracomm(MPI.COMM_WORLD)
+    comm.Bcast(np.zeros(1), 0)  # the tuning is set up by the first blocking call
+    made = []
+    real = decide.bcast
+
+    def counted(*args, **kwargs):
+        made.append(1)
+        return real(*args, **kwargs)
+
+    for module in (decide, forms):
+        for name in dir(module):
+            if getattr(module, name) is real:
+                monkeypatch.setattr(module, name, counted)
+    point = measure.Point("bcast", 64 << 10, candidates("bcast", comm.Get_size()))
+    configs = list(point.configs)[:3]
+    runner = measure._Runner(MPI.COMM_WORLD, comm, point, configs, "float64")
+    runner.round([0, 1, 2, 3], 1)
+    assert len(made) == 3  # the set-up round: one decision per candidate
+    times = runner.round([0, 1, 2, 3], 5)
+    assert len(made) == 3 and times.shape == (4, 5) and (times > 0).all()

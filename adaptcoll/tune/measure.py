@@ -123,7 +123,11 @@ class _Runner:
             overrides[f"{point.collective}_native_below"] = 0
             with settings.configured(**overrides) as chosen:
                 self.settings.append(chosen)
-            self.calls.append(starter(point.collective, comm, bufs, 0, MPI))
+            # Each candidate on its own communicator object (the same handle and state): its remembered
+            # decision stays valid while the others' settings run in between, instead of being made
+            # afresh at every call (bench/RESULTS.md, "check and bench/osu.py time in a balanced order").
+            own = type(comm)(comm)
+            self.calls.append(starter(point.collective, own, bufs, 0, MPI))
         settings.use(base)
         self.base = base
 
