@@ -36,8 +36,8 @@ MAX_ENTRIES = 16
 MAX_BYTES = 64 << 20
 """At most this many bytes of the user's arrays are kept alive by one communicator's entries. (16 MiB
 until 2026-12-03: a 16 MiB Bcast and any other call, or a Reduce of 2 x 16 MiB, were never both
-remembered, and each call decided afresh: 70-170 us after a large transfer had emptied the caches,
-bench/RESULTS.md "Large calls remembered".)"""
+remembered, and each call decided afresh: 240-310 us a call in a program that alternates them, the
+caches emptied by the large transfer; bench/RESULTS.md "Large calls remembered".)"""
 
 _NDARRAY = np.ndarray
 _IN_PLACE = MPI.IN_PLACE
