@@ -131,13 +131,13 @@ def iallgather(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any) -> Request:
     if 0 <= nbytes < (found["allgather"] if found is not None else _threshold(comm, "allgather", True)):
         _BELOW["Iallgather"] += 1
         settle_setup(comm)
-        return NativeRequest(_MPI_IALLGATHER(comm, sendbuf, recvbuf), keep=(sendbuf, recvbuf))
+        return NativeRequest(_MPI_IALLGATHER(comm, sendbuf, recvbuf), (sendbuf, recvbuf))
     key = enter(comm, "Iallgather")
     try:
         operation = start("Iallgather", block_decide.allgather(comm, sendbuf, recvbuf, "Iallgather"), comm)
         if operation is None:
             settle_setup(comm)
-            return NativeRequest(_MPI_IALLGATHER(comm, sendbuf, recvbuf), keep=(sendbuf, recvbuf))
+            return NativeRequest(_MPI_IALLGATHER(comm, sendbuf, recvbuf), (sendbuf, recvbuf))
         return Request(operation)
     finally:
         leave(key)
@@ -173,14 +173,14 @@ def ireduce_scatter_block(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: A
     if 0 <= nbytes < (found["reduce_scatter"] if found is not None else _threshold(comm, "reduce_scatter", True)):
         _BELOW["Ireduce_scatter_block"] += 1
         settle_setup(comm)
-        return NativeRequest(_MPI_IRSB(comm, sendbuf, recvbuf, op), keep=(sendbuf, recvbuf))
+        return NativeRequest(_MPI_IRSB(comm, sendbuf, recvbuf, op), (sendbuf, recvbuf))
     key = enter(comm, "Ireduce_scatter_block")
     try:
         name = "Ireduce_scatter_block"
         operation = start(name, block_decide.reduce_scatter(comm, sendbuf, recvbuf, None, op, name, True), comm)
         if operation is None:
             settle_setup(comm)
-            return NativeRequest(_MPI_IRSB(comm, sendbuf, recvbuf, op), keep=(sendbuf, recvbuf))
+            return NativeRequest(_MPI_IRSB(comm, sendbuf, recvbuf, op), (sendbuf, recvbuf))
         return Request(operation)
     finally:
         leave(key)
@@ -215,7 +215,7 @@ def ireduce_scatter(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, recvcounts:
     if 0 <= nbytes < (found["reduce_scatter"] if found is not None else _threshold(comm, "reduce_scatter", True)):
         _BELOW["Ireduce_scatter"] += 1
         settle_setup(comm)
-        return NativeRequest(_MPI_IRS(comm, sendbuf, recvbuf, recvcounts, op), keep=(sendbuf, recvbuf))
+        return NativeRequest(_MPI_IRS(comm, sendbuf, recvbuf, recvcounts, op), (sendbuf, recvbuf))
     key = enter(comm, "Ireduce_scatter")
     try:
         name = "Ireduce_scatter"
@@ -223,7 +223,7 @@ def ireduce_scatter(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, recvcounts:
         operation = start(name, decision, comm)
         if operation is None:
             settle_setup(comm)
-            return NativeRequest(_MPI_IRS(comm, sendbuf, recvbuf, recvcounts, op), keep=(sendbuf, recvbuf))
+            return NativeRequest(_MPI_IRS(comm, sendbuf, recvbuf, recvcounts, op), (sendbuf, recvbuf))
         return Request(operation)
     finally:
         leave(key)

@@ -235,18 +235,18 @@ def ibcast(comm: MPI.Intracomm, buf: Any, root: Any = 0) -> Request:
         if gates is not None and gates[0](comm, buf):  # (the test below and its count, in C)
             if _IDUP_BREAKS:
                 settle_setup(comm)
-            return NativeRequest(_MPI_IBCAST(comm, buf, root), keep=buf)
+            return NativeRequest(_MPI_IBCAST(comm, buf, root), buf)
         nbytes = buf.nbytes if kind is _NDARRAY else _host_nbytes(buf)
     if 0 <= nbytes < _getattr(comm, _NB_BELOW_ATTR, UNKNOWN)["bcast"]:
         _BELOW["Ibcast"] += 1
         settle_setup(comm)
-        return NativeRequest(_MPI_IBCAST(comm, buf, root), keep=buf)
+        return NativeRequest(_MPI_IBCAST(comm, buf, root), buf)
     key = _threads.enter(comm, "Ibcast")
     try:
         operation = start("Ibcast", _bcast_decision(comm, buf, root, False), comm)
         if operation is None:
             settle_setup(comm)
-            return NativeRequest(_MPI_IBCAST(comm, buf, root), keep=buf)
+            return NativeRequest(_MPI_IBCAST(comm, buf, root), buf)
         return Request(operation)
     finally:
         _threads.leave(key)
@@ -318,20 +318,20 @@ def ireduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM, roo
             if _IDUP_BREAKS:
                 settle_setup(comm)
             native_send = decide.in_place_send_at_root(comm, sendbuf, recvbuf, root) if sendbuf is recvbuf else sendbuf
-            return NativeRequest(_MPI_IREDUCE(comm, native_send, recvbuf, op, root), keep=(sendbuf, recvbuf))
+            return NativeRequest(_MPI_IREDUCE(comm, native_send, recvbuf, op, root), (sendbuf, recvbuf))
         nbytes = data.nbytes if kind is _NDARRAY else _host_nbytes(data)
     if 0 <= nbytes < _getattr(comm, _NB_BELOW_ATTR, UNKNOWN)["reduce"]:
         _BELOW["Ireduce"] += 1
         settle_setup(comm)
         native_send = decide.in_place_send_at_root(comm, sendbuf, recvbuf, root)
-        return NativeRequest(_MPI_IREDUCE(comm, native_send, recvbuf, op, root), keep=(sendbuf, recvbuf))
+        return NativeRequest(_MPI_IREDUCE(comm, native_send, recvbuf, op, root), (sendbuf, recvbuf))
     key = _threads.enter(comm, "Ireduce")
     try:
         operation = start("Ireduce", _reduce_decision(comm, sendbuf, recvbuf, op, root, False), comm)
         if operation is None:
             settle_setup(comm)
             native_send = decide.in_place_send_at_root(comm, sendbuf, recvbuf, root)
-            return NativeRequest(_MPI_IREDUCE(comm, native_send, recvbuf, op, root), keep=(sendbuf, recvbuf))
+            return NativeRequest(_MPI_IREDUCE(comm, native_send, recvbuf, op, root), (sendbuf, recvbuf))
         return Request(operation)
     finally:
         _threads.leave(key)
@@ -398,20 +398,20 @@ def iallreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM) 
             if _IDUP_BREAKS:
                 settle_setup(comm)
             native_send = _IN_PLACE if sendbuf is recvbuf else sendbuf
-            return NativeRequest(_MPI_IALLREDUCE(comm, native_send, recvbuf, op), keep=(sendbuf, recvbuf))
+            return NativeRequest(_MPI_IALLREDUCE(comm, native_send, recvbuf, op), (sendbuf, recvbuf))
         nbytes = data.nbytes if kind is _NDARRAY else _host_nbytes(data)
     if 0 <= nbytes < _getattr(comm, _NB_BELOW_ATTR, UNKNOWN)["allreduce"]:
         _BELOW["Iallreduce"] += 1
         settle_setup(comm)
         native_send = _IN_PLACE if sendbuf is recvbuf else sendbuf
-        return NativeRequest(_MPI_IALLREDUCE(comm, native_send, recvbuf, op), keep=(sendbuf, recvbuf))
+        return NativeRequest(_MPI_IALLREDUCE(comm, native_send, recvbuf, op), (sendbuf, recvbuf))
     key = _threads.enter(comm, "Iallreduce")
     try:
         operation = start("Iallreduce", _allreduce_decision(comm, sendbuf, recvbuf, op, False), comm)
         if operation is None:
             settle_setup(comm)
             native_send = decide.in_place_send(sendbuf, recvbuf)
-            return NativeRequest(_MPI_IALLREDUCE(comm, native_send, recvbuf, op), keep=(sendbuf, recvbuf))
+            return NativeRequest(_MPI_IALLREDUCE(comm, native_send, recvbuf, op), (sendbuf, recvbuf))
         return Request(operation)
     finally:
         _threads.leave(key)

@@ -81,7 +81,7 @@ def _start_one(
             later.append(lambda: _MPI_ALLREDUCE(comm, native_send, recv, op))
             return Request(_FINISHED)
         settle_setup(comm)
-        return NativeRequest(_MPI_IALLREDUCE(comm, native_send, recv, op), keep=(send, recv))
+        return NativeRequest(_MPI_IALLREDUCE(comm, native_send, recv, op), (send, recv))
     return Request(operation)
 
 
