@@ -240,9 +240,7 @@ class NativeRequest(Request):
                 _fill(status)
             else:
                 self._req.Wait(status)
-                self._done = True  # (_completed, inline)
-                self._keep = None
-                _native_ended(id(self))
+                self._completed()
         else:
             _fill(status)
         self._reported = True
