@@ -23,6 +23,7 @@ from .forms import blocks as block_collectives
 from .forms import collectives, grouped, persistent, pickled
 from .forms.persistent import Prequest
 from .forms.requests import Request
+from .runtime import fastcalls
 from .state.comm_state import release_state
 
 __all__ = [
@@ -249,6 +250,16 @@ class Distgraphcomm(MPI.Distgraphcomm, Intracomm):
 
     def __new__(cls, comm: Optional[MPI.Distgraphcomm] = None) -> Distgraphcomm:
         return MPI.Distgraphcomm.__new__(cls, MPI.COMM_NULL if comm is None else comm)
+
+
+def _use_native_iforms(module: Any) -> None:
+    """Once the fast-call extension is loaded, Ibcast, Ireduce and Iallreduce are their C forms
+    (collectives.native_iforms: the native path in C, every other call the Python form's)."""
+    for name, form in collectives.native_iforms(module).items():
+        setattr(Intracomm, name, form)
+
+
+fastcalls.when_loaded(_use_native_iforms)
 
 
 _WRAPPERS: tuple[tuple[type, type], ...] = (

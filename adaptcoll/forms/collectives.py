@@ -45,7 +45,7 @@ from . import threads as _threads
 from .requests import NativeRequest, Request
 from .spec_size import HOST_TYPES, PREDEFINED_SIZES, host_nbytes
 
-__all__ = ["start", "wait", "bcast", "ibcast", "reduce", "ireduce", "allreduce", "iallreduce"]
+__all__ = ["start", "wait", "bcast", "ibcast", "reduce", "ireduce", "allreduce", "iallreduce", "native_iforms"]
 
 _IN_PLACE = MPI.IN_PLACE
 _SUM = MPI.SUM
@@ -101,6 +101,26 @@ def _use_gates(module: Any) -> None:
 
 
 fastcalls.when_loaded(_use_gates)
+
+
+def native_iforms(module: Any) -> dict[str, Any]:
+    """{"Ibcast": ..., "Ireduce": ..., "Iallreduce": ...}: each routed I-form with its native path in C (the
+    extension's `native_iform`), to install as adaptcoll.Intracomm's methods once the extension is loaded
+    (adaptcoll.comm). Each does this module's fast path (its gate, `settle_setup` where IDUP_OVERLAP_BREAKS,
+    mpi4py's I-form, the NativeRequest) and hands every other call to the Python form below, unchanged."""
+    gates = _NB_GATES[0]
+    if gates is None:  # (the gates come first: _use_gates is the extension's first listener here)
+        return {}
+    settle = settle_setup if _IDUP_BREAKS else None
+    forms = (
+        ("Ibcast", _MPI_IBCAST, ibcast),
+        ("Ireduce", _MPI_IREDUCE, ireduce),
+        ("Iallreduce", _MPI_IALLREDUCE, iallreduce),
+    )
+    return {
+        name: module.native_iform(kind, gates[kind], native, python, settle, _IN_PLACE)
+        for kind, (name, native, python) in enumerate(forms)
+    }
 
 
 def start(name: str, decision: decide.Decision, comm: MPI.Intracomm, blocking: bool = False) -> Optional[Operation]:

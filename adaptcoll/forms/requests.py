@@ -15,6 +15,7 @@ from mpi4py import MPI
 
 from ..protocols.operation import Operation
 from ..runtime import engine as _engines
+from ..runtime import fastcalls
 from ..runtime.engine import NATIVE_LIVE, engine
 
 __all__ = ["Request", "NativeRequest"]
@@ -250,6 +251,20 @@ class NativeRequest(Request):
         """Keep the buffers until MPI is done with them, then drop the handle."""
         if not self._done:
             engine().wait_for(self._finished)
+
+
+_PYTHON_WAIT = NativeRequest.Wait
+
+
+def _use_c_request(module: Any) -> None:
+    """Once the fast-call extension is loaded, the native I-forms make their requests in C (see
+    adaptcoll.forms.collectives) and NativeRequest's Wait takes its common case there (no status, nothing
+    of adaptcoll's pending: MPI's Wait and the completion; every other case is the Python Wait above)."""
+    module.request_facts(NativeRequest, NATIVE_LIVE, _engines, _PYTHON_WAIT)
+    NativeRequest.Wait = module.request_wait_method()  # type: ignore[method-assign]
+
+
+fastcalls.when_loaded(_use_c_request)
 
 
 def _active(r: Request | MPI.Request) -> bool:

@@ -13,7 +13,9 @@
    NumPy's inline accessors (its headers, no API table), which saves some 1,500 instructions an array,
    the concurrent-collective check of every served call (`busy_marker`: adaptcoll.forms.threads), and
    the native wrapper's small-array test with its call counter (`native_gate`: adaptcoll.forms.collectives),
-   and the size of the buffer specifications a program writes in a loop (`host_nbytes`).
+   the size of the buffer specifications a program writes in a loop (`host_nbytes`), and the whole native
+   path of Ibcast / Ireduce / Iallreduce with the request it returns and that request's common Wait
+   (`native_iform`, `request_facts`, `request_wait_method`: adaptcoll.forms.collectives and .requests).
 
    Arguments are Python ints: 'n' a Py_ssize_t, 'i' a C int (OverflowError outside its range), 'p' an
    address (void *). The result is a Python int (None for 'v').
@@ -22,6 +24,7 @@
 #include <Python.h>
 #include <stddef.h>
 #include <limits.h>
+#include <structmember.h> /* PyMemberDef's T_OBJECT_EX and READONLY (the slots request_facts reads) */
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include <numpy/ndarraytypes.h> /* the array struct's accessors only (inline; no import_array, no API table) */
 
@@ -492,27 +495,23 @@ static PyObject *host_nbytes(PyObject *module, PyObject *spec) {
     return PyObject_CallOneArg(spec_fallback, spec);
 }
 
-static PyObject *gate_call(PyObject *obj, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
-    NativeGate *self = (NativeGate *)obj;
-    if (PyVectorcall_NARGS(nargsf) != 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0)) {
-        PyErr_SetString(PyExc_TypeError, "a native gate takes (comm, array)");
-        return NULL;
-    }
+/* The gate's test: 1 (and counted) when `data` is below comm.<attr>[<key>], 0 when not, -1 with an error set. */
+static int gate_test(NativeGate *self, PyObject *comm, PyObject *data) {
     Py_ssize_t nbytes;
-    if (Py_TYPE(args[1]) == ndarray_type) {
-        nbytes = gate_nbytes(self, (PyArrayObject *)args[1]);
-        if (nbytes < 0) return NULL;
+    if (Py_TYPE(data) == ndarray_type) {
+        nbytes = gate_nbytes(self, (PyArrayObject *)data);
+        if (nbytes < 0) return -1;
     } else {
-        nbytes = spec_nbytes(args[1]); /* a specification spec_nbytes sizes, else not ours: False */
-        if (nbytes < 0) Py_RETURN_FALSE;
+        nbytes = spec_nbytes(data); /* a specification spec_nbytes sizes, else not ours: not below */
+        if (nbytes < 0) return 0;
     }
     /* The thresholds from the communicator's own __dict__ (where adaptcoll.tune.choose puts them: no
        type attribute has that name), not through the generic attribute lookup, which walks mpi4py's
        class dicts first (about 300 instructions); no dict, or no entry yet: not below. */
-    PyObject *dict = PyObject_GenericGetDict(args[0], NULL);
+    PyObject *dict = PyObject_GenericGetDict(comm, NULL);
     if (dict == NULL) {
         PyErr_Clear();
-        Py_RETURN_FALSE;
+        return 0;
     }
     Py_ssize_t limit = -1;
     PyObject *below = PyDict_GetItemWithError(dict, self->attr); /* borrowed */
@@ -524,9 +523,19 @@ static PyObject *gate_call(PyObject *obj, PyObject *const *args, size_t nargsf, 
     if (PyErr_Occurred()) PyErr_Clear(); /* (anything odd: not below, the Python path decides) */
     if (nbytes < limit) {
         self->count++;
-        Py_RETURN_TRUE;
+        return 1;
     }
-    Py_RETURN_FALSE;
+    return 0;
+}
+
+static PyObject *gate_call(PyObject *obj, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    if (PyVectorcall_NARGS(nargsf) != 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0)) {
+        PyErr_SetString(PyExc_TypeError, "a native gate takes (comm, array)");
+        return NULL;
+    }
+    int below = gate_test((NativeGate *)obj, args[0], args[1]);
+    if (below < 0) return NULL;
+    return PyBool_FromLong(below);
 }
 
 static PyObject *gate_item(PyObject *obj, PyObject *index) {
@@ -591,6 +600,316 @@ static PyObject *native_gate(PyObject *module, PyObject *args) {
     return (PyObject *)self;
 }
 
+/* The request of a native I-form (adaptcoll.forms.requests.NativeRequest) made and waited for in C.
+   NativeRequest stays the Python class (isinstance, Test, Waitall, ... are Python's); `request_facts`
+   hands this file the class, its slots' offsets (read from the slots' member descriptors, so the layout
+   is the one Python made), the NATIVE_LIVE set and the engine's module. A request made here is what
+   NativeRequest(req, keep) makes: `_req`, `_keep`, `_done` False, `_reported` False, its id in NATIVE_LIVE.
+   In Python, making one cost 0.18 us of a small Ibcast + Wait's 1.2-1.4 (bench/RESULTS.md). */
+static PyTypeObject *req_type; /* NativeRequest (held), NULL until request_facts */
+static Py_ssize_t off_req, off_keep, off_done, off_reported;
+static PyObject *req_live;        /* NATIVE_LIVE: the set of id()s */
+static PyObject *engine_globals;  /* adaptcoll.runtime.engine's __dict__ (for `_engine`) */
+static PyObject *req_wait_python; /* the Python Wait (NativeRequest.Wait before this one replaced it) */
+static PyObject *str_engine, *str_entries, *str_watches, *str_compiled, *str_ops, *str_Wait;
+
+#ifndef T_OBJECT_EX
+#define T_OBJECT_EX 16 /* (structmember.h's value; Py_T_OBJECT_EX from 3.12) */
+#endif
+
+static Py_ssize_t slot_offset(PyTypeObject *type, const char *name) {
+    PyObject *d = PyObject_GetAttrString((PyObject *)type, name);
+    if (d == NULL) return -1;
+    Py_ssize_t off = -1;
+    if (Py_IS_TYPE(d, &PyMemberDescr_Type)) {
+        PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+        if (m->type == T_OBJECT_EX && !(m->flags & READONLY)) off = m->offset;
+    }
+    Py_DECREF(d);
+    if (off < 0) PyErr_Format(PyExc_TypeError, "request_facts: %s.%s is not a __slots__ slot", type->tp_name, name);
+    return off;
+}
+
+#define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
+
+static inline void slot_set(PyObject *obj, Py_ssize_t off, PyObject *value) {
+    PyObject *old = SLOT(obj, off);
+    Py_XINCREF(value);
+    SLOT(obj, off) = value;
+    Py_XDECREF(old);
+}
+
+/* request_facts(cls, live, engine_module, python_wait): NativeRequest, NATIVE_LIVE, adaptcoll.runtime.engine
+   and NativeRequest's Python Wait (what request_wait hands every case it does not take). */
+static PyObject *request_facts(PyObject *module, PyObject *args) {
+    PyObject *cls, *live, *engine_module, *wait;
+    if (!PyArg_ParseTuple(args, "O!O!O!O", &PyType_Type, &cls, &PySet_Type, &live, &PyModule_Type, &engine_module, &wait))
+        return NULL;
+    if (!PyFunction_Check(wait)) {
+        PyErr_SetString(PyExc_TypeError, "request_facts: python_wait must be a Python function");
+        return NULL;
+    }
+    PyTypeObject *type = (PyTypeObject *)cls;
+    if (!(type->tp_flags & Py_TPFLAGS_HEAPTYPE)) {
+        PyErr_SetString(PyExc_TypeError, "request_facts: the request class must be a Python class");
+        return NULL;
+    }
+    Py_ssize_t o_req = slot_offset(type, "_req"), o_keep, o_done, o_reported;
+    if (o_req < 0 || (o_keep = slot_offset(type, "_keep")) < 0 || (o_done = slot_offset(type, "_done")) < 0 ||
+        (o_reported = slot_offset(type, "_reported")) < 0)
+        return NULL;
+    Py_INCREF(wait);
+    PyObject *globals = PyModule_GetDict(engine_module); /* borrowed */
+    Py_INCREF(globals);
+    Py_XSETREF(engine_globals, globals);
+    Py_XSETREF(req_wait_python, wait);
+    Py_INCREF(live);
+    Py_XSETREF(req_live, live);
+    Py_INCREF(cls);
+    Py_XSETREF(req_type, type);
+    off_req = o_req, off_keep = o_keep, off_done = o_done, off_reported = o_reported;
+    Py_RETURN_NONE;
+}
+
+static PyObject *make_native_request(PyObject *req, PyObject *keep) {
+    PyObject *obj = req_type->tp_alloc(req_type, 0);
+    if (obj == NULL) return NULL;
+    slot_set(obj, off_req, req);
+    slot_set(obj, off_keep, keep);
+    slot_set(obj, off_done, Py_False);
+    slot_set(obj, off_reported, Py_False);
+    PyObject *id = PyLong_FromVoidPtr(obj); /* id(obj) */
+    if (id == NULL || PySet_Add(req_live, id) < 0) {
+        Py_XDECREF(id);
+        Py_DECREF(obj);
+        return NULL;
+    }
+    Py_DECREF(id);
+    return obj;
+}
+
+/* 1 when the engine surely has nothing of adaptcoll's to progress (no requests, no polls, no compiled
+   operation: what Engine.quiet() answers then), 0 when Python should look (quiet() also lets requests
+   of finished operations through), -1 with an error set. */
+static int engine_idle(void) {
+    PyObject *eng = PyDict_GetItemWithError(engine_globals, str_engine); /* borrowed */
+    if (eng == NULL || eng == Py_None) return PyErr_Occurred() ? -1 : 0;
+    PyObject *dict = PyObject_GenericGetDict(eng, NULL);
+    if (dict == NULL) return -1;
+    int idle = 0;
+    PyObject *entries = PyDict_GetItemWithError(dict, str_entries);
+    PyObject *watches = entries != NULL ? PyDict_GetItemWithError(dict, str_watches) : NULL;
+    PyObject *compiled = watches != NULL ? PyDict_GetItemWithError(dict, str_compiled) : NULL;
+    if (compiled != NULL && PyList_CheckExact(entries) && PyList_GET_SIZE(entries) == 0 && PyList_CheckExact(watches) &&
+        PyList_GET_SIZE(watches) == 0) {
+        if (compiled == Py_None) {
+            idle = 1;
+        } else {
+            Py_INCREF(compiled);
+            PyObject *ops = PyObject_GetAttr(compiled, str_ops);
+            Py_DECREF(compiled);
+            if (ops == NULL) {
+                Py_DECREF(dict);
+                return -1;
+            }
+            idle = PyDict_CheckExact(ops) && PyDict_GET_SIZE(ops) == 0;
+            Py_DECREF(ops);
+        }
+    }
+    Py_DECREF(dict);
+    return PyErr_Occurred() ? -1 : idle;
+}
+
+/* NativeRequest.Wait(status=None): with no status and nothing of adaptcoll's to progress, MPI's own Wait
+   and the completion (what the Python Wait does then, in C); every other case is the Python Wait's. */
+static PyObject *request_wait(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    if (Py_TYPE(self) == req_type && (kwnames == NULL || PyTuple_GET_SIZE(kwnames) == 0) &&
+        (nargs == 0 || (nargs == 1 && args[0] == Py_None))) {
+        PyObject *done = SLOT(self, off_done);
+        if (done == Py_True) {
+            slot_set(self, off_reported, Py_True);
+            Py_RETURN_TRUE;
+        }
+        int idle = done == Py_False ? engine_idle() : 0;
+        if (idle < 0) return NULL;
+        PyObject *req = SLOT(self, off_req);
+        if (idle && req != NULL) {
+            Py_INCREF(req);
+            PyObject *r = PyObject_CallMethodNoArgs(req, str_Wait);
+            Py_DECREF(req);
+            if (r == NULL) return NULL;
+            Py_DECREF(r);
+            slot_set(self, off_done, Py_True); /* _completed() */
+            slot_set(self, off_keep, Py_None);
+            PyObject *id = PyLong_FromVoidPtr(self);
+            if (id == NULL) return NULL;
+            int rc = PySet_Discard(req_live, id);
+            Py_DECREF(id);
+            if (rc < 0) return NULL;
+            slot_set(self, off_reported, Py_True);
+            Py_RETURN_TRUE;
+        }
+    }
+    /* the Python Wait, as an unbound function: (self, *args) */
+    Py_ssize_t n = nargs + 1 + (kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0);
+    PyObject *small[8], **all = n <= 8 ? small : PyMem_Malloc(n * sizeof(PyObject *));
+    if (all == NULL) return PyErr_NoMemory();
+    all[0] = self;
+    for (Py_ssize_t k = 1; k < n; k++) all[k] = args[k - 1];
+    PyObject *out = PyObject_Vectorcall(req_wait_python, all, nargs + 1, kwnames);
+    if (all != small) PyMem_Free(all);
+    return out;
+}
+
+static PyMethodDef request_wait_def = {
+    "Wait", (PyCFunction)(void (*)(void))request_wait, METH_FASTCALL | METH_KEYWORDS,
+    "Wait(status=None): MPI's own Wait when nothing of adaptcoll's needs progress (else the Python Wait); True."};
+
+/* request_wait_method(): a method descriptor of NativeRequest for request_wait (NativeRequest.Wait = it). */
+static PyObject *request_wait_method(PyObject *module, PyObject *unused) {
+    if (req_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "request_wait_method before request_facts");
+        return NULL;
+    }
+    return PyDescr_NewMethod(req_type, &request_wait_def);
+}
+
+/* A routed I-form's native path in C (adaptcoll.forms.collectives.ibcast / ireduce / iallreduce): called
+   as a method of adaptcoll.Intracomm (a method descriptor: comm comes first), it does what the Python
+   form's fast path does (its gate's test and count, the set-up settled where Open MPI needs it, mpi4py's
+   I-form, the NativeRequest keeping the buffers) and hands every other call, unchanged, to the Python
+   form: keywords, another argument count, `sendbuf is recvbuf`, anything the gate does not let through. */
+enum { IFORM_BCAST, IFORM_REDUCE, IFORM_ALLREDUCE, IFORM_KINDS };
+static const int iform_min_args[IFORM_KINDS] = {2, 3, 3}; /* with comm */
+static const int iform_max_args[IFORM_KINDS] = {3, 5, 4};
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    int kind;
+    NativeGate *gate;
+    PyObject *native;   /* mpi4py's method (MPI.Intracomm.Ibcast, ...) */
+    PyObject *fallback; /* the Python form */
+    PyObject *settle;   /* adaptcoll.state.comm_state.settle_setup, or None where MPI needs no settling */
+    PyObject *in_place; /* MPI.IN_PLACE */
+} NativeIForm;
+
+static PyObject *iform_call(PyObject *obj, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    NativeIForm *self = (NativeIForm *)obj;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (req_type == NULL || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0) || nargs < iform_min_args[self->kind] ||
+        nargs > iform_max_args[self->kind])
+        goto python;
+    PyObject *data = args[1];
+    if (self->kind != IFORM_BCAST) {
+        if (args[1] == args[2]) goto python; /* (the Python form's IN_PLACE reading) */
+        if (args[1] == self->in_place) data = args[2];
+    }
+    int below = gate_test(self->gate, args[0], data);
+    if (below < 0) return NULL;
+    if (!below) goto python;
+    if (self->settle != Py_None) {
+        PyObject *r = PyObject_CallOneArg(self->settle, args[0]);
+        if (r == NULL) return NULL;
+        Py_DECREF(r);
+    }
+    PyObject *req = PyObject_Vectorcall(self->native, args, nargs, NULL);
+    if (req == NULL) return NULL;
+    PyObject *keep = self->kind == IFORM_BCAST ? Py_NewRef(args[1]) : PyTuple_Pack(2, args[1], args[2]);
+    PyObject *out = keep != NULL ? make_native_request(req, keep) : NULL;
+    Py_DECREF(req);
+    Py_XDECREF(keep);
+    return out;
+python:
+    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+}
+
+static PyObject *iform_get(PyObject *obj, PyObject *instance, PyObject *owner) {
+    if (instance == NULL || instance == Py_None) return Py_NewRef(obj);
+    return PyMethod_New(obj, instance);
+}
+
+static PyObject *iform_getattr(PyObject *obj, PyObject *name) {
+    /* __doc__, __name__, __qualname__, __module__, __wrapped__, __signature__...: the Python form's
+       where this type has none (help() and inspect.signature read those) */
+    PyObject *found = PyObject_GenericGetAttr(obj, name);
+    if (found != NULL || !PyErr_ExceptionMatches(PyExc_AttributeError)) return found;
+    if (PyUnicode_Check(name) && PyUnicode_CompareWithASCIIString(name, "__wrapped__") == 0) {
+        PyErr_Clear();
+        return Py_NewRef(((NativeIForm *)obj)->fallback);
+    }
+    return found;
+}
+
+static PyObject *iform_doc(PyObject *obj, void *unused) { return PyObject_GetAttrString(((NativeIForm *)obj)->fallback, "__doc__"); }
+static PyObject *iform_name(PyObject *obj, void *unused) { return PyObject_GetAttrString(((NativeIForm *)obj)->fallback, "__name__"); }
+
+static PyGetSetDef iform_getset[] = {
+    {"__doc__", iform_doc, NULL, "the Python form's docstring", NULL},
+    {"__name__", iform_name, NULL, "the Python form's name", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyObject *iform_repr(PyObject *obj) {
+    return PyUnicode_FromFormat("<adaptcoll native I-form in C for %R>", ((NativeIForm *)obj)->fallback);
+}
+
+static void iform_dealloc(PyObject *obj) {
+    NativeIForm *self = (NativeIForm *)obj;
+    Py_XDECREF(self->gate);
+    Py_XDECREF(self->native);
+    Py_XDECREF(self->fallback);
+    Py_XDECREF(self->settle);
+    Py_XDECREF(self->in_place);
+    PyObject_Free(obj);
+}
+
+static PyTypeObject NativeIFormType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "adaptcoll_fastcalls.NativeIForm",
+    .tp_doc = "A routed I-form's native path in C, as a method of adaptcoll.Intracomm (adaptcoll.forms.collectives).",
+    .tp_basicsize = sizeof(NativeIForm),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_vectorcall_offset = offsetof(NativeIForm, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_descr_get = iform_get,
+    .tp_getattro = iform_getattr,
+    .tp_getset = iform_getset,
+    .tp_repr = iform_repr,
+    .tp_dealloc = iform_dealloc,
+};
+
+/* native_iform(kind, gate, native, fallback, settle, in_place) -> NativeIForm; kind 0 Ibcast, 1 Ireduce,
+   2 Iallreduce. */
+static PyObject *native_iform(PyObject *module, PyObject *args) {
+    int kind;
+    PyObject *gate, *native, *fallback, *settle, *in_place;
+    if (!PyArg_ParseTuple(args, "iO!OOOO", &kind, &NativeGateType, &gate, &native, &fallback, &settle, &in_place))
+        return NULL;
+    if (kind < 0 || kind >= IFORM_KINDS) {
+        PyErr_SetString(PyExc_ValueError, "native_iform: kind must be 0 (Ibcast), 1 (Ireduce) or 2 (Iallreduce)");
+        return NULL;
+    }
+    if (!PyCallable_Check(native) || !PyCallable_Check(fallback) || (settle != Py_None && !PyCallable_Check(settle))) {
+        PyErr_SetString(PyExc_TypeError, "native_iform: native, fallback and settle must be callable");
+        return NULL;
+    }
+    if (req_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "native_iform before request_facts");
+        return NULL;
+    }
+    NativeIForm *self = PyObject_New(NativeIForm, &NativeIFormType);
+    if (self == NULL) return NULL;
+    self->vectorcall = iform_call;
+    self->kind = kind;
+    self->gate = (NativeGate *)Py_NewRef(gate);
+    self->native = Py_NewRef(native);
+    self->fallback = Py_NewRef(fallback);
+    self->settle = Py_NewRef(settle);
+    self->in_place = Py_NewRef(in_place);
+    return (PyObject *)self;
+}
+
 static PyObject *signatures(PyObject *module, PyObject *unused) {
     PyObject *out = PyTuple_New(SIG_COUNT);
     if (out == NULL) return NULL;
@@ -614,6 +933,10 @@ static PyMethodDef methods[] = {
     {"busy_marker", busy_marker, METH_VARARGS, "busy_marker(busy, conflict): forms.threads' check in C"},
     {"unchanged", (PyCFunction)(void (*)(void))unchanged, METH_FASTCALL,
      "unchanged(arrays, signatures): adaptcoll.decision.cache._unchanged in C"},
+    {"request_facts", request_facts, METH_VARARGS, "request_facts(cls, live, engine_module, python_wait): NativeRequest's facts"},
+    {"request_wait_method", request_wait_method, METH_NOARGS, "NativeRequest's Wait in C (a method descriptor)"},
+    {"native_iform", native_iform, METH_VARARGS,
+     "native_iform(kind, gate, native, fallback, settle, in_place): a routed I-form's native path in C"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -623,11 +946,20 @@ static struct PyModuleDef module_def = {
 };
 
 PyMODINIT_FUNC PyInit_adaptcoll_fastcalls(void) {
-    if (PyType_Ready(&CFunctionType) < 0 || PyType_Ready(&BusyMarkerType) < 0 || PyType_Ready(&NativeGateType) < 0)
+    if (PyType_Ready(&CFunctionType) < 0 || PyType_Ready(&BusyMarkerType) < 0 || PyType_Ready(&NativeGateType) < 0 ||
+        PyType_Ready(&NativeIFormType) < 0)
         return NULL;
     str_handle = PyUnicode_InternFromString("handle");
     str_itemsize = PyUnicode_InternFromString("itemsize");
-    if (str_handle == NULL || str_itemsize == NULL) return NULL;
+    str_engine = PyUnicode_InternFromString("_engine");
+    str_entries = PyUnicode_InternFromString("_entries");
+    str_watches = PyUnicode_InternFromString("_watches");
+    str_compiled = PyUnicode_InternFromString("compiled");
+    str_ops = PyUnicode_InternFromString("ops");
+    str_Wait = PyUnicode_InternFromString("Wait");
+    if (str_handle == NULL || str_itemsize == NULL || str_engine == NULL || str_entries == NULL || str_watches == NULL ||
+        str_compiled == NULL || str_ops == NULL || str_Wait == NULL)
+        return NULL;
     PyObject *numpy = PyImport_ImportModule("numpy");
     if (numpy == NULL) return NULL;
     PyObject *nd = PyObject_GetAttrString(numpy, "ndarray");

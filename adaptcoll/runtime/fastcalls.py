@@ -5,9 +5,10 @@ ctypes call costs about 4,200 instructions, a tenth to a fifth of the whole call
 each hot function's address (taken from ctypes) in an object Python calls with a vectorcall: about 550
 instructions, 950 where the GIL is released. It also does two Python steps of every served call in C,
 the decision cache's check of a remembered call's arrays (`UNCHANGED`, for adaptcoll.decision.cache)
-and the concurrent-collective check (adaptcoll.forms.threads), and the test and count of every call
-that goes native below the threshold (adaptcoll.forms.collectives); the forms take theirs through
-`when_loaded`. It is loaded by the compiled engine and by a communicator's first blocking call (when
+and the concurrent-collective check (adaptcoll.forms.threads), the test and count of every call
+that goes native below the threshold (adaptcoll.forms.collectives), and the routed I-forms' whole native
+path with their request's common Wait (forms.collectives.native_iforms, forms.requests); the forms take
+theirs through `when_loaded`. It is loaded by the compiled engine and by a communicator's first blocking call (when
 its thresholds become known, adaptcoll.tune.choose), whichever comes first.
 It needs Python's and NumPy's headers and a C compiler (`CC`, else cc / gcc / clang, else the MPI
 library's `mpicc`), nothing of MPI, and is built at first use into the user's cache like the compiled
