@@ -22,6 +22,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..measure import make_buffers, median_ci, starter
+from ..measure.interleave import orders
 from ..runtime import settings
 from .candidates import signature
 from .config import ServeConfig
@@ -132,14 +133,15 @@ class _Runner:
         self.base = base
 
     def round(self, members: list[int], iterations: int) -> np.ndarray:
-        """times[len(members), iterations] (seconds, max over ranks) of the calls `members` (0 = native)."""
+        """times[len(members), iterations] (seconds, max over ranks) of the calls `members` (0 = native),
+        their order rotated per iteration by `orders` (each first, and right after each other, equally
+        often: a fixed order biased a comparison by 0.03-0.10, bench/RESULTS.md)."""
         local = np.zeros((len(members), iterations))
         barrier, clock, use = self.world.Barrier, time.perf_counter, settings.use
-        n = len(members)
+        rows = orders(len(members))
         try:
             for it in range(iterations):
-                for step in range(n):
-                    j = (step + it) % n
+                for j in rows[it % len(rows)]:
                     chosen = self.settings[members[j]]
                     if chosen is not None:
                         use(chosen)

@@ -1,8 +1,10 @@
 """What remembering a large call's decision is worth: a program that alternates a large served call with a
 small one (a Bcast of SIZE and one of 8 B; a Reduce of SIZE) between Barriers, timed with the remembered
 decisions' byte budget at 16 MiB (the budget until 2026-12-03: the two calls evict each other's entry, so
-each decides afresh) and at the current one, alternated in one launch (A B A B, the entries cleared at
-each switch), against the same steps in native MPI. Per step: median over rounds of the max over ranks.
+each decides afresh) and at the current one, alternated in one launch, against the same steps in
+native MPI: the three sides' order rotates every round (adaptcoll.measure.interleave.orders: each side
+first, and after each other, equally often; a fixed order biased a comparison by 0.03-0.10,
+bench/RESULTS.md). Per step: median over rounds of the max over ranks.
 bench/RESULTS.md, "Large calls remembered".
 
     mpiexec -n 2 python bench/studies/remembered_large.py [--size 16M] [--rounds 60]
@@ -19,6 +21,7 @@ from mpi4py import MPI
 
 import adaptcoll
 from adaptcoll.decision import cache
+from adaptcoll.measure.interleave import orders
 from adaptcoll.measure.sizes import parse_size
 
 
@@ -48,8 +51,11 @@ def main() -> None:
         served.Bcast(small, 0)  # sets the communicator's tuning up: from here on decisions are remembered
         sides[name] = steps(served)
     times: dict[tuple[str, str], list[float]] = {(s, k): [] for s, st in sides.items() for k, _ in st}
+    names = list(sides)
+    rows = orders(len(names))
     for r in range(args.rounds + 5):
-        for side, side_steps in sides.items():
+        for side in (names[i] for i in rows[r % len(rows)]):
+            side_steps = sides[side]
             if side in budgets:
                 cache.MAX_BYTES = budgets[side]  # (read when an entry is made)
             for name, call in side_steps:
