@@ -252,14 +252,16 @@ class Distgraphcomm(MPI.Distgraphcomm, Intracomm):
         return MPI.Distgraphcomm.__new__(cls, MPI.COMM_NULL if comm is None else comm)
 
 
-def _use_native_iforms(module: Any) -> None:
-    """Once the fast-call extension is loaded, Ibcast, Ireduce and Iallreduce are their C forms
-    (collectives.native_iforms: the native path in C, every other call the Python form's)."""
-    for name, form in collectives.native_iforms(module).items():
-        setattr(Intracomm, name, form)
+def _use_native_forms(module: Any) -> None:
+    """Once the fast-call extension is loaded, Bcast, Reduce, Allreduce and their I-forms are their C forms
+    (collectives.native_forms: the native path in C, every other call the Python form's). A method
+    replaced before (a program's or a test's own wrapper) stays."""
+    for name, form in collectives.native_forms(module).items():
+        if Intracomm.__dict__.get(name) is form.__wrapped__:
+            setattr(Intracomm, name, form)
 
 
-fastcalls.when_loaded(_use_native_iforms)
+fastcalls.when_loaded(_use_native_forms)
 
 
 _WRAPPERS: tuple[tuple[type, type], ...] = (

@@ -45,7 +45,7 @@ from . import threads as _threads
 from .requests import NativeRequest, Request
 from .spec_size import HOST_TYPES, PREDEFINED_SIZES, host_nbytes
 
-__all__ = ["start", "wait", "bcast", "ibcast", "reduce", "ireduce", "allreduce", "iallreduce", "native_iforms"]
+__all__ = ["start", "wait", "bcast", "ibcast", "reduce", "ireduce", "allreduce", "iallreduce", "native_forms"]
 
 _IN_PLACE = MPI.IN_PLACE
 _SUM = MPI.SUM
@@ -103,23 +103,27 @@ def _use_gates(module: Any) -> None:
 fastcalls.when_loaded(_use_gates)
 
 
-def native_iforms(module: Any) -> dict[str, Any]:
-    """{"Ibcast": ..., "Ireduce": ..., "Iallreduce": ...}: each routed I-form with its native path in C (the
-    extension's `native_iform`), to install as adaptcoll.Intracomm's methods once the extension is loaded
-    (adaptcoll.comm). Each does this module's fast path (its gate, `settle_setup` where IDUP_OVERLAP_BREAKS,
-    mpi4py's I-form, the NativeRequest) and hands every other call to the Python form below, unchanged."""
-    gates = _NB_GATES[0]
-    if gates is None:  # (the gates come first: _use_gates is the extension's first listener here)
+def native_forms(module: Any) -> dict[str, Any]:
+    """{"Bcast": ..., "Reduce": ..., "Allreduce": ..., "Ibcast": ..., "Ireduce": ..., "Iallreduce": ...}: each
+    routed collective with its native path in C (the extension's `native_iform`), to install as
+    adaptcoll.Intracomm's methods once the extension is loaded (adaptcoll.comm). Each does this module's
+    fast path (its gate; for an I-form `settle_setup` where IDUP_OVERLAP_BREAKS and the NativeRequest) and
+    hands every other call, unchanged, to the Python form below."""
+    gates, nb_gates = _GATES[0], _NB_GATES[0]
+    if gates is None or nb_gates is None:  # (the gates come first: _use_gates is the extension's first listener here)
         return {}
     settle = settle_setup if _IDUP_BREAKS else None
     forms = (
-        ("Ibcast", _MPI_IBCAST, ibcast),
-        ("Ireduce", _MPI_IREDUCE, ireduce),
-        ("Iallreduce", _MPI_IALLREDUCE, iallreduce),
+        ("Bcast", _MPI_BCAST, bcast, gates, None, False),
+        ("Reduce", _MPI_REDUCE, reduce, gates, None, False),
+        ("Allreduce", _MPI_ALLREDUCE, allreduce, gates, None, False),
+        ("Ibcast", _MPI_IBCAST, ibcast, nb_gates, settle, True),
+        ("Ireduce", _MPI_IREDUCE, ireduce, nb_gates, settle, True),
+        ("Iallreduce", _MPI_IALLREDUCE, iallreduce, nb_gates, settle, True),
     )
     return {
-        name: module.native_iform(kind, gates[kind], native, python, settle, _IN_PLACE)
-        for kind, (name, native, python) in enumerate(forms)
+        name: module.native_iform(k % 3, found[k % 3], native, python, settling, _IN_PLACE, not nonblocking)
+        for k, (name, native, python, found, settling, nonblocking) in enumerate(forms)
     }
 
 

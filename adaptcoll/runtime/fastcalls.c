@@ -774,11 +774,12 @@ static PyObject *request_wait_method(PyObject *module, PyObject *unused) {
     return PyDescr_NewMethod(req_type, &request_wait_def);
 }
 
-/* A routed I-form's native path in C (adaptcoll.forms.collectives.ibcast / ireduce / iallreduce): called
-   as a method of adaptcoll.Intracomm (a method descriptor: comm comes first), it does what the Python
-   form's fast path does (its gate's test and count, the set-up settled where Open MPI needs it, mpi4py's
-   I-form, the NativeRequest keeping the buffers) and hands every other call, unchanged, to the Python
-   form: keywords, another argument count, `sendbuf is recvbuf`, anything the gate does not let through. */
+/* A routed collective's native path in C (adaptcoll.forms.collectives: ibcast / ireduce / iallreduce and
+   bcast / reduce / allreduce): called as a method of adaptcoll.Intracomm (a method descriptor: comm comes
+   first), it does what the Python form's fast path does (its gate's test and count; for an I-form the
+   set-up settled where Open MPI needs it and the NativeRequest keeping the buffers around mpi4py's
+   request) and hands every other call, unchanged, to the Python form: keywords, another argument count,
+   `sendbuf is recvbuf`, anything the gate does not let through. */
 enum { IFORM_BCAST, IFORM_REDUCE, IFORM_ALLREDUCE, IFORM_KINDS };
 static const int iform_min_args[IFORM_KINDS] = {2, 3, 3}; /* with comm */
 static const int iform_max_args[IFORM_KINDS] = {3, 5, 4};
@@ -787,6 +788,7 @@ typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     int kind;
+    int blocking;       /* Bcast / Reduce / Allreduce: mpi4py's result itself, no request */
     NativeGate *gate;
     PyObject *native;   /* mpi4py's method (MPI.Intracomm.Ibcast, ...) */
     PyObject *fallback; /* the Python form */
@@ -814,7 +816,7 @@ static PyObject *iform_call(PyObject *obj, PyObject *const *args, size_t nargsf,
         Py_DECREF(r);
     }
     PyObject *req = PyObject_Vectorcall(self->native, args, nargs, NULL);
-    if (req == NULL) return NULL;
+    if (req == NULL || self->blocking) return req;
     PyObject *keep = self->kind == IFORM_BCAST ? Py_NewRef(args[1]) : PyTuple_Pack(2, args[1], args[2]);
     PyObject *out = keep != NULL ? make_native_request(req, keep) : NULL;
     Py_DECREF(req);
@@ -851,7 +853,7 @@ static PyGetSetDef iform_getset[] = {
 };
 
 static PyObject *iform_repr(PyObject *obj) {
-    return PyUnicode_FromFormat("<adaptcoll native I-form in C for %R>", ((NativeIForm *)obj)->fallback);
+    return PyUnicode_FromFormat("<adaptcoll native path in C for %R>", ((NativeIForm *)obj)->fallback);
 }
 
 static void iform_dealloc(PyObject *obj) {
@@ -867,7 +869,7 @@ static void iform_dealloc(PyObject *obj) {
 static PyTypeObject NativeIFormType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "adaptcoll_fastcalls.NativeIForm",
-    .tp_doc = "A routed I-form's native path in C, as a method of adaptcoll.Intracomm (adaptcoll.forms.collectives).",
+    .tp_doc = "A routed collective's native path in C, as a method of adaptcoll.Intracomm (adaptcoll.forms.collectives).",
     .tp_basicsize = sizeof(NativeIForm),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
     .tp_vectorcall_offset = offsetof(NativeIForm, vectorcall),
@@ -879,12 +881,13 @@ static PyTypeObject NativeIFormType = {
     .tp_dealloc = iform_dealloc,
 };
 
-/* native_iform(kind, gate, native, fallback, settle, in_place) -> NativeIForm; kind 0 Ibcast, 1 Ireduce,
-   2 Iallreduce. */
+/* native_iform(kind, gate, native, fallback, settle, in_place, blocking) -> NativeIForm; kind 0 (I)bcast,
+   1 (I)reduce, 2 (I)allreduce; `blocking`: the blocking form (mpi4py's result returned, no request made). */
 static PyObject *native_iform(PyObject *module, PyObject *args) {
-    int kind;
+    int kind, blocking;
     PyObject *gate, *native, *fallback, *settle, *in_place;
-    if (!PyArg_ParseTuple(args, "iO!OOOO", &kind, &NativeGateType, &gate, &native, &fallback, &settle, &in_place))
+    if (!PyArg_ParseTuple(args, "iO!OOOOp", &kind, &NativeGateType, &gate, &native, &fallback, &settle, &in_place,
+                          &blocking))
         return NULL;
     if (kind < 0 || kind >= IFORM_KINDS) {
         PyErr_SetString(PyExc_ValueError, "native_iform: kind must be 0 (Ibcast), 1 (Ireduce) or 2 (Iallreduce)");
@@ -902,6 +905,7 @@ static PyObject *native_iform(PyObject *module, PyObject *args) {
     if (self == NULL) return NULL;
     self->vectorcall = iform_call;
     self->kind = kind;
+    self->blocking = blocking;
     self->gate = (NativeGate *)Py_NewRef(gate);
     self->native = Py_NewRef(native);
     self->fallback = Py_NewRef(fallback);
@@ -936,7 +940,7 @@ static PyMethodDef methods[] = {
     {"request_facts", request_facts, METH_VARARGS, "request_facts(cls, live, engine_module, python_wait): NativeRequest's facts"},
     {"request_wait_method", request_wait_method, METH_NOARGS, "NativeRequest's Wait in C (a method descriptor)"},
     {"native_iform", native_iform, METH_VARARGS,
-     "native_iform(kind, gate, native, fallback, settle, in_place): a routed I-form's native path in C"},
+     "native_iform(kind, gate, native, fallback, settle, in_place, blocking): a routed call's native path in C"},
     {NULL, NULL, 0, NULL},
 };
 

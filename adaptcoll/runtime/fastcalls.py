@@ -7,7 +7,7 @@ instructions, 950 where the GIL is released. It also does two Python steps of ev
 the decision cache's check of a remembered call's arrays (`UNCHANGED`, for adaptcoll.decision.cache)
 and the concurrent-collective check (adaptcoll.forms.threads), the test and count of every call
 that goes native below the threshold (adaptcoll.forms.collectives), and the routed I-forms' whole native
-path with their request's common Wait (forms.collectives.native_iforms, forms.requests); the forms take
+path with their request's common Wait (forms.collectives.native_forms, forms.requests); the forms take
 theirs through `when_loaded`. It is loaded by the compiled engine and by a communicator's first blocking call (when
 its thresholds become known, adaptcoll.tune.choose), whichever comes first.
 It needs Python's and NumPy's headers and a C compiler (`CC`, else cc / gcc / clang, else the MPI

@@ -1,7 +1,7 @@
-"""The routed I-forms' native path in C (adaptcoll.forms.collectives.native_iforms) and NativeRequest's
-Wait in C: mpi4py's results, the Python forms' counts, requests and errors, every other call handed to
-the Python forms. (With ADAPTCOLL_FASTCALLS=off, tests/test_engines.py reruns the nonblocking tests on
-the Python forms.)"""
+"""The routed collectives' native path in C (adaptcoll.forms.collectives.native_forms: Bcast, Reduce,
+Allreduce and their I-forms) and NativeRequest's Wait in C: mpi4py's results, the Python forms' counts,
+requests and errors, every other call handed to the Python forms. (With ADAPTCOLL_FASTCALLS=off,
+tests/test_engines.py reruns the nonblocking tests on the Python forms.)"""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from adaptcoll.runtime import fastcalls
 from adaptcoll.runtime.engine import NATIVE_LIVE
 
 NAMES = ("Ibcast", "Ireduce", "Iallreduce")
+BLOCKING = ("Bcast", "Reduce", "Allreduce")
 
 
 def _c_forms_or_skip(comm: adaptcoll.Intracomm) -> None:
@@ -27,7 +28,7 @@ def _c_forms_or_skip(comm: adaptcoll.Intracomm) -> None:
     how, why = fastcalls.status()
     if how != "extension":
         pytest.skip(f"the fast-call extension is not loaded here: {why}")
-    for name in NAMES:
+    for name in NAMES + BLOCKING:
         assert type(adaptcoll.Intracomm.__dict__[name]).__name__ == "NativeIForm", name
 
 
@@ -155,3 +156,71 @@ def test_a_c_forms_wait_progresses_adaptcolls_pending_operations(mpi_ranks):
     np.testing.assert_array_equal(big, np.arange(50000.0))
     served_comm.Free()
     comm.Free()
+
+
+@pytest.mark.mpi(ranks=[2], timeout=120)
+def test_the_blocking_c_forms_give_mpi4pys_results_and_counts(mpi_ranks):
+    """Bcast / Reduce / Allreduce below the threshold: mpi4py's results, one count each; `sendbuf is
+    recvbuf`, keywords and a buffer specification go through the Python forms, with the same results."""
+    world = MPI.COMM_WORLD
+    rank, size = world.Get_rank(), world.Get_size()
+    comm = adaptcoll.Intracomm(world.Dup())
+    _c_forms_or_skip(comm)
+    before = {name: _native(name) for name in BLOCKING}
+    calls = 0
+    for dtype in ("f8", "i4", "c16"):
+        for shape in ((7,), (2, 3)):
+            for root in range(size):
+                base = (np.arange(int(np.prod(shape))) + 1).reshape(shape).astype(dtype)
+                buf = base.copy() if rank == root else np.zeros(shape, dtype)
+                assert (comm.Bcast(buf, root) if root else comm.Bcast(buf)) is None
+                np.testing.assert_array_equal(buf, base)
+                send, out, want = base * (rank + 1), np.zeros(shape, dtype), np.zeros(shape, dtype)
+                world.Reduce(send, want, MPI.SUM, root)
+                comm.Reduce(send, out, MPI.SUM, root) if root else comm.Reduce(send, out)
+                if rank == root:
+                    np.testing.assert_array_equal(out, want)
+                world.Allreduce(send, want, MPI.SUM)
+                comm.Allreduce(send, out)
+                np.testing.assert_array_equal(out, want)
+                inplace = send.copy()
+                comm.Allreduce(MPI.IN_PLACE, inplace, MPI.SUM)
+                np.testing.assert_array_equal(inplace, want)
+                same = send.copy()
+                comm.Allreduce(same, same, op=MPI.SUM)  # (the Python form: IN_PLACE, keyword)
+                np.testing.assert_array_equal(same, want)
+                calls += 1
+    spec = np.full(4, 3.0) if rank == 0 else np.zeros(4)
+    comm.Bcast([spec, 4, MPI.DOUBLE], root=0)
+    np.testing.assert_array_equal(spec, np.full(4, 3.0))
+    counted = {name: _native(name) - before[name] for name in BLOCKING}
+    assert counted == {"Bcast": calls + 1, "Reduce": calls, "Allreduce": 3 * calls}, counted
+    with pytest.raises(MPI.Exception) as plain:
+        world.Bcast(np.zeros(2), 7)
+    with pytest.raises(MPI.Exception) as ours:
+        comm.Bcast(np.zeros(2), 7)
+    assert ours.value.Get_error_class() == plain.value.Get_error_class()
+    with pytest.raises(TypeError) as python_form:
+        collectives.allreduce(comm, buf)
+    with pytest.raises(TypeError) as c_form:
+        comm.Allreduce(buf)
+    assert str(c_form.value) == str(python_form.value)
+    comm.Free()
+
+
+def test_a_method_replaced_before_the_extension_loads_stays(monkeypatch):
+    """A program's (or a test's) own wrapper of a collective is not overwritten by the C forms."""
+    from adaptcoll import comm as comm_module
+
+    module = fastcalls.load()[0]
+    if module is None:
+        pytest.skip(f"the fast-call extension is not built here: {fastcalls.status()[1]}")
+
+    def mine(self, *args):
+        return collectives.allreduce(self, *args)
+
+    monkeypatch.setattr(adaptcoll.Intracomm, "Allreduce", mine)
+    monkeypatch.setattr(adaptcoll.Intracomm, "Ibcast", collectives.ibcast)
+    comm_module._use_native_forms(module)
+    assert adaptcoll.Intracomm.__dict__["Allreduce"] is mine
+    assert type(adaptcoll.Intracomm.__dict__["Ibcast"]).__name__ == "NativeIForm"  # (the Python form: replaced)
