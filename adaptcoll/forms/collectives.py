@@ -113,18 +113,20 @@ def native_forms(module: Any) -> dict[str, Any]:
     if gates is None or nb_gates is None:  # (the gates come first: _use_gates is the extension's first listener here)
         return {}
     settle = settle_setup if _IDUP_BREAKS else None
+    # (name, kind: 0 bcast / 1 reduce / 2 allreduce, mpi4py's method, the Python form, blocking)
     forms = (
-        ("Bcast", _MPI_BCAST, bcast, gates, None, False),
-        ("Reduce", _MPI_REDUCE, reduce, gates, None, False),
-        ("Allreduce", _MPI_ALLREDUCE, allreduce, gates, None, False),
-        ("Ibcast", _MPI_IBCAST, ibcast, nb_gates, settle, True),
-        ("Ireduce", _MPI_IREDUCE, ireduce, nb_gates, settle, True),
-        ("Iallreduce", _MPI_IALLREDUCE, iallreduce, nb_gates, settle, True),
+        ("Bcast", 0, _MPI_BCAST, bcast, True),
+        ("Reduce", 1, _MPI_REDUCE, reduce, True),
+        ("Allreduce", 2, _MPI_ALLREDUCE, allreduce, True),
+        ("Ibcast", 0, _MPI_IBCAST, ibcast, False),
+        ("Ireduce", 1, _MPI_IREDUCE, ireduce, False),
+        ("Iallreduce", 2, _MPI_IALLREDUCE, iallreduce, False),
     )
-    return {
-        name: module.native_iform(k % 3, found[k % 3], native, python, settling, _IN_PLACE, not nonblocking)
-        for k, (name, native, python, found, settling, nonblocking) in enumerate(forms)
-    }
+    made = {}
+    for name, kind, native, python, blocking in forms:
+        gate = (gates if blocking else nb_gates)[kind]
+        made[name] = module.native_iform(kind, gate, native, python, None if blocking else settle, _IN_PLACE, blocking)
+    return made
 
 
 def start(name: str, decision: decide.Decision, comm: MPI.Intracomm, blocking: bool = False) -> Optional[Operation]:

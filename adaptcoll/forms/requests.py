@@ -206,7 +206,9 @@ class NativeRequest(Request):
 
     Made by every I-form that goes native, so its making and Wait are a few steps: the routed calls
     pass `keep` by position (a keyword to a class call cost 0.1 us more on CPython 3.11,
-    bench/RESULTS.md "Small nonblocking calls that go native: the request around MPI's")."""
+    bench/RESULTS.md "Small nonblocking calls that go native: the request around MPI's"). Where the
+    fast-call extension is loaded, Ibcast / Ireduce / Iallreduce make it in C and its Wait is a C method
+    for the common case (`_use_c_request` below)."""
 
     __slots__ = ("_req", "_keep", "_done")
 
