@@ -225,3 +225,28 @@ def test_a_method_replaced_before_the_extension_loads_stays(monkeypatch):
     comm_module._use_native_forms(module)
     assert adaptcoll.Intracomm.__dict__["Allreduce"] is mine
     assert type(adaptcoll.Intracomm.__dict__["Ibcast"]).__name__ == "NativeIForm"  # (the Python form: replaced)
+
+
+def test_the_c_forms_leave_no_reference_behind() -> None:
+    """Many calls through every C path (start, both Waits, the fallbacks) keep no reference to the
+    buffers, the request or the status (a leaked reference in C would keep them alive)."""
+    import sys
+
+    comm = adaptcoll.Intracomm(MPI.COMM_SELF)
+    comm.Bcast(np.zeros(1), 0)
+    if fastcalls.status()[0] != "extension":
+        pytest.skip(f"the fast-call extension is not loaded here: {fastcalls.status()[1]}")
+    buf, out, status = np.arange(8.0), np.zeros(8), MPI.Status()
+    before = [sys.getrefcount(x) for x in (buf, out, status)]
+    for _ in range(1000):
+        comm.Ibcast(buf, 0).Wait()
+        comm.Ibcast(buf, 0).Wait(status)
+        comm.Ireduce(MPI.IN_PLACE, out, MPI.SUM, 0).Wait()
+        comm.Iallreduce(buf, out, op=MPI.SUM).Wait()
+        comm.Iallreduce(buf, out).Test()
+        comm.Bcast(buf, 0)
+        comm.Allreduce(buf, out)
+        comm.Reduce(out, out)
+    gc.collect()
+    assert [sys.getrefcount(x) for x in (buf, out, status)] == before
+    assert not NATIVE_LIVE
