@@ -690,32 +690,49 @@ static PyObject *make_native_request(PyObject *req, PyObject *keep) {
 
 /* 1 when the engine surely has nothing of adaptcoll's to progress (no requests, no polls, no compiled
    operation: what Engine.quiet() answers then), 0 when Python should look (quiet() also lets requests
-   of finished operations through), -1 with an error set. */
+   of finished operations through), -1 with an error set. The engine's request and poll lists are kept
+   in place for its life (adaptcoll.runtime.engine.Engine), and so is a CompiledEngine's `ops`: they are
+   read once per engine (and per compiled half), its identity checked each time. */
+static PyObject *idle_engine, *idle_entries, *idle_watches; /* held */
+static PyObject *idle_compiled, *idle_ops;                  /* held */
+
 static int engine_idle(void) {
     PyObject *eng = PyDict_GetItemWithError(engine_globals, str_engine); /* borrowed */
     if (eng == NULL || eng == Py_None) return PyErr_Occurred() ? -1 : 0;
     PyObject *dict = PyObject_GenericGetDict(eng, NULL);
     if (dict == NULL) return -1;
     int idle = 0;
-    PyObject *entries = PyDict_GetItemWithError(dict, str_entries);
-    PyObject *watches = entries != NULL ? PyDict_GetItemWithError(dict, str_watches) : NULL;
-    PyObject *compiled = watches != NULL ? PyDict_GetItemWithError(dict, str_compiled) : NULL;
-    if (compiled != NULL && PyList_CheckExact(entries) && PyList_GET_SIZE(entries) == 0 && PyList_CheckExact(watches) &&
-        PyList_GET_SIZE(watches) == 0) {
-        if (compiled == Py_None) {
-            idle = 1;
-        } else {
-            Py_INCREF(compiled);
-            PyObject *ops = PyObject_GetAttr(compiled, str_ops);
-            Py_DECREF(compiled);
-            if (ops == NULL) {
-                Py_DECREF(dict);
-                return -1;
-            }
-            idle = PyDict_CheckExact(ops) && PyDict_GET_SIZE(ops) == 0;
-            Py_DECREF(ops);
-        }
+    if (eng != idle_engine) {
+        PyObject *entries = PyDict_GetItemWithError(dict, str_entries);
+        PyObject *watches = entries != NULL ? PyDict_GetItemWithError(dict, str_watches) : NULL;
+        if (watches == NULL || !PyList_CheckExact(entries) || !PyList_CheckExact(watches)) goto done;
+        Py_INCREF(eng);
+        Py_INCREF(entries);
+        Py_INCREF(watches);
+        Py_XSETREF(idle_engine, eng);
+        Py_XSETREF(idle_entries, entries);
+        Py_XSETREF(idle_watches, watches);
     }
+    if (PyList_GET_SIZE(idle_entries) != 0 || PyList_GET_SIZE(idle_watches) != 0) goto done;
+    PyObject *compiled = PyDict_GetItemWithError(dict, str_compiled); /* borrowed */
+    if (compiled == NULL) goto done;
+    if (compiled == Py_None) {
+        idle = 1;
+        goto done;
+    }
+    if (compiled != idle_compiled) {
+        Py_INCREF(compiled);
+        PyObject *ops = PyObject_GetAttr(compiled, str_ops);
+        if (ops == NULL || !PyDict_CheckExact(ops)) {
+            Py_XDECREF(ops);
+            Py_DECREF(compiled);
+            goto done;
+        }
+        Py_XSETREF(idle_compiled, compiled);
+        Py_XSETREF(idle_ops, ops);
+    }
+    idle = PyDict_GET_SIZE(idle_ops) == 0;
+done:
     Py_DECREF(dict);
     return PyErr_Occurred() ? -1 : idle;
 }
