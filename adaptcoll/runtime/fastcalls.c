@@ -24,7 +24,7 @@
 #include <Python.h>
 #include <stddef.h>
 #include <limits.h>
-#include <structmember.h> /* PyMemberDef's T_OBJECT_EX and READONLY (the slots request_facts reads) */
+#include <structmember.h> /* PyMemberDef's T_OBJECT(_EX) and READONLY (request_facts' slots, NativeIForm's __wrapped__) */
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include <numpy/ndarraytypes.h> /* the array struct's accessors only (inline; no import_array, no API table) */
 
@@ -613,10 +613,6 @@ static PyObject *engine_globals;  /* adaptcoll.runtime.engine's __dict__ (for `_
 static PyObject *req_wait_python; /* the Python Wait (NativeRequest.Wait before this one replaced it) */
 static PyObject *str_engine, *str_entries, *str_watches, *str_compiled, *str_ops, *str_Wait;
 
-#ifndef T_OBJECT_EX
-#define T_OBJECT_EX 16 /* (structmember.h's value; Py_T_OBJECT_EX from 3.12) */
-#endif
-
 static Py_ssize_t slot_offset(PyTypeObject *type, const char *name) {
     PyObject *d = PyObject_GetAttrString((PyObject *)type, name);
     if (d == NULL) return -1;
@@ -848,25 +844,19 @@ static PyObject *iform_get(PyObject *obj, PyObject *instance, PyObject *owner) {
     return PyMethod_New(obj, instance);
 }
 
-static PyObject *iform_getattr(PyObject *obj, PyObject *name) {
-    /* __doc__, __name__, __qualname__, __module__, __wrapped__, __signature__...: the Python form's
-       where this type has none (help() and inspect.signature read those) */
-    PyObject *found = PyObject_GenericGetAttr(obj, name);
-    if (found != NULL || !PyErr_ExceptionMatches(PyExc_AttributeError)) return found;
-    if (PyUnicode_Check(name) && PyUnicode_CompareWithASCIIString(name, "__wrapped__") == 0) {
-        PyErr_Clear();
-        return Py_NewRef(((NativeIForm *)obj)->fallback);
-    }
-    return found;
-}
-
 static PyObject *iform_doc(PyObject *obj, void *unused) { return PyObject_GetAttrString(((NativeIForm *)obj)->fallback, "__doc__"); }
 static PyObject *iform_name(PyObject *obj, void *unused) { return PyObject_GetAttrString(((NativeIForm *)obj)->fallback, "__name__"); }
 
+/* __doc__, __name__ and __wrapped__ are the Python form's (help() and inspect.signature read them) */
 static PyGetSetDef iform_getset[] = {
     {"__doc__", iform_doc, NULL, "the Python form's docstring", NULL},
     {"__name__", iform_name, NULL, "the Python form's name", NULL},
     {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef iform_members[] = {
+    {"__wrapped__", T_OBJECT, offsetof(NativeIForm, fallback), READONLY, "the Python form"},
+    {NULL, 0, 0, 0, NULL},
 };
 
 static PyObject *iform_repr(PyObject *obj) {
@@ -892,8 +882,8 @@ static PyTypeObject NativeIFormType = {
     .tp_vectorcall_offset = offsetof(NativeIForm, vectorcall),
     .tp_call = PyVectorcall_Call,
     .tp_descr_get = iform_get,
-    .tp_getattro = iform_getattr,
     .tp_getset = iform_getset,
+    .tp_members = iform_members,
     .tp_repr = iform_repr,
     .tp_dealloc = iform_dealloc,
 };
