@@ -831,6 +831,7 @@ def test_call_instructions_runs_every_form_and_counts_calls():
     the calls it makes are the ones its docstring names (stats() of a native, a served and an I-form)."""
     script = BENCH / "studies" / "call_instructions.py"
     expect = {"wrap-bcast": ("Bcast", "native"), "bcast": ("Bcast", "adaptcoll"), "ibcast": ("Ibcast", "adaptcoll")}
+    expect |= {"wrap-bcast-typed": ("Bcast", "native"), "wrap-bcast-displ": ("Bcast", "native")}
     ci = _load("call_instructions", BENCH / "studies")
     for form in ci.FORMS:
         command = [sys.executable, str(script), "--run", form, "--calls", "20", "--stats"]

@@ -393,12 +393,13 @@ static Py_ssize_t gate_nbytes(NativeGate *self, PyArrayObject *a) {
 }
 
 /* The message size of a buffer specification in the forms a program writes in a loop, as
-   adaptcoll.forms.spec_size.host_nbytes computes it: `[buf, count, datatype]` and `[buf, count, displ,
-   datatype]` (list or tuple, `count` an int >= 0, `datatype` one of mpi4py's predefined datatype objects,
-   `buf` of one of the exact host types) and a bare bytearray or bytes; -1 for every other form (Python
-   sizes it). What those are, and the fallback, come from Python once (`spec_facts`). mpi4py checks the
-   specification itself when the call goes native, as the Python path lets it. In Python the sizing of
-   `[mmap, n, MPI.BYTE]` costs about 2,000 instructions; here about 100. */
+   adaptcoll.forms.spec_size.host_nbytes computes it: `[buf, count, datatype]`, `[buf, (count, displ),
+   datatype]` and `[buf, count, displ, datatype]` (list or tuple, `count` an int >= 0, `datatype` one of
+   mpi4py's predefined datatype objects, `buf` of one of the exact host types), `[buf, datatype]` and
+   `[buf, count]` (the buffer's own size, or `count` of its items), and a bare bytearray or bytes; -1 for
+   every other form (Python sizes it). What those are, and the fallback, come from Python once
+   (`spec_facts`). mpi4py checks the specification itself when the call goes native, as the Python path
+   lets it. In Python the sizing of `[mmap, n, MPI.BYTE]` costs about 2,000 instructions; here about 100. */
 static PyObject *spec_host_types; /* tuple of the exact host buffer types (spec_size.HOST_TYPES) */
 static PyObject *spec_sizes;      /* {id(predefined datatype): its size} (spec_size.PREDEFINED_SIZES) */
 static PyObject *spec_fallback;   /* spec_size.host_nbytes: every form this file does not size */
@@ -423,41 +424,105 @@ static Py_ssize_t spec_datatype_size(PyObject *datatype) {
     return size;
 }
 
+static PyObject *spec_last_descr; /* the dtype of an array in a specification whose itemsize was read last (held) */
+static Py_ssize_t spec_last_itemsize;
+
+/* Bytes of an exact host buffer (`buf.nbytes`, or its length for bytearray, bytes and mmap) and, in
+   *itemsize, the bytes of one of its items (1 where Python's sizing counts bytes); -1 with no error set
+   where it cannot say (a closed mmap, a released memoryview, an odd dtype: Python sizes it, and raises
+   what it raises). */
+static Py_ssize_t spec_buffer_nbytes(PyObject *buf, PyTypeObject *kind, Py_ssize_t *itemsize) {
+    *itemsize = 1;
+    if (kind == &PyByteArray_Type) return PyByteArray_GET_SIZE(buf);
+    if (kind == &PyBytes_Type) return PyBytes_GET_SIZE(buf);
+    if (kind == ndarray_type) {
+        PyArrayObject *a = (PyArrayObject *)buf;
+        PyObject *descr = (PyObject *)PyArray_DESCR(a);
+        if (descr != spec_last_descr) {
+            PyObject *size = PyObject_GetAttr(descr, str_itemsize);
+            Py_ssize_t n = size != NULL ? PyLong_AsSsize_t(size) : -1;
+            Py_XDECREF(size);
+            if (n < 0) {
+                PyErr_Clear();
+                return -1;
+            }
+            Py_INCREF(descr);
+            Py_XSETREF(spec_last_descr, descr);
+            spec_last_itemsize = n;
+        }
+        Py_ssize_t n = *itemsize = spec_last_itemsize;
+        npy_intp *dims = PyArray_DIMS(a);
+        for (int k = 0, nd = PyArray_NDIM(a); k < nd; k++) n *= (Py_ssize_t)dims[k];
+        return n;
+    }
+    /* memoryview, mmap, array.array: their buffer (any layout), released at once */
+    Py_buffer view;
+    if (PyObject_GetBuffer(buf, &view, PyBUF_STRIDES) < 0) {
+        PyErr_Clear();
+        return -1;
+    }
+    Py_ssize_t n = view.len;
+    *itemsize = view.itemsize; /* (an mmap's is 1) */
+    PyBuffer_Release(&view);
+    return n;
+}
+
+static int spec_is_host(PyTypeObject *buf_kind) {
+    for (Py_ssize_t k = 0, m = PyTuple_GET_SIZE(spec_host_types); k < m; k++)
+        if ((PyObject *)buf_kind == PyTuple_GET_ITEM(spec_host_types, k)) return 1;
+    return 0;
+}
+
+/* An exact int >= 0 as a Py_ssize_t; -1 for anything else (bools, negatives, beyond range). */
+static Py_ssize_t spec_count(PyObject *count) {
+    if (!PyLong_CheckExact(count)) return -1;
+    int overflow = 0;
+    long long n = PyLong_AsLongLongAndOverflow(count, &overflow);
+    if (overflow || n < 0 || n > PY_SSIZE_T_MAX) return -1;
+    return (Py_ssize_t)n;
+}
+
 static Py_ssize_t spec_nbytes(PyObject *spec) {
     if (spec_sizes == NULL) return -1;
     PyTypeObject *kind = Py_TYPE(spec);
     if (kind == &PyByteArray_Type) return PyByteArray_GET_SIZE(spec);
     if (kind == &PyBytes_Type) return PyBytes_GET_SIZE(spec);
-    PyObject *buf, *count, *datatype;
-    Py_ssize_t items;
+    PyObject **items;
+    Py_ssize_t nitems;
     if (kind == &PyList_Type) {
-        items = PyList_GET_SIZE(spec);
-        if (items != 3 && items != 4) return -1;
-        buf = PyList_GET_ITEM(spec, 0);
-        count = PyList_GET_ITEM(spec, 1);
-        datatype = PyList_GET_ITEM(spec, items - 1);
+        nitems = PyList_GET_SIZE(spec);
+        items = ((PyListObject *)spec)->ob_item;
     } else if (kind == &PyTuple_Type) {
-        items = PyTuple_GET_SIZE(spec);
-        if (items != 3 && items != 4) return -1;
-        buf = PyTuple_GET_ITEM(spec, 0);
-        count = PyTuple_GET_ITEM(spec, 1);
-        datatype = PyTuple_GET_ITEM(spec, items - 1);
+        nitems = PyTuple_GET_SIZE(spec);
+        items = ((PyTupleObject *)spec)->ob_item;
     } else {
         return -1;
     }
-    if (!PyLong_CheckExact(count)) return -1; /* ((count, displ) pairs, bools, ...: Python's) */
-    int overflow = 0;
-    long long n = PyLong_AsLongLongAndOverflow(count, &overflow);
-    if (overflow || n < 0) return -1;
-    Py_ssize_t size = spec_datatype_size(datatype);
-    if (size < 0) return -1;
+    if (nitems < 2 || nitems > 4) return -1;
+    PyObject *buf = items[0], *count = items[1];
     PyTypeObject *buf_kind = Py_TYPE(buf);
-    int host = 0;
-    for (Py_ssize_t k = 0, m = PyTuple_GET_SIZE(spec_host_types); k < m && !host; k++)
-        host = (PyObject *)buf_kind == PyTuple_GET_ITEM(spec_host_types, k);
-    if (!host) return -1;
+    if (nitems == 2) { /* [buf, datatype]: the buffer's bytes; [buf, count]: count of its items */
+        if (!spec_is_host(buf_kind)) return -1;
+        Py_ssize_t itemsize, n;
+        if (PyLong_CheckExact(count)) {
+            n = spec_count(count);
+            if (n < 0 || spec_buffer_nbytes(buf, buf_kind, &itemsize) < 0) return -1;
+            if (itemsize > 0 && n > PY_SSIZE_T_MAX / itemsize) return -1;
+            return n * itemsize;
+        }
+        if (spec_datatype_size(count) <= 0) return -1; /* (0 or not predefined: Python's) */
+        return spec_buffer_nbytes(buf, buf_kind, &itemsize);
+    }
+    if (nitems == 3 && (PyTuple_CheckExact(count) || PyList_CheckExact(count))) { /* (count, displ) */
+        if (PySequence_Fast_GET_SIZE(count) != 2) return -1;
+        count = PySequence_Fast_GET_ITEM(count, 0);
+    }
+    Py_ssize_t n = spec_count(count);
+    if (n < 0) return -1;
+    Py_ssize_t size = spec_datatype_size(items[nitems - 1]);
+    if (size < 0 || !spec_is_host(buf_kind)) return -1;
     if (size > 0 && n > PY_SSIZE_T_MAX / size) return -1;
-    return (Py_ssize_t)n * size;
+    return n * size;
 }
 
 /* spec_facts(host_types, sizes, fallback): what spec_nbytes needs from adaptcoll.forms.spec_size. */
@@ -481,6 +546,7 @@ static PyObject *spec_facts(PyObject *module, PyObject *args) {
     Py_XSETREF(spec_sizes, sizes);
     Py_XSETREF(spec_fallback, fallback);
     Py_CLEAR(spec_last_type);
+    Py_CLEAR(spec_last_descr);
     Py_RETURN_NONE;
 }
 

@@ -12,6 +12,8 @@ Forms (one process, so no message moves: what is counted is the CPU path around 
   threshold) on `adaptcoll.Intracomm(COMM_SELF)`; `mpi4py-bcast`, ... the same call of plain mpi4py.
 - `wrap-bcast-spec`, `wrap-allreduce-spec`: the same with the buffers as `[mmap, 4096, MPI.BYTE]` (the
   form of mpi4py's demo/osu_bcast.py; Allreduce on `[mmap, 512, MPI.DOUBLE]`); `mpi4py-...-spec` plain.
+- `wrap-bcast-typed`, `wrap-bcast-displ`: the 4 KiB Bcast on `[bytearray, MPI.BYTE]` and on
+  `[mmap, (4096, 0), MPI.BYTE]` (the forms sized in C since 2026-12-03); `mpi4py-...` plain.
 - `wrap-ibcast`, `wrap-iallreduce`: the 4 KiB I-form + Wait adaptcoll hands to MPI; `mpi4py-...` plain.
 - `bcast`, `allreduce`, `ibcast`, `iallreduce`, `persistent-bcast`: an 8-byte call served by adaptcoll
   (`native_below=0`) on a 1-rank duplicate of COMM_WORLD (blocking; I-form + Wait; Start + Wait);
@@ -47,6 +49,10 @@ FORMS = (
     "mpi4py-bcast-spec",
     "wrap-allreduce-spec",
     "mpi4py-allreduce-spec",
+    "wrap-bcast-typed",
+    "mpi4py-bcast-typed",
+    "wrap-bcast-displ",
+    "mpi4py-bcast-displ",
     "wrap-ibcast",
     "mpi4py-ibcast",
     "wrap-iallreduce",
@@ -71,6 +77,7 @@ def _loop(form: str, calls: int, stats: bool = False) -> None:
     one, one_out = np.ones(1), np.zeros(1)
     mapped, mapped_out = mmap.mmap(-1, 4096), mmap.mmap(-1, 4096)
     spec, spec_in, spec_out = [mapped, 4096, MPI.BYTE], [mapped, 512, MPI.DOUBLE], [mapped_out, 512, MPI.DOUBLE]
+    typed, displ = [bytearray(4096), MPI.BYTE], [mapped, (4096, 0), MPI.BYTE]
     plain_self = MPI.COMM_SELF
     ours_self = adaptcoll.Intracomm(MPI.COMM_SELF)
     for _ in range(3):  # the first calls learn the thresholds
@@ -100,6 +107,10 @@ def _loop(form: str, calls: int, stats: bool = False) -> None:
             "mpi4py-bcast-spec": lambda: plain_self.Bcast(spec, 0),
             "wrap-allreduce-spec": lambda: ours_self.Allreduce(spec_in, spec_out, MPI.SUM),
             "mpi4py-allreduce-spec": lambda: plain_self.Allreduce(spec_in, spec_out, MPI.SUM),
+            "wrap-bcast-typed": lambda: ours_self.Bcast(typed, 0),
+            "mpi4py-bcast-typed": lambda: plain_self.Bcast(typed, 0),
+            "wrap-bcast-displ": lambda: ours_self.Bcast(displ, 0),
+            "mpi4py-bcast-displ": lambda: plain_self.Bcast(displ, 0),
             "wrap-ibcast": lambda: ours_self.Ibcast(small, 0).Wait(),
             "mpi4py-ibcast": lambda: plain_self.Ibcast(small, 0).Wait(),
             "wrap-iallreduce": lambda: ours_self.Iallreduce(small, out, MPI.SUM).Wait(),
