@@ -4,6 +4,7 @@ the ctypes function itself is used. Its use on the MPI paths: tests/test_engines
 
 from __future__ import annotations
 
+import array
 import ctypes
 import mmap
 import subprocess
@@ -325,6 +326,53 @@ def test_native_gate_is_the_fast_paths_test_and_counter(module) -> None:
     assert gate[0] == 0
 
 
+class _DLPack:
+    """A host DLPack producer (DLPack 1.x, as NumPy 2 and PyTorch answer `max_version`)."""
+
+    def __init__(self, a: np.ndarray, device: object = None) -> None:
+        self.a, self.device = a, device
+
+    def __dlpack__(self, **kwargs: object) -> object:
+        return self.a.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self) -> object:
+        return self.a.__dlpack_device__() if self.device is None else self.device
+
+
+class _LegacyDLPack(_DLPack):
+    """A DLPack 0.x producer: `__dlpack__` takes no arguments (TypeError for max_version)."""
+
+    def __dlpack__(self) -> object:  # type: ignore[override]
+        return self.a.__dlpack__()
+
+
+class _OddDLPack(_DLPack):
+    """A producer whose `__dlpack__` fails, or hands back something that is not a capsule."""
+
+    def __dlpack__(self, **kwargs: object) -> object:
+        if self.a.size == 0:
+            raise RuntimeError("no tensor")
+        return self.a
+
+
+class _DLPackAndCAI(_DLPack):
+    """Both protocols: the CUDA array interface decides (spec_size's order)."""
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        return {"shape": (1,), "typestr": "<f8", "data": (0, False), "version": 3}
+
+
+def _dlpack_producers() -> list:
+    grid = np.zeros((3, 5), np.int16)
+    made = [_DLPack(np.zeros(8)), _DLPack(grid), _DLPack(grid.T), _DLPack(np.zeros(())), _DLPack(np.zeros((0, 4)))]
+    made += [_DLPack(np.zeros(4, np.complex64)), _DLPack(np.zeros(3, bool)), _LegacyDLPack(np.zeros(6))]
+    made += [_LegacyDLPack(grid[:, ::2]), _DLPack(np.zeros(4), (2, 0)), _DLPack(np.zeros(4), (1,))]
+    made += [_DLPack(np.zeros(4), [1, 0]), _DLPack(np.zeros(4), ()), _DLPack(np.zeros(4), "cpu")]
+    made += [_OddDLPack(np.zeros(0)), _OddDLPack(np.zeros(3)), _DLPackAndCAI(np.zeros(4))]
+    return made
+
+
 def _specifications() -> list:
     """Buffer specifications of every form spec_size.host_nbytes knows, and some it refuses."""
     import array
@@ -339,7 +387,9 @@ def _specifications() -> list:
     datatypes = [MPI.BYTE, MPI.INT, MPI.DOUBLE, MPI.C_DOUBLE_COMPLEX, MPI.LONG_DOUBLE, derived, MPI.DATATYPE_NULL]
     datatypes += ["d", None]
     specs: list = [*bufs, None, MPI.BOTTOM, [], (), [mapped], object()]
-    for buf in [*bufs, None, MPI.BOTTOM, object()]:
+    producers = [_DLPack(np.zeros(8)), _LegacyDLPack(np.zeros(2)), _DLPack(np.zeros(8), (2, 0))]
+    producers += [_DLPackAndCAI(np.zeros(1))]
+    for buf in [*bufs, None, MPI.BOTTOM, object(), *producers]:
         for count in counts:
             for datatype in datatypes:
                 specs += [[buf, count, datatype], (buf, count, datatype), [buf, count, 0, datatype]]
@@ -353,6 +403,7 @@ def _specifications() -> list:
     two_item_bufs = [*bufs, grid, grid[:, ::2], grid.T, np.float64(1.0), np.zeros(()), np.zeros((0, 3))]
     two_item_bufs += [memoryview(grid)[::2], memoryview(b"abc"), array.array("h"), np.zeros(3, np.float16)]
     two_item_bufs += [np.zeros(2, "U3"), closed, released, None, MPI.BOTTOM, object()]
+    specs += [*two_item_bufs[:-3], *_dlpack_producers()]
     for buf in two_item_bufs:
         seconds = [MPI.DOUBLE, MPI.BYTE, MPI.INT, derived, MPI.DATATYPE_NULL, "d", None]
         for second in [*seconds, 0, 3, -1, True, 2**70, 2**62]:
@@ -387,28 +438,61 @@ def test_host_nbytes_in_c_is_spec_sizes_answer(module) -> None:
     module.spec_facts(spec_size.HOST_TYPES, spec_size.PREDEFINED_SIZES, spec_size.host_nbytes)
 
 
+def test_a_dlpack_capsule_sized_in_c_is_released_unconsumed(module) -> None:
+    """The C sizing of a host DLPack producer lets go of each capsule it asks for (the producer's deleter
+    runs: the array's reference count comes back), on the 1.x and the 0.x protocol, and leaves no error."""
+    from adaptcoll.forms import spec_size
+
+    module.spec_facts(spec_size.HOST_TYPES, spec_size.PREDEFINED_SIZES, spec_size.host_nbytes)
+    a = np.zeros(16)
+    producers = [_DLPack(a), _LegacyDLPack(a)]
+    before = sys.getrefcount(a)
+    for _ in range(1000):
+        for producer in producers:
+            assert module.host_nbytes(producer) == 128
+    assert sys.getrefcount(a) == before
+
+
 def test_native_gate_takes_the_specifications_c_sizes(module) -> None:
     """The native gate on a buffer specification: True (and counted) exactly when the form is one the C
     sizing knows (`[buf, count, datatype]`, `[buf, (count, displ), datatype]`, `[buf, count, displ,
     datatype]` with an int count >= 0, a predefined datatype and an exact host buffer type; `[buf,
-    datatype]` and `[buf, count]` on such a buffer, open and not released; a bare bytearray or bytes) and
-    spec_size.host_nbytes sizes it below the threshold; every other form is left to the Python path."""
+    datatype]` and `[buf, count]` on such a buffer, open and not released; a bare buffer of such a type; a
+    bare host DLPack producer without the CUDA array interface) and spec_size.host_nbytes sizes it below the
+    threshold; every other form is left to the Python path."""
     from adaptcoll.forms import spec_size
 
     class Comm:
         pass
 
+    def usable(buf) -> bool:
+        try:
+            len(buf)
+        except ValueError:  # a closed mmap, a released memoryview
+            return False
+        except TypeError:  # (a 0-d memoryview has no length)
+            pass
+        return True
+
+    def host_producer(buf) -> bool:  # without the CAI, and on device (1, ...)
+        if not isinstance(buf, _DLPack) or isinstance(buf, _DLPackAndCAI):
+            return False
+        return buf.device is None or (type(buf.device) is tuple and buf.device[:1] == (1,))
+
     def sized_in_c(spec) -> bool:
         if type(spec) in (bytearray, bytes, np.ndarray):  # (an exact ndarray: the gate's own first test)
             return True
-        if type(spec) not in (list, tuple) or len(spec) not in (2, 3, 4) or type(spec[0]) not in spec_size.HOST_TYPES:
+        if type(spec) in (memoryview, mmap.mmap, array.array):
+            return usable(spec)
+        if isinstance(spec, _DLPack):  # a host producer that hands over a capsule
+            return type(spec) in (_DLPack, _LegacyDLPack) and host_producer(spec)
+        if type(spec) not in (list, tuple) or len(spec) not in (2, 3, 4):
+            return False
+        if type(spec[0]) not in spec_size.HOST_TYPES and not (len(spec) > 2 and host_producer(spec[0])):
             return False
         buf, count = spec[0], spec[1]
-        if isinstance(buf, (mmap.mmap, memoryview)):
-            try:
-                len(buf)
-            except ValueError:  # closed, released
-                return False
+        if isinstance(buf, (mmap.mmap, memoryview)) and not usable(buf):
+            return False
         if len(spec) == 2 and type(count) is not int:
             return spec_size.PREDEFINED_SIZES.get(id(count), 0) > 0
         if len(spec) == 3 and type(count) in (list, tuple) and len(count) == 2:

@@ -23,6 +23,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <limits.h>
 #include <structmember.h> /* PyMemberDef's T_OBJECT(_EX) and READONLY (request_facts' slots, NativeIForm's __wrapped__) */
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
@@ -396,8 +397,8 @@ static Py_ssize_t gate_nbytes(NativeGate *self, PyArrayObject *a) {
    adaptcoll.forms.spec_size.host_nbytes computes it: `[buf, count, datatype]`, `[buf, (count, displ),
    datatype]` and `[buf, count, displ, datatype]` (list or tuple, `count` an int >= 0, `datatype` one of
    mpi4py's predefined datatype objects, `buf` of one of the exact host types), `[buf, datatype]` and
-   `[buf, count]` (the buffer's own size, or `count` of its items), and a bare bytearray or bytes; -1 for
-   every other form (Python sizes it). What those are, and the fallback, come from Python once
+   `[buf, count]` (the buffer's own size, or `count` of its items), a bare buffer of an exact host type,
+   and a bare host DLPack producer (spec_dlpack_nbytes, above); -1 for every other form (Python sizes it). What those are, and the fallback, come from Python once
    (`spec_facts`). mpi4py checks the specification itself when the call goes native, as the Python path
    lets it. In Python the sizing of `[mmap, n, MPI.BYTE]` costs about 2,000 instructions; here about 100. */
 static PyObject *spec_host_types; /* tuple of the exact host buffer types (spec_size.HOST_TYPES) */
@@ -482,6 +483,103 @@ static Py_ssize_t spec_count(PyObject *count) {
     return (Py_ssize_t)n;
 }
 
+/* The DLPack structs as the standard fixes them (dlpack.h, ABI-stable since 0.x; the versioned form since 1.0). */
+typedef struct {
+    void *data;
+    int32_t device_type, device_id;
+    int32_t ndim;
+    uint8_t code, bits;
+    uint16_t lanes;
+    int64_t *shape, *strides;
+    uint64_t byte_offset;
+} DLTensorView;
+typedef struct {
+    DLTensorView dl_tensor;
+    void *manager_ctx;
+    void (*deleter)(void *);
+} DLManagedView;
+typedef struct {
+    uint32_t major, minor;
+    void *manager_ctx;
+    void (*deleter)(void *);
+    uint64_t flags;
+    DLTensorView dl_tensor;
+} DLManagedVersionedView;
+
+static PyObject *str_dlpack, *str_dlpack_device, *str_cai, *dlpack_kwnames, *dlpack_max_version;
+
+/* Is attribute `name` of `obj` there: 1 with *value a new reference, 0 without (no error), -1 on an error. */
+static int spec_lookup(PyObject *obj, PyObject *name, PyObject **value) {
+#if PY_VERSION_HEX >= 0x030D0000
+    return PyObject_GetOptionalAttr(obj, name, value);
+#else
+    return _PyObject_LookupAttr(obj, name, value);
+#endif
+}
+
+/* Is `obj` a host DLPack producer: no `__cuda_array_interface__`, and `__dlpack_device__()` a tuple whose
+   first item is 1 (kDLCPU), where adaptcoll.device.memory_kind says host memory too; 0 for anything
+   else, and for any error (cleared: Python asks again). */
+static int spec_dlpack_host(PyObject *obj) {
+    PyObject *cai = NULL, *method = NULL;
+    int found = spec_lookup(obj, str_cai, &cai);
+    Py_XDECREF(cai);
+    if (found != 0) goto fail; /* (a CAI object, or an error: Python's) */
+    found = spec_lookup(obj, str_dlpack_device, &method);
+    if (found <= 0) goto fail;
+    PyObject *device = PyObject_CallNoArgs(method);
+    Py_DECREF(method);
+    if (device == NULL) goto fail;
+    long kind = -1;
+    if (PyTuple_CheckExact(device) && PyTuple_GET_SIZE(device) >= 1 && PyLong_Check(PyTuple_GET_ITEM(device, 0)))
+        kind = PyLong_AsLong(PyTuple_GET_ITEM(device, 0));
+    Py_DECREF(device);
+    if (kind == 1) return 1; /* kDLCPU only */
+fail:
+    PyErr_Clear();
+    return 0;
+}
+
+/* Bytes of a bare host DLPack producer (spec_dlpack_host),
+   its tensor read in place and the capsule released unconsumed, as spec_size's `_dlpack_nbytes` asks it
+   (`__dlpack__(max_version=(1, 0), copy=False)`, a 0.x producer without arguments); -1 with no error
+   set for anything else or anything that fails (Python sizes it, and raises what it raises). In Python
+   the capsule is read through ctypes: about 3 us a call. */
+static Py_ssize_t spec_dlpack_nbytes(PyObject *obj) {
+    if (!spec_dlpack_host(obj)) return -1;
+    PyObject *args[3] = {obj, dlpack_max_version, Py_False};
+    PyObject *capsule = PyObject_VectorcallMethod(str_dlpack, args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, dlpack_kwnames);
+    if (capsule == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_TypeError)) goto fail;
+        PyErr_Clear(); /* a DLPack 0.x producer */
+        capsule = PyObject_CallMethodNoArgs(obj, str_dlpack);
+        if (capsule == NULL) goto fail;
+    }
+    DLTensorView *tensor = NULL;
+    if (PyCapsule_IsValid(capsule, "dltensor_versioned")) {
+        DLManagedVersionedView *managed = PyCapsule_GetPointer(capsule, "dltensor_versioned");
+        if (managed != NULL && managed->major >= 1) tensor = &managed->dl_tensor;
+    } else if (PyCapsule_IsValid(capsule, "dltensor")) {
+        DLManagedView *managed = PyCapsule_GetPointer(capsule, "dltensor");
+        if (managed != NULL) tensor = &managed->dl_tensor;
+    }
+    Py_ssize_t n = -1;
+    if (tensor != NULL && tensor->ndim >= 0 && (tensor->ndim == 0 || tensor->shape != NULL)) {
+        n = ((Py_ssize_t)tensor->bits * tensor->lanes + 7) / 8;
+        for (int32_t k = 0; k < tensor->ndim && n >= 0; k++) {
+            int64_t extent = tensor->shape[k];
+            if (extent < 0 || (extent > 0 && n > PY_SSIZE_T_MAX / extent)) n = -1;
+            else n *= (Py_ssize_t)extent;
+        }
+    }
+    Py_DECREF(capsule); /* (unconsumed: its destructor calls the producer's deleter) */
+    if (PyErr_Occurred()) PyErr_Clear();
+    return n;
+fail:
+    PyErr_Clear();
+    return -1;
+}
+
 static Py_ssize_t spec_nbytes(PyObject *spec) {
     if (spec_sizes == NULL) return -1;
     PyTypeObject *kind = Py_TYPE(spec);
@@ -496,7 +594,9 @@ static Py_ssize_t spec_nbytes(PyObject *spec) {
         nitems = PyTuple_GET_SIZE(spec);
         items = ((PyTupleObject *)spec)->ob_item;
     } else {
-        return -1;
+        Py_ssize_t itemsize;
+        if (spec_is_host(kind)) return spec_buffer_nbytes(spec, kind, &itemsize); /* memoryview, mmap, array */
+        return spec_dlpack_nbytes(spec);
     }
     if (nitems < 2 || nitems > 4) return -1;
     PyObject *buf = items[0], *count = items[1];
@@ -520,7 +620,7 @@ static Py_ssize_t spec_nbytes(PyObject *spec) {
     Py_ssize_t n = spec_count(count);
     if (n < 0) return -1;
     Py_ssize_t size = spec_datatype_size(items[nitems - 1]);
-    if (size < 0 || !spec_is_host(buf_kind)) return -1;
+    if (size < 0 || (!spec_is_host(buf_kind) && !spec_dlpack_host(buf))) return -1;
     if (size > 0 && n > PY_SSIZE_T_MAX / size) return -1;
     return n * size;
 }
@@ -1028,6 +1128,11 @@ PyMODINIT_FUNC PyInit_adaptcoll_fastcalls(void) {
         return NULL;
     str_handle = PyUnicode_InternFromString("handle");
     str_itemsize = PyUnicode_InternFromString("itemsize");
+    str_dlpack = PyUnicode_InternFromString("__dlpack__");
+    str_dlpack_device = PyUnicode_InternFromString("__dlpack_device__");
+    str_cai = PyUnicode_InternFromString("__cuda_array_interface__");
+    dlpack_kwnames = Py_BuildValue("(ss)", "max_version", "copy");
+    dlpack_max_version = Py_BuildValue("(ii)", 1, 0);
     str_engine = PyUnicode_InternFromString("_engine");
     str_entries = PyUnicode_InternFromString("_entries");
     str_watches = PyUnicode_InternFromString("_watches");
@@ -1035,7 +1140,8 @@ PyMODINIT_FUNC PyInit_adaptcoll_fastcalls(void) {
     str_ops = PyUnicode_InternFromString("ops");
     str_Wait = PyUnicode_InternFromString("Wait");
     if (str_handle == NULL || str_itemsize == NULL || str_engine == NULL || str_entries == NULL || str_watches == NULL ||
-        str_compiled == NULL || str_ops == NULL || str_Wait == NULL)
+        str_compiled == NULL || str_ops == NULL || str_Wait == NULL || str_dlpack == NULL || str_dlpack_device == NULL ||
+        str_cai == NULL || dlpack_kwnames == NULL || dlpack_max_version == NULL)
         return NULL;
     PyObject *numpy = PyImport_ImportModule("numpy");
     if (numpy == NULL) return NULL;
