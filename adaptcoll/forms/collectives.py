@@ -227,10 +227,7 @@ def bcast(comm: MPI.Intracomm, buf: Any, root: Any = 0, name: str = "Bcast") -> 
                 return None
             nbytes = -1
         else:
-            gates = _GATES[0]
-            if gates is not None and name is _BCAST and gates[0](comm, buf):  # a specification sized in C
-                return _MPI_BCAST(comm, buf, root)
-            nbytes = _host_nbytes(buf)
+            nbytes = _host_nbytes(buf)  # (sized once: in C where the extension is loaded)
         if 0 <= nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["bcast"]:
             _BELOW[name] += 1
             return _MPI_BCAST(comm, buf, root)
@@ -258,7 +255,7 @@ def ibcast(comm: MPI.Intracomm, buf: Any, root: Any = 0) -> Request:
         nbytes = -1
     else:
         gates = _NB_GATES[0]
-        if gates is not None and gates[0](comm, buf):  # (the test below and its count, in C)
+        if gates is not None and kind is _NDARRAY and gates[0](comm, buf):  # (the test below and its count, in C)
             if _IDUP_BREAKS:
                 settle_setup(comm)
             return NativeRequest(_MPI_IBCAST(comm, buf, root), buf)
@@ -303,12 +300,7 @@ def reduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM, root
                 return None
             nbytes = -1
         else:
-            gates = _GATES[0]
-            if gates is not None and gates[1](comm, data):  # a specification sized in C, below: counted
-                if sendbuf is recvbuf:
-                    sendbuf = decide.in_place_send_at_root(comm, sendbuf, recvbuf, root)
-                return _MPI_REDUCE(comm, sendbuf, recvbuf, op, root)
-            nbytes = _host_nbytes(data)
+            nbytes = _host_nbytes(data)  # (sized once: in C where the extension is loaded)
         if 0 <= nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["reduce"]:
             _BELOW["Reduce"] += 1
             if sendbuf is recvbuf:
@@ -340,7 +332,7 @@ def ireduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM, roo
         nbytes = -1
     else:
         gates = _NB_GATES[0]
-        if gates is not None and gates[1](comm, data):  # (the test below and its count, in C)
+        if gates is not None and kind is _NDARRAY and gates[1](comm, data):  # (the test below and its count, in C)
             if _IDUP_BREAKS:
                 settle_setup(comm)
             native_send = decide.in_place_send_at_root(comm, sendbuf, recvbuf, root) if sendbuf is recvbuf else sendbuf
@@ -388,10 +380,7 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM) -
                 return None
             nbytes = -1
         else:
-            gates = _GATES[0]
-            if gates is not None and gates[2](comm, data):  # a specification sized in C, below: counted
-                return _MPI_ALLREDUCE(comm, _IN_PLACE if sendbuf is recvbuf else sendbuf, recvbuf, op)
-            nbytes = _host_nbytes(data)
+            nbytes = _host_nbytes(data)  # (sized once: in C where the extension is loaded)
         if 0 <= nbytes < _getattr(comm, _BELOW_ATTR, UNKNOWN)["allreduce"]:
             _BELOW["Allreduce"] += 1
             return _MPI_ALLREDUCE(comm, _IN_PLACE if sendbuf is recvbuf else sendbuf, recvbuf, op)
@@ -420,7 +409,7 @@ def iallreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any = _SUM) 
         nbytes = -1
     else:
         gates = _NB_GATES[0]
-        if gates is not None and gates[2](comm, data):  # (the test below and its count, in C)
+        if gates is not None and kind is _NDARRAY and gates[2](comm, data):  # (the test below and its count, in C)
             if _IDUP_BREAKS:
                 settle_setup(comm)
             native_send = _IN_PLACE if sendbuf is recvbuf else sendbuf
