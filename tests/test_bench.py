@@ -832,6 +832,7 @@ def test_call_instructions_runs_every_form_and_counts_calls():
     script = BENCH / "studies" / "call_instructions.py"
     expect = {"wrap-bcast": ("Bcast", "native"), "bcast": ("Bcast", "adaptcoll"), "ibcast": ("Ibcast", "adaptcoll")}
     expect |= {"wrap-bcast-typed": ("Bcast", "native"), "wrap-bcast-displ": ("Bcast", "native")}
+    expect["wrap-bcast-cai"] = ("Bcast", "native")
     ci = _load("call_instructions", BENCH / "studies")
     for form in ci.FORMS:
         command = [sys.executable, str(script), "--run", form, "--calls", "20", "--stats"]

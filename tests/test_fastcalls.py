@@ -531,3 +531,145 @@ def test_native_gate_takes_the_specifications_c_sizes(module) -> None:
             let_through += want
             left += not sized_in_c(spec) and 0 <= python_size(spec) < limit
     assert let_through > 100 and left > 10  # both kinds were there
+
+
+_MISSING = object()
+
+
+class _HostCAI:
+    """Host memory behind `__cuda_array_interface__` (as mpi4py's own tests make it), one entry of the dict
+    changed (`_MISSING`: left out); `in_c` says whether the C sizing reads it without a CUDA driver (as a
+    bare object, and as the buffer of a `[buf, count, datatype]` form)."""
+
+    def __init__(self, a: np.ndarray, bare: bool = True, buf: bool = True, **changes: object) -> None:
+        cai = {"shape": a.shape, "typestr": a.dtype.str, "data": (a.ctypes.data, False), "version": 3}
+        for key, value in changes.items():
+            if value is _MISSING:
+                del cai[key]
+            else:
+                cai[key] = value
+        self.a, self.__cuda_array_interface__ = a, cai
+        self.in_c = {"bare": bare, "buf": buf}
+
+
+class _DictCAI(dict):
+    pass
+
+
+class _RaisingCAI:
+    in_c = {"bare": False, "buf": False}
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        raise RuntimeError("not on a GPU")
+
+
+class _NoneCAI(_DLPack):
+    """A host DLPack producer whose `__cuda_array_interface__` is None (spec_size: the DLPack decides)."""
+
+    __cuda_array_interface__ = None
+    in_c = {"bare": False, "buf": False}
+
+
+def _cai_objects() -> list:
+    a, grid = np.zeros(8), np.zeros((3, 5), np.int16)
+    made = [_HostCAI(a), _HostCAI(grid), _HostCAI(np.zeros(4, np.complex64)), _HostCAI(np.zeros(3, bool))]
+    made += [_HostCAI(np.zeros(())), _HostCAI(np.zeros((0, 4))), _HostCAI(np.zeros(5, np.uint8)), _HostCAI(grid.T)]
+    made += [_HostCAI(a, typestr=t) for t in ("|u1", ">i4", "=c16", "|f2", "<u8", "b1")]
+    made += [_HostCAI(a, bare=False, typestr=t) for t in ("<M8", "V8", "<i3", "i", 5, _MISSING)]
+    made += [_HostCAI(a, shape=[2, 3]), _HostCAI(a, data=[a.ctypes.data, False]), _HostCAI(a, data=(0, False))]
+    made += [_HostCAI(a, data=(None, False)), _HostCAI(a, data=(True, False)), _HostCAI(a, strides=(16,))]
+    made += [_HostCAI(a, bare=False, shape=s) for s in ((True,), (-1,), (np.int64(3),), (2**40, 2**40), 3, _MISSING)]
+    made += [_HostCAI(a, bare=False, buf=False, data=d) for d in ((), "x", (np.int64(5), False), (1.5,), _MISSING)]
+    odd = _HostCAI(a, bare=False, buf=False)
+    odd.__cuda_array_interface__ = _DictCAI(odd.__cuda_array_interface__)
+    return [*made, odd, _RaisingCAI(), _NoneCAI(a)]
+
+
+def _cai_specifications() -> list:
+    from mpi4py import MPI
+
+    specs: list = []
+    for obj in _cai_objects():
+        specs += [obj, [obj, 4, MPI.BYTE], (obj, (4, 0), MPI.DOUBLE), [obj, 3, 0, MPI.INT], [obj, -1, MPI.BYTE]]
+        specs += [[obj, 2, "d"], [obj, MPI.BYTE], [obj, 4]]
+    return specs
+
+
+@pytest.fixture
+def no_cuda_driver(module):
+    """This process without a CUDA driver for the test (every pointer is host memory), as on a CPU node."""
+    from adaptcoll.device import driver as cuda_driver
+
+    previous = cuda_driver.set_driver(cuda_driver.NoDriver("test"))
+    module.host_cai(True)
+    try:
+        yield cuda_driver
+    finally:
+        cuda_driver.set_driver(previous)
+        module.host_cai(isinstance(previous, cuda_driver.NoDriver))
+
+
+def test_host_cai_objects_sized_in_c_without_a_cuda_driver(module, no_cuda_driver) -> None:
+    """Without a CUDA driver every `__cuda_array_interface__` pointer is host memory: the C sizing reads
+    the interface's dict where it is an exact dict with a readable pointer (bare: an unambiguous typestr
+    and a shape of ints too) and answers spec_size.host_nbytes's answer, errors included, for every
+    variant, with the flag on and off; the native gate lets exactly those through."""
+    from adaptcoll.forms import spec_size
+
+    module.spec_facts(spec_size.HOST_TYPES, spec_size.PREDEFINED_SIZES, spec_size.host_nbytes)
+    specs = _cai_specifications() + _specifications()
+
+    def outcome(size, spec):
+        try:
+            return size(spec)
+        except Exception as error:
+            return type(error), str(error)
+
+    for on in (True, False):
+        module.host_cai(on)
+        for spec in specs:
+            assert outcome(module.host_nbytes, spec) == outcome(spec_size.host_nbytes, spec), (on, spec)
+
+    class Comm:
+        pass
+
+    comm, gate = Comm(), module.native_gate("_adaptcoll_below", "bcast", 0)
+    comm._adaptcoll_below = {"bcast": 10**6}
+    through = 0
+    for on in (True, False):
+        module.host_cai(on)
+        for spec in _cai_specifications():
+            bare = not isinstance(spec, (list, tuple))
+            obj = spec if bare else spec[0]
+            typed = bare or (len(spec) > 2 and id(spec[-1]) in spec_size.PREDEFINED_SIZES)  # (not a typecode)
+            in_c = obj.in_c["bare" if bare else "buf"] and typed
+            want = on and in_c and 0 <= outcome(spec_size.host_nbytes, spec) < 10**6
+            assert gate(comm, spec) is want, (on, spec)
+            through += want
+    assert through > 100
+    module.host_cai(True)
+
+
+def test_a_cuda_driver_turns_the_c_reading_of_cai_objects_off(module, no_cuda_driver) -> None:
+    """Whenever the driver changes, the extension hears of it (adaptcoll.device.driver.watch, registered
+    where the extension loads): under a driver that calls every pointer device memory no CAI object is
+    sized in C or by Python (neither reaches MPI), and without one again both size it."""
+    from adaptcoll.device.driver import MemoryKind, NoDriver
+    from adaptcoll.forms import collectives, spec_size  # noqa: F401 - (registers the watcher with the extension)
+
+    if fastcalls.load()[0] is not module:
+        pytest.skip("the fixture's module is not the one the forms use here")
+
+    class DeviceDriver:
+        name = "every pointer on a device (test)"
+
+        def pointer_kind(self, pointer: int) -> MemoryKind:
+            return MemoryKind.DEVICE
+
+    obj = _HostCAI(np.zeros(8))
+    assert module.host_nbytes(obj) == 64
+    no_cuda_driver.set_driver(DeviceDriver())
+    assert module.host_nbytes(obj) == -1 and spec_size.host_nbytes(obj) == -1
+    no_cuda_driver.set_driver(NoDriver("test again"))
+    assert module.host_nbytes(obj) == 64

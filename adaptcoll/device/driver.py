@@ -6,7 +6,9 @@ own tests) put host memory behind it. The driver knows (`cuPointerGetAttribute`)
 not load, or `cuInit` finds no device, no device memory can exist in this process and every pointer is
 host memory. Nothing here imports CuPy, initializes CUDA before a pointer is asked about, or uses MPI.
 
-`set_driver` replaces the driver (tests put host memory posing as device memory behind it).
+`set_driver` replaces the driver (tests put host memory posing as device memory behind it); `watch`
+tells a listener whenever the driver changes (the fast-call extension sizes host `__cuda_array_interface__`
+objects in C while there is no driver).
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ from __future__ import annotations
 import ctypes
 import enum
 import threading
+from collections.abc import Callable
 from typing import Optional, Protocol
 
-__all__ = ["MemoryKind", "Driver", "CudaDriver", "NoDriver", "driver", "set_driver"]
+__all__ = ["MemoryKind", "Driver", "CudaDriver", "NoDriver", "driver", "set_driver", "watch"]
 
 
 class MemoryKind(str, enum.Enum):
@@ -161,6 +164,9 @@ def _load() -> Driver:
     return NoDriver(why)
 
 
+_watchers: list[Callable[[Optional[Driver]], None]] = []
+
+
 def driver() -> Driver:
     """This process's driver (loaded on first use)."""
     global _driver
@@ -169,6 +175,8 @@ def driver() -> Driver:
         with _lock:
             if _driver is None:
                 _driver = _load()
+                for tell in _watchers:
+                    tell(_driver)
             found = _driver
     return found
 
@@ -178,4 +186,14 @@ def set_driver(replacement: Optional[Driver]) -> Optional[Driver]:
     global _driver
     with _lock:
         previous, _driver = _driver, replacement
+        for tell in _watchers:
+            tell(replacement)
     return previous
+
+
+def watch(listener: Callable[[Optional[Driver]], None]) -> None:
+    """Call `listener(driver)` now and whenever the driver changes (None: not loaded yet); it runs under
+    this module's lock, so it must not ask for the driver itself."""
+    with _lock:
+        _watchers.append(listener)
+        listener(_driver)

@@ -32,6 +32,7 @@ from mpi4py import MPI
 from ..decision import decide
 from ..decision.cache import op_key
 from ..decision.cache import remembered as _remembered
+from ..device import driver as _cuda
 from ..device import small as _small
 from ..device.route import staged_reason
 from ..device.staged import StagedCall
@@ -87,6 +88,8 @@ def _use_gates(module: Any) -> None:
     global _host_nbytes
     module.spec_facts(HOST_TYPES, PREDEFINED_SIZES, host_nbytes)
     _host_nbytes = module.host_nbytes
+    # (without a CUDA driver every __cuda_array_interface__ pointer is host memory: sized in C then)
+    _cuda.watch(lambda found: module.host_cai(isinstance(found, _cuda.NoDriver)))
     keys = ("bcast", "reduce", "allreduce")
     for found, attr, names in (
         (_GATES, _BELOW_ATTR, ("Bcast", "Reduce", "Allreduce")),

@@ -581,6 +581,106 @@ fail:
     return -1;
 }
 
+static int cai_host; /* host_cai(True): adaptcoll.device found no CUDA driver, so every pointer is host memory */
+static PyObject *str_typestr, *str_shape, *str_data, *str_cupy;
+
+/* `obj`'s `__cuda_array_interface__` where this file may read it as host memory: 1 with *cai (a new
+   reference) an exact dict whose "data" pointer reads as adaptcoll.device.memory_kind reads it (None or
+   an int), only after host_cai(True) and with CuPy not loaded; 0 when `obj` has no interface (or None);
+   -1 for anything else, errors included (cleared: Python asks again). Without a CUDA driver
+   memory_kind says host memory for every such pointer: here that answer costs no Python frame. */
+static int spec_cai(PyObject *obj, PyObject **cai) {
+    *cai = NULL;
+    if (!cai_host) return -1;
+    PyObject *value = NULL;
+    int found = spec_lookup(obj, str_cai, &value);
+    if (found < 0) goto other;
+    if (found == 0) return 0;
+    if (value == Py_None) {
+        Py_DECREF(value);
+        return 0;
+    }
+    if (!PyDict_CheckExact(value)) goto other;
+    PyObject *cupy = PyImport_GetModule(str_cupy); /* (memory_kind takes a cupy.ndarray for device memory unasked) */
+    if (cupy != NULL || PyErr_Occurred()) {
+        Py_XDECREF(cupy);
+        goto other;
+    }
+    PyObject *data = PyDict_GetItemWithError(value, str_data); /* borrowed */
+    PyObject *pointer = NULL;
+    if (data != NULL && PyTuple_CheckExact(data) && PyTuple_GET_SIZE(data) >= 1) pointer = PyTuple_GET_ITEM(data, 0);
+    else if (data != NULL && PyList_CheckExact(data) && PyList_GET_SIZE(data) >= 1) pointer = PyList_GET_ITEM(data, 0);
+    if (pointer == NULL || (pointer != Py_None && !PyLong_Check(pointer))) goto other;
+    *cai = value;
+    return 1;
+other:
+    Py_XDECREF(value);
+    PyErr_Clear();
+    return -1;
+}
+
+/* The item size NumPy gives a CAI typestr, for the unambiguous ones (a byte order mark, then bool, an
+   integer, a float of 2-8 bytes or a complex of 8 or 16); -1 for every other (Python's np.dtype). */
+static Py_ssize_t spec_typestr_size(PyObject *typestr) {
+    static const char *const known[] = {"b1", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8",
+                                        "f2", "f4", "f8", "c8", "c16"};
+    if (!PyUnicode_CheckExact(typestr)) return -1;
+    Py_ssize_t len;
+    const char *s = PyUnicode_AsUTF8AndSize(typestr, &len);
+    if (s == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
+    if (len >= 1 && (s[0] == '<' || s[0] == '>' || s[0] == '|' || s[0] == '=')) {
+        s++;
+        len--;
+    }
+    for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
+        if ((Py_ssize_t)strlen(known[k]) == len && memcmp(known[k], s, (size_t)len) == 0) return atoi(s + 1);
+    return -1;
+}
+
+/* Bytes of the host memory behind a CAI dict (spec_cai), as spec_size._interface_nbytes sizes it: the
+   typestr's item size times the shape's extents (strides ignored there too); -1 for anything else
+   (a shape not an exact tuple or list of non-negative ints, an unusual typestr, overflow). */
+static Py_ssize_t spec_cai_nbytes(PyObject *cai) {
+    PyObject *typestr = PyDict_GetItemWithError(cai, str_typestr); /* borrowed */
+    PyObject *shape = typestr != NULL ? PyDict_GetItemWithError(cai, str_shape) : NULL;
+    Py_ssize_t n = typestr != NULL ? spec_typestr_size(typestr) : -1;
+    if (shape == NULL || n < 0) {
+        PyErr_Clear();
+        return -1;
+    }
+    PyObject **items;
+    Py_ssize_t dims;
+    if (PyTuple_CheckExact(shape)) {
+        dims = PyTuple_GET_SIZE(shape);
+        items = ((PyTupleObject *)shape)->ob_item;
+    } else if (PyList_CheckExact(shape)) {
+        dims = PyList_GET_SIZE(shape);
+        items = ((PyListObject *)shape)->ob_item;
+    } else {
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < dims; k++) {
+        if (!PyLong_CheckExact(items[k])) return -1;
+        Py_ssize_t extent = PyLong_AsSsize_t(items[k]);
+        if (extent < 0 || (extent > 0 && n > PY_SSIZE_T_MAX / extent)) {
+            PyErr_Clear();
+            return -1;
+        }
+        n *= extent;
+    }
+    return n;
+}
+
+static int spec_cai_is_host(PyObject *obj) {
+    PyObject *cai;
+    if (spec_cai(obj, &cai) <= 0) return 0;
+    Py_DECREF(cai);
+    return 1;
+}
+
 static Py_ssize_t spec_nbytes(PyObject *spec) {
     if (spec_sizes == NULL) return -1;
     PyTypeObject *kind = Py_TYPE(spec);
@@ -597,6 +697,14 @@ static Py_ssize_t spec_nbytes(PyObject *spec) {
     } else {
         Py_ssize_t itemsize;
         if (spec_is_host(kind)) return spec_buffer_nbytes(spec, kind, &itemsize); /* memoryview, mmap, array */
+        PyObject *cai;
+        int is_cai = spec_cai(spec, &cai);
+        if (is_cai > 0) {
+            Py_ssize_t n = spec_cai_nbytes(cai);
+            Py_DECREF(cai);
+            return n;
+        }
+        if (is_cai < 0 && cai_host) return -1; /* (an interface this file does not read: Python's) */
         return spec_dlpack_nbytes(spec);
     }
     if (nitems < 2 || nitems > 4) return -1;
@@ -621,7 +729,7 @@ static Py_ssize_t spec_nbytes(PyObject *spec) {
     Py_ssize_t n = spec_count(count);
     if (n < 0) return -1;
     Py_ssize_t size = spec_datatype_size(items[nitems - 1]);
-    if (size < 0 || (!spec_is_host(buf_kind) && !spec_dlpack_host(buf))) return -1;
+    if (size < 0 || (!spec_is_host(buf_kind) && !spec_dlpack_host(buf) && !spec_cai_is_host(buf))) return -1;
     if (size > 0 && n > PY_SSIZE_T_MAX / size) return -1;
     return n * size;
 }
@@ -648,6 +756,15 @@ static PyObject *spec_facts(PyObject *module, PyObject *args) {
     Py_XSETREF(spec_fallback, fallback);
     Py_CLEAR(spec_last_type);
     Py_CLEAR(spec_last_descr);
+    Py_RETURN_NONE;
+}
+
+/* host_cai(flag): whether every `__cuda_array_interface__` pointer is host memory (no CUDA driver in this
+   process: adaptcoll.device.driver says so whenever its driver changes). */
+static PyObject *host_cai(PyObject *module, PyObject *flag) {
+    int on = PyObject_IsTrue(flag);
+    if (on < 0) return NULL;
+    cai_host = on;
     Py_RETURN_NONE;
 }
 
@@ -1107,6 +1224,7 @@ static PyMethodDef methods[] = {
     {"signatures", signatures, METH_NOARGS, "The signatures wrap() knows"},
     {"native_gate", native_gate, METH_VARARGS, "native_gate(attr, key, count): the native wrapper's test in C"},
     {"spec_facts", spec_facts, METH_VARARGS, "spec_facts(host_types, sizes, fallback): what host_nbytes sizes"},
+    {"host_cai", host_cai, METH_O, "host_cai(flag): every __cuda_array_interface__ pointer is host memory (no CUDA driver)"},
     {"host_nbytes", host_nbytes, METH_O, "host_nbytes(spec): adaptcoll.forms.spec_size.host_nbytes, common forms in C"},
     {"busy_marker", busy_marker, METH_VARARGS, "busy_marker(busy, conflict): forms.threads' check in C"},
     {"unchanged", (PyCFunction)(void (*)(void))unchanged, METH_FASTCALL,
@@ -1132,6 +1250,10 @@ PyMODINIT_FUNC PyInit_adaptcoll_fastcalls(void) {
     str_dlpack = PyUnicode_InternFromString("__dlpack__");
     str_dlpack_device = PyUnicode_InternFromString("__dlpack_device__");
     str_cai = PyUnicode_InternFromString("__cuda_array_interface__");
+    str_typestr = PyUnicode_InternFromString("typestr");
+    str_shape = PyUnicode_InternFromString("shape");
+    str_data = PyUnicode_InternFromString("data");
+    str_cupy = PyUnicode_InternFromString("cupy");
     dlpack_kwnames = Py_BuildValue("(ss)", "max_version", "copy");
     dlpack_max_version = Py_BuildValue("(ii)", 1, 0);
     str_engine = PyUnicode_InternFromString("_engine");
@@ -1142,7 +1264,8 @@ PyMODINIT_FUNC PyInit_adaptcoll_fastcalls(void) {
     str_Wait = PyUnicode_InternFromString("Wait");
     if (str_handle == NULL || str_itemsize == NULL || str_engine == NULL || str_entries == NULL || str_watches == NULL ||
         str_compiled == NULL || str_ops == NULL || str_Wait == NULL || str_dlpack == NULL || str_dlpack_device == NULL ||
-        str_cai == NULL || dlpack_kwnames == NULL || dlpack_max_version == NULL)
+        str_cai == NULL || dlpack_kwnames == NULL || dlpack_max_version == NULL || str_typestr == NULL ||
+        str_shape == NULL || str_data == NULL || str_cupy == NULL)
         return NULL;
     PyObject *numpy = PyImport_ImportModule("numpy");
     if (numpy == NULL) return NULL;

@@ -14,6 +14,8 @@ Forms (one process, so no message moves: what is counted is the CPU path around 
   form of mpi4py's demo/osu_bcast.py; Allreduce on `[mmap, 512, MPI.DOUBLE]`); `mpi4py-...-spec` plain.
 - `wrap-bcast-typed`, `wrap-bcast-displ`: the 4 KiB Bcast on `[bytearray, MPI.BYTE]` and on
   `[mmap, (4096, 0), MPI.BYTE]` (the forms sized in C since 2026-12-03); `mpi4py-...` plain.
+- `wrap-bcast-cai`: the 4 KiB Bcast on a host-memory object with `__cuda_array_interface__` (as
+  mpi4py's own tests make one; sized in Python); `mpi4py-bcast-cai` plain.
 - `wrap-ibcast`, `wrap-iallreduce`: the 4 KiB I-form + Wait adaptcoll hands to MPI; `mpi4py-...` plain.
 - `bcast`, `allreduce`, `ibcast`, `iallreduce`, `persistent-bcast`: an 8-byte call served by adaptcoll
   (`native_below=0`) on a 1-rank duplicate of COMM_WORLD (blocking; I-form + Wait; Start + Wait);
@@ -53,6 +55,8 @@ FORMS = (
     "mpi4py-bcast-typed",
     "wrap-bcast-displ",
     "mpi4py-bcast-displ",
+    "wrap-bcast-cai",
+    "mpi4py-bcast-cai",
     "wrap-ibcast",
     "mpi4py-ibcast",
     "wrap-iallreduce",
@@ -64,6 +68,19 @@ FORMS = (
     "persistent-bcast",
     "mpi4py-persistent-bcast",
 )
+
+
+class _HostCAI:
+    """Host memory behind `__cuda_array_interface__` (bench/studies/native_forms.py's HostCAI)."""
+
+    def __init__(self, array: object) -> None:
+        self.array = array
+        self.__cuda_array_interface__ = {
+            "shape": array.shape,  # type: ignore[attr-defined]
+            "typestr": array.dtype.str,  # type: ignore[attr-defined]
+            "data": (array.ctypes.data, False),  # type: ignore[attr-defined]
+            "version": 3,
+        }
 
 
 def _loop(form: str, calls: int, stats: bool = False) -> None:
@@ -78,6 +95,7 @@ def _loop(form: str, calls: int, stats: bool = False) -> None:
     mapped, mapped_out = mmap.mmap(-1, 4096), mmap.mmap(-1, 4096)
     spec, spec_in, spec_out = [mapped, 4096, MPI.BYTE], [mapped, 512, MPI.DOUBLE], [mapped_out, 512, MPI.DOUBLE]
     typed, displ = [bytearray(4096), MPI.BYTE], [mapped, (4096, 0), MPI.BYTE]
+    cai = _HostCAI(np.zeros(4096, np.uint8))
     plain_self = MPI.COMM_SELF
     ours_self = adaptcoll.Intracomm(MPI.COMM_SELF)
     for _ in range(3):  # the first calls learn the thresholds
@@ -111,6 +129,8 @@ def _loop(form: str, calls: int, stats: bool = False) -> None:
             "mpi4py-bcast-typed": lambda: plain_self.Bcast(typed, 0),
             "wrap-bcast-displ": lambda: ours_self.Bcast(displ, 0),
             "mpi4py-bcast-displ": lambda: plain_self.Bcast(displ, 0),
+            "wrap-bcast-cai": lambda: ours_self.Bcast(cai, 0),
+            "mpi4py-bcast-cai": lambda: plain_self.Bcast(cai, 0),
             "wrap-ibcast": lambda: ours_self.Ibcast(small, 0).Wait(),
             "mpi4py-ibcast": lambda: plain_self.Ibcast(small, 0).Wait(),
             "wrap-iallreduce": lambda: ours_self.Iallreduce(small, out, MPI.SUM).Wait(),
