@@ -376,6 +376,13 @@ def test_calibration_fwq_slowdown_matches_detour_fraction():
     text = " | ".join(r.summary() for r in results)
     if all(r.noise_fraction / r.quiet_cpu_share > 0.8 for r in results):
         pytest.skip("machine too loaded for FWQ calibration (detours would take most of our share): " + text)
+    # Under other load (the FWQ loop got < 80 % of its CPU even without detours, in every attempt) the
+    # scheduler shares the detour process's CPU among every runnable task, not only the loop, and the
+    # loaded expectation over-predicts: a run of the suite beside two CPU-bound jobs on the 2-core VM
+    # (2026-12-03) measured 1.00-1.05 against 1.46-1.53 at CPU shares 0.58-0.63. The injector cannot be
+    # checked then; on a machine that gives the loop its CPU it still must pass.
+    if all(r.disturbed for r in results):
+        pytest.skip("machine too loaded for FWQ calibration (the loop had < 80 % of its CPU quiet): " + text)
     pytest.fail("calibration out of tolerance: " + text)
 
 
