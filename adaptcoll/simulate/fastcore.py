@@ -52,7 +52,7 @@ __all__ = [
 ]
 
 CORES = ("auto", "python", "c")
-SIM_ABI = 6
+SIM_ABI = 7
 FLAGS = ("-O2", "-ffp-contract=off", "-shared", "-fPIC", "-pthread")
 """(-ffp-contract=off: no fused multiply-adds, whose one rounding would part the floats from Python's)"""
 _KINDS = {"bcast": 0, "reduce": 1, "allreduce": 2}
@@ -284,7 +284,7 @@ def run(
     )
     if topology is not None:
         program.pairs = _tree_pairs(prepared, job.size, job.collective)
-    return _simulate(job, params, program, params.engine, params.o, cpu_noise, net_noise, starts, topology)
+    return _simulate(job, params, program, params.engine, params.o, cpu_noise, net_noise, starts, topology, params.call)
 
 
 class NotFlat(ValueError):
@@ -417,6 +417,7 @@ def _simulate(
     net_noise: Optional[Timeline],
     starts: Optional[list[float]],
     topology: Optional[Routes] = None,
+    call_cost: float = 0.0,
 ) -> CoreRun:
     lib = library()
     if lib is None:
@@ -488,6 +489,7 @@ def _simulate(
                 horizon,
                 params.fault * itemsize,
                 params.copy_contention,
+                call_cost,
             ],
             np.float64,
         )

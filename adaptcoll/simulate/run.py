@@ -102,6 +102,7 @@ def run_once(
         itemsize=job.itemsize,
         event_cost=0.0 if native else params.engine,
         post_cost=params.native_o if native else params.o,
+        start_cost=0.0 if native else params.call,
         cpu_noise=cpu_tl,
         net_noise=net_tl,
         data=data,

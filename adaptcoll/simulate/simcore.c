@@ -49,7 +49,7 @@ static inline int sim_no_mpi(void) { return 1; }
 
 #include "progress.c"
 
-#define SIM_ABI 6
+#define SIM_ABI 7
 enum { SIM_OK = 0, SIM_DEADLOCK = 1, SIM_NOMEM = 2, SIM_SIZE = 3, SIM_HORIZON = 4, SIM_FAILED = 5, SIM_ROUTE = 6,
        SIM_NORATE = 7 };
 enum { EV_START, EV_WAKE, EV_READY, EV_DEPART, EV_BEGIN, EV_ARRIVE, EV_EAGER_SENT, EV_LATE_RECV,
@@ -124,7 +124,7 @@ static struct {
     int size, rpn, nodes, kind, itemsize, tag_base, tag_space, send_window, recv_window, sync_mode, ordered, root;
     int64_t count, seg_count, eager_elems, large_elems;
     int pair, cpu_copy, copy_poll;
-    double event_cost, post_cost, L, g, bytecost, copycost, foldcost, large_cost, node_bw, contention;
+    double event_cost, post_cost, L, g, bytecost, copycost, foldcost, large_cost, node_bw, contention, call_cost;
     int share; /* node_bw or contention: a node's copies affect one another (World._share) */
     const int32_t *links;
     const int64_t *loff;
@@ -436,6 +436,7 @@ static void run_cb(int rank, int start, const entry_t *en) {
         else
             ls_complete(rank, en);
     } else if (start) {
+        if (W.call_cost > 0) W.clock = cpu_after(rank, W.clock, W.call_cost); /* the call's fixed cost */
         int64_t off = W.loff[rank];
         char *local = (char *)(intptr_t)0x10000;
         char *target = NULL;
@@ -1616,7 +1617,7 @@ int ac_sim_abi(void) { return SIM_ABI; }
  * lock-step (1: the ranks run ls_* steps instead of the tree protocols), elements each lock-step rank
  * copies first, fault_from in elements, FIFO links, copy order 'poll']; fp: [event_cost, post_cost, L, g, G per element, copy per
  * element, fold per element, large_cost, node_bw (0: none), cpu horizon, net horizon, fault per
- * element, copy_contention (0: none)]. Lock-step: rank r's steps are ls_rank[r]..ls_rank[r+1]-1, step k's operations
+ * element, copy_contention (0: none), call (CPU per rank before the tree protocols start; 0: none)]. Lock-step: rank r's steps are ls_rank[r]..ls_rank[r+1]-1, step k's operations
  * ls_step[k]..ls_step[k+1]-1, each 5 values in ls_ops (kind, peer, lo, hi, tag). links + loff[rank]: each rank's packed links (as
  * ac_start takes them); starts[rank]: its start time. cpu_d / cpu_off (per rank) and net_d / net_off
  * (per node): detours. Out: finished[rank] (and finished[size]: the time of the last event, as
@@ -1671,6 +1672,7 @@ int ac_sim_run(const int64_t *ip, const double *fp, const int32_t *links, const 
     W.large_cost = fp[7];
     W.node_bw = fp[8];
     W.contention = fp[12];
+    W.call_cost = fp[13];
     W.share = W.node_bw > 0 || W.contention > 0;
     W.links = links;
     W.loff = loff;

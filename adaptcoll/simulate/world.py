@@ -178,6 +178,8 @@ class World:
     lock-step baselines inside MPI: 0 / params.native_o). data: move real bytes. record: keep every
     delivery as (src, dst, tag, elements) in `delivered`. trace: a TraceLog to fill. topology: the
     routes of a described network (`routes.Routes`) whose links replace the per-node links.
+    start_cost: CPU each rank pays when its part starts, before its first step (an adaptcoll call's
+    fixed cost, params.call; 0 for the lock-step baselines).
     """
 
     def __init__(
@@ -193,6 +195,7 @@ class World:
         record: bool = False,
         trace: Optional[TraceLog] = None,
         topology: Optional[Routes] = None,
+        start_cost: float = 0.0,
     ) -> None:
         if size < 1:
             raise ValueError(f"a simulated world needs at least 1 rank, got {size}")
@@ -207,6 +210,7 @@ class World:
         self.itemsize = itemsize
         self.event_cost = event_cost
         self.post_cost = post_cost
+        self.start_cost = start_cost
         self.data = data
         self.record = record
         self.delivered: list[tuple[int, int, int, int]] = []
@@ -287,7 +291,17 @@ class World:
         self._push(t, self._start_evt, (rank, fn))
 
     def _start_evt(self, arg: tuple[int, Callback]) -> None:
-        self._complete(arg[0], arg[1])
+        rank, fn = arg
+        if self.start_cost:
+            start_cost, work = self.start_cost, self._work
+
+            def charged() -> None:
+                work(start_cost)
+                fn()
+
+            self._complete(rank, charged)
+            return
+        self._complete(rank, fn)
 
     def done(self, rank: int) -> None:
         """Called (from inside one of its callbacks) when `rank`'s part of the operation is finished."""
