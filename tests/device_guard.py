@@ -23,7 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["BUFFER_PARAMETERS", "Guard", "GuardUnavailable", "build", "wrappers_source"]
+__all__ = ["BUFFER_PARAMETERS", "Guard", "GuardUnavailable", "build", "preloaded", "wrappers_source"]
 
 BUFFER_PARAMETERS = frozenset(
     {"buf", "buffer", "sendbuf", "recvbuf", "inbuf", "outbuf", "inoutbuf", "origin_addr", "result_addr"}
@@ -192,3 +192,16 @@ class Guard:
 
     def reset(self) -> None:
         self._reset()
+
+
+def preloaded(ranks: int, library: Path, env: dict[str, str]) -> list[str]:
+    """mpiexec with `library` preloaded into every rank (not into mpiexec itself): MPICH's Hydra takes
+    `-genv`, Open MPI's `-x` (and, on a 2-core machine, oversubscription; as root, its consent in `env`)."""
+    from mpi4py import MPI
+
+    if MPI.get_vendor()[0] == "Open MPI":
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        launcher = ["mpiexec", "--oversubscribe", "--bind-to", "core:overload-allowed", "-n", str(ranks)]
+        return [*launcher, "-x", f"LD_PRELOAD={library}"]
+    return ["mpiexec", "-n", str(ranks), "-genv", "LD_PRELOAD", str(library)]

@@ -23,7 +23,7 @@ from pathlib import Path
 import fake_device as fd
 import numpy as np
 import pytest
-from device_guard import GuardUnavailable, build, wrappers_source
+from device_guard import GuardUnavailable, build, preloaded, wrappers_source
 from mpi4py import MPI
 
 from adaptcoll.decision import decide
@@ -46,21 +46,10 @@ def guard(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
         pytest.skip(f"the MPI guard cannot be built here: {why}")
 
 
-def _preloaded(ranks: int, library: Path, env: dict[str, str]) -> list[str]:
-    """mpiexec with `library` preloaded into every rank (not into mpiexec itself): MPICH's Hydra takes
-    `-genv`, Open MPI's `-x` (and, on this 2-core machine, oversubscription; as root, its consent)."""
-    if MPI.get_vendor()[0] == "Open MPI":
-        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        launcher = ["mpiexec", "--oversubscribe", "--bind-to", "core:overload-allowed", "-n", str(ranks)]
-        return [*launcher, "-x", f"LD_PRELOAD={library}"]
-    return ["mpiexec", "-n", str(ranks), "-genv", "LD_PRELOAD", str(library)]
-
-
 def _launch(library: Path, aware: str, out: Path, timeout: float = 300) -> list[dict]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ADAPTCOLL_", "PYTEST_"))}
     env.update(ADAPTCOLL_CUDA_AWARE=aware, MPIEXEC_TIMEOUT=str(int(timeout) - 10), DEVICE_ROUTES_OUT=str(out))
-    command = _preloaded(RANKS, library, env)
+    command = preloaded(RANKS, library, env)
     command += [sys.executable, "-m", "mpi4py", str(PROGRAM)]
     run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
     assert run.returncode == 0, f"stdout:\n{run.stdout[-3000:]}\nstderr:\n{run.stderr[-6000:]}"
@@ -360,7 +349,7 @@ def test_osu_device_benchmark_on_fake_device_memory(guard: tuple[Path, list[str]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ADAPTCOLL_", "PYTEST_"))}
     env.update(ADAPTCOLL_CUDA_AWARE="0", MPIEXEC_TIMEOUT="110", DEVICE_ROUTES_OUT=str(tmp_path))
     wrapper = Path(__file__).parent / "programs" / "osu_fake_device.py"
-    base = [*_preloaded(2, guard[0], env), sys.executable, "-m", "mpi4py", str(wrapper)]
+    base = [*preloaded(2, guard[0], env), sys.executable, "-m", "mpi4py", str(wrapper)]
     args = ["--device", "cupy", "-c", "bcast,reduce,allreduce", "--sizes", "4K,2M", "-i", "3", "-x", "1", "--quiet"]
     run = subprocess.run(base + args, env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-4000:]
@@ -379,7 +368,7 @@ def test_grouped_device_benchmark_on_fake_device_memory(guard: tuple[Path, list[
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ADAPTCOLL_", "PYTEST_"))}
     env.update(ADAPTCOLL_CUDA_AWARE="0", MPIEXEC_TIMEOUT="110", DEVICE_ROUTES_OUT=str(tmp_path))
     wrapper = Path(__file__).parent / "programs" / "grouped_fake_device.py"
-    base = [*_preloaded(2, guard[0], env), sys.executable, "-m", "mpi4py", str(wrapper)]
+    base = [*preloaded(2, guard[0], env), sys.executable, "-m", "mpi4py", str(wrapper)]
     served = "grouped:multi_device_bucket_size=8K;device_native_below=0"
     impls = ["per_array", "packed", "grouped", "grouped_init", served]
     out = tmp_path / "grouped.json"

@@ -16,7 +16,7 @@ from typing import Any
 import fake_device as fd
 import numpy as np
 import pytest
-from device_guard import GuardUnavailable, build
+from device_guard import GuardUnavailable, build, preloaded
 from mpi4py import MPI
 
 import adaptcoll
@@ -278,7 +278,7 @@ def test_bench_device_small_on_fake_device_memory(tmp_path: Path) -> None:
     env.update(ADAPTCOLL_CUDA_AWARE="0", MPIEXEC_TIMEOUT="110", DEVICE_ROUTES_OUT=str(tmp_path))
     program = Path(__file__).parent / "programs" / "device_small_fake.py"
     out = tmp_path / "small.json"
-    command = ["mpiexec", "-n", "2", "-genv", "LD_PRELOAD", str(library), sys.executable, "-m", "mpi4py", str(program)]
+    command = [*preloaded(2, library, env), sys.executable, "-m", "mpi4py", str(program)]
     command += ["--sizes", "4K,64K", "--iters", "5", "--warmup", "2", "--json", str(out)]
     run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-4000:]

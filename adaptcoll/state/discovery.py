@@ -71,8 +71,10 @@ def _refines(levels: list[tuple[int, ...]], ids: tuple[int, ...]) -> bool:
 def discover(comm: Any) -> Topology:
     """Collective: node level from Split_type(COMM_TYPE_SHARED), then socket and NUMA levels where known.
 
-    Sockets/NUMA come from COMM_TYPE_HW_GUIDED when the MPI supports the resource type, else from
-    the OS (CPU affinity + sysfs); a level is dropped if unknown on any rank or if it splits no group.
+    Sockets/NUMA come from the OS (CPU affinity + sysfs, as `begin_discover` and so the collectives take
+    them) when every rank can tell, else from COMM_TYPE_HW_GUIDED where the MPI supports the resource
+    type (Open MPI 5.0 puts each unbound rank in a "socket" of its own); a level is dropped if unknown
+    on any rank or if it splits no group.
     The node level is always present. Every communicator created here is freed.
     """
     node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
@@ -83,9 +85,9 @@ def discover(comm: Any) -> Topology:
     names = ["node"]
     os_id = {"socket": os_socket_id, "numa": os_numa_id}
     for name in ("socket", "numa"):
-        ids = _hw_guided_ids(comm, _HW_TYPES[name])
+        ids = _os_ids(comm, os_id[name])
         if ids is None:
-            ids = _os_ids(comm, os_id[name])
+            ids = _hw_guided_ids(comm, _HW_TYPES[name])
         if ids is not None and _refines(levels, ids):
             levels.append(ids)
             names.append(name)
