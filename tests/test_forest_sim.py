@@ -58,17 +58,16 @@ def _check_dealing(trees, nseg: int, size: int) -> None:
     share is within one segment of its weight (each forest an equal part)."""
     weights = tree_weights(trees)
     assert weights is not None and abs(sum(weights) - 1) < 1e-12
-    per_tree = None
+    dealt = deal(len(trees), nseg, weights)
+    carrying = [(tree, segs) for tree, segs in zip(trees, dealt) if segs] or [(trees[0], dealt[0])]
     for r in range(size):
-        links = tree_links(trees, r, nseg)
+        links = tree_links(trees, r, nseg)  # a link per tree that carries segments, in tree order
         assert sorted(s for link in links for s in link.segs) == list(range(nseg))
-        for link, tree in zip(links, trees):
+        assert len(links) == len(carrying)
+        for link, (tree, segs) in zip(links, carrying):
             assert (link.parent, link.children) == (tree.parent(r), tree.children(r))
-        segs = [list(link.segs) for link in links]
-        assert per_tree is None or segs == per_tree  # every rank deals alike
-        per_tree = segs
-    assert per_tree is not None
-    for segs, w in zip(per_tree, weights):
+            assert list(link.segs) == list(segs)  # every rank deals alike
+    for segs, w in zip(dealt, weights):
         assert abs(len(segs) - nseg * w) < 1
 
 

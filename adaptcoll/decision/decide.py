@@ -538,7 +538,7 @@ def allreduce(comm: MPI.Intracomm, sendbuf: Any, recvbuf: Any, op: Any, blocking
     def make_links() -> list[Link]:
         if by_blocks is not None:  # one protocol per rank, no trees: a single link carrying every segment
             return [Link(None, (), range(shape.nseg))]
-        return tree_links(st.allreduce_trees(algorithm, roots, rank_ordered=ordered_needed), rank, shape.nseg)
+        return tree_links(st.allreduce_trees(algorithm, roots, ordered_needed, shape.nseg), rank, shape.nseg)
 
     base = OpContext(
         transport,

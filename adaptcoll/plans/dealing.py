@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import NamedTuple, Optional, Union
 
 from .trees import Tree
 
-__all__ = ["Weight", "Link", "tree_links", "tree_weights", "deal"]
+__all__ = ["Weight", "Link", "tree_links", "tree_weights", "deal", "spread_root_trees"]
 
 Weight = Union[float, Fraction]
 """A tree's dealing weight: any positive number (a schedule's float, or an exact fraction)."""
@@ -28,12 +28,42 @@ class Link(NamedTuple):
 def tree_links(
     tree_set: Sequence[Tree], rank: int, nseg: int, weights: Optional[Sequence[Weight]] = None
 ) -> list[Link]:
-    """This rank's place in each tree, with the segments dealt over the trees (`deal`): round-robin,
-    or in proportion to `weights` (default: the trees' own, `tree_weights`)."""
+    """This rank's place in each tree that carries segments, with the segments dealt over the trees
+    (`deal`): round-robin, or in proportion to `weights` (default: the trees' own, `tree_weights`).
+
+    A tree dealt no segment (fewer segments than trees: an Allreduce with a root per rank and a short
+    message) sends nothing, so it gets no link, and no protocol is started for it: the same on every
+    rank, since the dealing is. If no tree carries a segment (an empty message), the first tree's link
+    is kept, so the operation still has one protocol to complete."""
     if weights is None:
         weights = tree_weights(tree_set)
     dealt = deal(len(tree_set), nseg, weights)
-    return [Link(tree.parent(rank), tuple(tree.children(rank)), segs) for tree, segs in zip(tree_set, dealt)]
+    links = [Link(tree.parent(rank), tuple(tree.children(rank)), segs) for tree, segs in zip(tree_set, dealt) if segs]
+    if not links and tree_set:
+        tree = tree_set[0]
+        links.append(Link(tree.parent(rank), tuple(tree.children(rank)), dealt[0]))
+    return links
+
+
+def spread_root_trees(
+    size: int, roots: int, trees_at: Callable[[int], Sequence[Tree]], nseg: Optional[int] = None
+) -> tuple[Tree, ...]:
+    """The trees of `roots` roots spread evenly over `size` ranks (root k at k * size // count; 0: one
+    root per rank), in root order, `trees_at(root)` each: Allreduce's trees, over which its segments are
+    dealt round-robin.
+
+    With `nseg`, only the first `nseg` trees are built (at least one): with more trees than segments
+    round-robin gives segment s to tree s and the rest nothing, so dealing over the first `nseg` alone is
+    the same (and a root per rank at thousands of ranks does not build thousands of trees for a short
+    message)."""
+    count = min(size, roots or size)
+    keep = None if nseg is None else max(nseg, 1)
+    found: list[Tree] = []
+    for k in range(count):
+        if keep is not None and len(found) >= keep:
+            break
+        found.extend(trees_at((k * size) // count))
+    return tuple(found[:keep]) if keep is not None and len(found) > keep else tuple(found)
 
 
 def tree_weights(tree_set: Sequence[Tree]) -> Optional[tuple[Fraction, ...]]:

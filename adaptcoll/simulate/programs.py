@@ -25,7 +25,7 @@ from ..backends.base import ReduceOp
 from ..backends.pool import SegmentPool
 from ..plans import forests
 from ..plans.blocks import plan_block_segments, tag_plan
-from ..plans.dealing import tree_links
+from ..plans.dealing import spread_root_trees, tree_links
 from ..plans.segments import SegmentPlan, plan_blocks, plan_segments
 from ..plans.topology import parse as parse_topology
 from ..plans.trees import Tree, build_all, parse_algorithm
@@ -370,21 +370,12 @@ def _tree_set(job: Job, kind_spec: str, root: int, rank_ordered: bool, ranks_per
 
 
 def _allreduce_trees(job: Job, kind_spec: str, nseg: int, roots: int, ranks_per_node: int = 1) -> tuple[Tree, ...]:
-    """CommState.allreduce_trees, but only the trees that carry segments (the others carry nothing).
-
-    The library deals segment k to tree k % len(trees); with more trees than segments, trees k >=
-    nseg get none, so the first nseg trees alone give the same dealing (range(k, nseg, n) == [k]).
-    """
+    """CommState.allreduce_trees with the segment count: only the trees that carry segments, as the
+    library builds them (`spread_root_trees`)."""
     size = job.size
     if forests.is_forest(kind_spec):  # every forest of the schedule (CommState.allreduce_trees), dealt by weight
         return forests.allreduce_trees(kind_spec, size) or ()
-    count = min(size, roots or size)
-    found: list[Tree] = []
-    for k in range(count):
-        if len(found) >= nseg:
-            break
-        found.extend(_tree_set(job, kind_spec, (k * size) // count, False, ranks_per_node))
-    return tuple(found[:nseg]) if len(found) > nseg else tuple(found)
+    return spread_root_trees(size, roots, lambda root: _tree_set(job, kind_spec, root, False, ranks_per_node), nseg)
 
 
 def prepare(job: Job, ranks_per_node: int = 1) -> Prepared:

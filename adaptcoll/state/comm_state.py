@@ -24,6 +24,7 @@ from ..backends.numpy_backend import NumpyBackend
 from ..backends.pool import SegmentPool
 from ..device import DeviceContext
 from ..plans import forests, topology
+from ..plans.dealing import spread_root_trees
 from ..plans.segments import SegmentPlan, plan_blocks, plan_segments
 from ..plans.trees import Tree, build, build_all, parse_algorithm
 from ..protocols.operation import Operation
@@ -403,12 +404,15 @@ class CommState:
         """The rank-ordered tree non-commutative reductions run on (root 0)."""
         return (build("in_order_binomial", self.size, 0),)
 
-    def allreduce_trees(self, algorithm: str, roots: int, rank_ordered: bool = False) -> tuple[Tree, ...]:
+    def allreduce_trees(
+        self, algorithm: str, roots: int, rank_ordered: bool = False, nseg: Optional[int] = None
+    ) -> tuple[Tree, ...]:
         """Allreduce's trees: one (or two, for two_tree) per root, roots spread evenly over the ranks.
 
         Segments are dealt round-robin over the returned trees, so with several roots the reduce and
         broadcast work of the roots is shared out, as reduce-scatter + allgather shares it; `roots` 0
-        means one root per rank. Rank-ordered (non-commutative) folds use the single root 0.
+        means one root per rank. With `nseg`, only the trees that carry segments (`spread_root_trees`).
+        Rank-ordered (non-commutative) folds use the single root 0.
         `forest:PATH`: every forest of the schedule, whatever `roots` (adaptcoll.plans.forests).
         """
         if forests.is_forest(algorithm):
@@ -418,11 +422,7 @@ class CommState:
             return self._trees[key]
         if rank_ordered:
             return self.trees(algorithm, 0, rank_ordered=True)
-        count = min(self.size, roots or self.size)
-        found: list[Tree] = []
-        for k in range(count):
-            found.extend(self.trees(algorithm, (k * self.size) // count))
-        return tuple(found)
+        return spread_root_trees(self.size, roots, lambda root: self.trees(algorithm, root), nseg)
 
     def free(self) -> None:
         """Free this state from a call where MPI calls are safe: the adaptcoll communicator's Free, free
