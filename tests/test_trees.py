@@ -102,6 +102,40 @@ def test_root_shifts_virtual_ranks() -> None:
     assert t.parent(3) is None and t.parent(2) == 6
 
 
+@pytest.mark.parametrize("kind", [k for k in trees.KINDS if k != "topo"])
+def test_a_rotated_tree_is_the_root_0_tree_relabelled_and_shares_it(kind: str) -> None:
+    """Every kind but topo is built on virtual ranks: the tree at root r is the tree at root 0 with rank v
+    relabelled (v + r) % size. It is made in O(1) on the root-0 tree's lists (what a root per rank at
+    thousands of ranks needs) and behaves as a tree built whole: neighbours, lists, text, equality."""
+    import pickle
+
+    for size in (1, 2, 5, 16, 33):
+        zero = build_any(kind, size, 0, size)
+        for root in range(size):
+            t = build_any(kind, size, root, size)
+            want = trees.Tree(
+                kind,
+                size,
+                root,
+                zero.params,
+                [[(c + root) % size for c in zero.children((r - root) % size)] for r in range(size)],
+            )
+            assert [(t.parent(r), t.children(r)) for r in range(size)] == [
+                (want.parent(r), want.children(r)) for r in range(size)
+            ]
+            assert t == want and hash(t) == hash(want) and str(t) == str(want)
+            assert (t.depth, t.max_fanout) == (want.depth, want.max_fanout)
+            assert [t.subtree(r) for r in range(size)] == [want.subtree(r) for r in range(size)]
+            assert t.is_rank_ordered() == want.is_rank_ordered()
+            assert pickle.loads(pickle.dumps(t)) == t
+            if root:
+                assert t._shape is zero  # shared, not rebuilt
+    n = 1 << 16
+    big = trees.build("binomial", n, 12345)  # virtual rank 1 (rank 12346): children 1 + 2, 1 + 4, 1 + 8, ...
+    assert big.parent(12345) is None and big.parent(12346) == 12345 and big.parent(12344) == 12345 - 1 - (1 << 15) + n
+    assert big.children(12346) == tuple(12345 + 1 + (1 << k) for k in range(1, 16)) and big.depth == 16
+
+
 def test_linear_hangs_extra_ranks_below_first_level_round_robin() -> None:
     t = trees.build("linear", 40, 0)
     assert t.children(0) == tuple(range(1, 33))

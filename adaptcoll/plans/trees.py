@@ -1,7 +1,8 @@
 """Communication trees as plain data: each rank's parent and ordered children.
 
 Trees are pure functions of (kind, size, root, params); `build` validates and caches them. Shapes are
-built on virtual ranks v = (rank - root) % size, except "topo" and "two_tree". No MPI here.
+built on virtual ranks v = (rank - root) % size, except "topo": the tree at root r != 0 is the checked
+tree at root 0 relabelled, made in O(1) on its lists (`_RotatedTree`). No MPI here.
 Print one with `python -m adaptcoll.trees --kind binomial --size 8` (the command: `adaptcoll/trees.py`).
 """
 
@@ -160,6 +161,52 @@ class Tree:
         for r in order:
             order.extend(self._children[r])
         return order
+
+
+class _RotatedTree(Tree):
+    """A tree of a rotation-built kind rooted at `root` != 0, sharing the validated tree of the same
+    kind, size and params rooted at 0 (`shape`): rank r sits where rank (r - root) % size sits there,
+    exactly as `build` rotates. Making one is O(1) instead of O(size), so the trees of many roots
+    (Allreduce with a root per rank, Bcasts from every rank in turn at thousands of ranks) cost time and
+    memory only for the ranks asked about; the full lists are made only where something reads them all
+    (printing, comparing, subtrees)."""
+
+    __slots__ = ("_shape", "_made")
+
+    def __init__(self, shape: Tree, root: int) -> None:  # (Tree.__init__ would build and check the lists)
+        self.kind, self.size, self.root, self.params = shape.kind, shape.size, root, shape.params
+        self.depth, self.max_fanout, self._labels = shape.depth, shape.max_fanout, None
+        self._shape = shape
+        self._made: tuple[tuple[tuple[int, ...], ...], tuple[int, ...]] | None = None
+
+    def parent(self, rank: int) -> int | None:
+        size, root = self.size, self.root
+        parent = self._shape._parents[(self._rank(rank) - root) % size]
+        return None if parent < 0 else (parent + root) % size
+
+    def children(self, rank: int) -> tuple[int, ...]:
+        size, root = self.size, self.root
+        return tuple((c + root) % size for c in self._shape._children[(self._rank(rank) - root) % size])
+
+    def _lists(self) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
+        if self._made is None:
+            size, root, shape = self.size, self.root, self._shape
+            at = [(r - root) % size for r in range(size)]
+            children = tuple(tuple((c + root) % size for c in shape._children[v]) for v in at)
+            parents = tuple(-1 if shape._parents[v] < 0 else (shape._parents[v] + root) % size for v in at)
+            self._made = (children, parents)
+        return self._made
+
+    @property  # (read-only: the base's slot is never set on a rotated tree)
+    def _children(self) -> tuple[tuple[int, ...], ...]:  # type: ignore[override]
+        return self._lists()[0]
+
+    @property
+    def _parents(self) -> tuple[int, ...]:  # type: ignore[override]
+        return self._lists()[1]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_RotatedTree, (self._shape, self.root))
 
 
 def _check_spanning(size: int, root: int, children: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], int]:
@@ -525,11 +572,10 @@ def _build_cached(kind: str, size: int, root: int, params: Params) -> Tree:
         names = args["levels"].names if isinstance(args["levels"], Topology) else [f"L{i}" for i in range(len(levels))]
         if levels:
             labels = tuple("[" + " ".join(f"{n}={lv[r]}" for n, lv in zip(names, levels)) + "]" for r in range(size))
+    elif root:  # the tree rooted at 0, rotated (built and checked once per kind, size and params)
+        return _RotatedTree(_build_cached(kind, size, 0, params), root)
     else:
-        virtual = _shape(kind, size, args)
-        children = [[] for _ in range(size)]
-        for v, kids in enumerate(virtual):
-            children[(v + root) % size] = [(c + root) % size for c in kids]
+        children = _shape(kind, size, args)
     return Tree(kind, size, root, params, children, labels)
 
 
