@@ -59,3 +59,25 @@ def test_a_tree_dealt_nothing_gets_no_link_and_an_empty_message_keeps_one() -> N
     empty = tree_links(trees, 3, 0)  # no segment at all: the first tree's link, so there is a protocol to end
     assert len(empty) == 1 and list(empty[0].segs) == []
     assert tree_links((), 0, 0) == []
+
+
+def test_a_communicator_keeps_a_bounded_number_of_tree_sets() -> None:
+    """CommState's tree cache drops the least recently used set past TREE_CACHE (a topo tree is built
+    whole per root, so Bcasts from every rank in turn must not keep one per root)."""
+    from mpi4py import MPI
+
+    from adaptcoll.state import comm_state as cs
+
+    comm = MPI.COMM_SELF.Dup()
+    try:
+        st = cs.comm_state(comm)
+        first = st.trees("knomial:radix=2", 0)
+        for radix in range(3, cs.TREE_CACHE + 10):
+            st.trees(f"knomial:radix={radix}", 0)
+            assert st.trees("knomial:radix=2", 0) is first  # used again: kept
+        assert len(st._trees) == cs.TREE_CACHE
+        assert ("knomial:radix=3", 0, False) not in st._trees  # the least recently used went first
+        assert st.trees("knomial:radix=3", 0) == build_all("knomial", 1, 0, radix=3)  # rebuilt alike
+    finally:
+        cs.release_state(comm)
+        comm.Free()

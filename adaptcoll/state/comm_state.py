@@ -12,7 +12,7 @@ so every rank still agrees. So a nonblocking collective never blocks on first us
 from __future__ import annotations
 
 import functools
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any, Optional, Protocol
 
@@ -38,6 +38,11 @@ from . import discovery
 __all__ = ["CommState", "SetupStep", "SetupWait", "comm_state", "release_state", "HOST_BACKEND"]
 
 HOST_BACKEND = NumpyBackend()
+TREE_CACHE = 64
+"""Tree sets a communicator keeps (per algorithm, root and order), the least recently used dropped past
+this: a tree at another root is O(1) to make for most kinds, but a `topo` tree is built whole (30-60 ms
+and a few MB per root pair at 16K ranks), so a program broadcasting from every rank in turn would
+otherwise keep one per root."""
 """The one NumPy backend every communicator's host segments use."""
 
 PoolGetter = Callable[[Any], SegmentPool]
@@ -159,7 +164,7 @@ class CommState:
         self.tag_space = self.transport.notice_tag  # tags 0..TAG_UB-1: TAG_UB carries error notices
         self.next_tag = 0
         self._pools: dict[np.dtype, SegmentPool] = {}
-        self._trees: dict[tuple[str, int, bool], tuple[Tree, ...]] = {}
+        self._trees: OrderedDict[tuple[str, int, bool], tuple[Tree, ...]] = OrderedDict()  # (see TREE_CACHE)
         self._topology: Optional[topology.Topology] = None
         self._device: Optional[DeviceContext] = None
         self._tuning: Optional[CommTuning] = None
@@ -387,17 +392,25 @@ class CommState:
         `forest:PATH` the schedule's forest rooted at `root` (adaptcoll.plans.forests)."""
         key = (algorithm, root, rank_ordered)
         found = self._trees.get(key)
-        if found is None:
-            if forests.is_forest(algorithm):
-                found = forests.root_trees(algorithm, self.size, root, rank_ordered) or self._ordered()
-            elif rank_ordered:
-                found = self._ordered()
-            else:
-                kind, params = parse_algorithm(algorithm)
-                if kind == "topo":
-                    params.setdefault("levels", self.topology())
-                found = build_all(kind, self.size, root, **params)
-            self._trees[key] = found
+        if found is not None:
+            self._trees.move_to_end(key)
+            return found
+        if forests.is_forest(algorithm):
+            found = forests.root_trees(algorithm, self.size, root, rank_ordered) or self._ordered()
+        elif rank_ordered:
+            found = self._ordered()
+        else:
+            kind, params = parse_algorithm(algorithm)
+            if kind == "topo":
+                params.setdefault("levels", self.topology())
+            found = build_all(kind, self.size, root, **params)
+        return self._keep_trees(key, found)
+
+    def _keep_trees(self, key: tuple[str, int, bool], found: tuple[Tree, ...]) -> tuple[Tree, ...]:
+        """Cache `found` under `key`, dropping the least recently used tree set past TREE_CACHE."""
+        self._trees[key] = found
+        if len(self._trees) > TREE_CACHE:
+            self._trees.popitem(last=False)
         return found
 
     def _ordered(self) -> tuple[Tree, ...]:
@@ -417,9 +430,11 @@ class CommState:
         """
         if forests.is_forest(algorithm):
             key = (algorithm, -1, rank_ordered)
-            if key not in self._trees:
-                self._trees[key] = forests.allreduce_trees(algorithm, self.size, rank_ordered) or self._ordered()
-            return self._trees[key]
+            found = self._trees.get(key)
+            if found is not None:
+                self._trees.move_to_end(key)
+                return found
+            return self._keep_trees(key, forests.allreduce_trees(algorithm, self.size, rank_ordered) or self._ordered())
         if rank_ordered:
             return self.trees(algorithm, 0, rank_ordered=True)
         return spread_root_trees(self.size, roots, lambda root: self.trees(algorithm, root), nseg)
