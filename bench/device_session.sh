@@ -9,11 +9,13 @@
 #   bash bench/device_session.sh small    # at most 3 minutes: small CuPy calls, fast path vs decided vs hand
 #   bash bench/device_session.sh cpu16    # at most 9 minutes
 #   bash bench/device_session.sh grouped  # at most 8 minutes (about 3-4 expected)
+#   bash bench/device_session.sh dataset  # at most 9 minutes: the simulator's 16-core validation dataset again
+#                                         # (osu_dataset_n{4,8,16}.json's command), compiled and Python engines
 #   bash bench/device_session.sh first    # at most 9 minutes (about 5 expected): the guide's minimum when
 #                                         # the whole device budget is 15 minutes: GPU tests, kernel check,
 #                                         # CuPy check at 4 ranks, 16 ranks MPICH x2 + Open MPI x1, check at 16
 set -u
-part=${1:?usage: device_session.sh gpu|threshold|small|cpu16|grouped|first}
+part=${1:?usage: device_session.sh gpu|threshold|small|cpu16|grouped|first|dataset}
 OUT=${OUT:-bench/out/device}
 mkdir -p "$OUT"
 
@@ -114,6 +116,19 @@ cpu16)
     --impl native --json "$OUT/osu16_ompi_l1.json"
   step check_quick_16ranks 60 "${MPICH[@]}" mpiexec -n 16 -bind-to core python3 -m adaptcoll.check --quick \
     --json "$OUT/check_quick_16ranks.json"
+  ;;
+dataset)  # ../shared/measurements/16core-2026-11-23's osu_dataset_nN.json, measured again with this code (the
+  # simulator's validation rows: `python -m adaptcoll.simulate validate --osu FILE --impl all --params P`);
+  # both engines, since the 2026-11-23 rows were the Python engine's (and older code: empty Allreduce trees)
+  for engine in compiled python; do
+    for n in 4 8 16; do
+      step dataset_n${n}_$engine 85 env ADAPTCOLL_ENGINE=$engine "${MPICH[@]}" mpiexec -n $n -bind-to core \
+        python3 bench/osu.py -c bcast,reduce,allreduce --sizes 64K,1M,4M,16M,64M --budget 0.5 --min-iterations 6 \
+        --seed 1 --quiet --impl native --impl "adaptcoll:native_below=0" \
+        --impl "adaptcoll:native_below=0;max_segments=0;segment_size=256K" \
+        --impl "adaptcoll:native_below=0;algorithm=pipeline;max_segments=0" --json "$OUT/osu_dataset_n${n}_$engine.json"
+    done
+  done
   ;;
 *) echo "unknown part $part" >&2; exit 2 ;;
 esac
