@@ -38,12 +38,12 @@ from . import discovery
 __all__ = ["CommState", "SetupStep", "SetupWait", "comm_state", "release_state", "HOST_BACKEND"]
 
 HOST_BACKEND = NumpyBackend()
+"""The one NumPy backend every communicator's host segments use."""
 TREE_CACHE = 64
 """Tree sets a communicator keeps (per algorithm, root and order), the least recently used dropped past
 this: a tree at another root is O(1) to make for most kinds, but a `topo` tree is built whole (30-60 ms
 and a few MB per root pair at 16K ranks), so a program broadcasting from every rank in turn would
 otherwise keep one per root."""
-"""The one NumPy backend every communicator's host segments use."""
 
 PoolGetter = Callable[[Any], SegmentPool]
 Starter = Callable[[], Operation]
@@ -391,9 +391,8 @@ class CommState:
         """The tree(s) for an algorithm setting such as 'binomial' or 'knomial:radix=4' (cached); for
         `forest:PATH` the schedule's forest rooted at `root` (adaptcoll.plans.forests)."""
         key = (algorithm, root, rank_ordered)
-        found = self._trees.get(key)
+        found = self._kept_trees(key)
         if found is not None:
-            self._trees.move_to_end(key)
             return found
         if forests.is_forest(algorithm):
             found = forests.root_trees(algorithm, self.size, root, rank_ordered) or self._ordered()
@@ -405,6 +404,13 @@ class CommState:
                 params.setdefault("levels", self.topology())
             found = build_all(kind, self.size, root, **params)
         return self._keep_trees(key, found)
+
+    def _kept_trees(self, key: tuple[str, int, bool]) -> Optional[tuple[Tree, ...]]:
+        """The tree set cached under `key` (now the most recently used), or None."""
+        found = self._trees.get(key)
+        if found is not None:
+            self._trees.move_to_end(key)
+        return found
 
     def _keep_trees(self, key: tuple[str, int, bool], found: tuple[Tree, ...]) -> tuple[Tree, ...]:
         """Cache `found` under `key`, dropping the least recently used tree set past TREE_CACHE."""
@@ -430,9 +436,8 @@ class CommState:
         """
         if forests.is_forest(algorithm):
             key = (algorithm, -1, rank_ordered)
-            found = self._trees.get(key)
+            found = self._kept_trees(key)
             if found is not None:
-                self._trees.move_to_end(key)
                 return found
             return self._keep_trees(key, forests.allreduce_trees(algorithm, self.size, rank_ordered) or self._ordered())
         if rank_ordered:
