@@ -513,3 +513,33 @@ def test_docs_example_runs() -> None:
     assert block is not None
     with contextlib.redirect_stdout(io.StringIO()):
         exec(compile(block.group(1), "docs/trees.md", "exec"), {})
+
+
+@FAST
+@given(st.integers(1, 70), st.data())
+def test_a_topo_tree_answered_per_rank_is_the_tree_built_whole(size: int, data) -> None:
+    """From LAZY_TOPO_FROM ranks a topo tree answers parent / children per rank from its levels instead of
+    being built whole per root: the same neighbours, in the same order, as the tree built whole."""
+    nlevels = data.draw(st.integers(0, 3))
+    levels = tuple(tuple(data.draw(st.lists(st.integers(0, 3), min_size=size, max_size=size))) for _ in range(nlevels))
+    root = data.draw(st.integers(0, size - 1))
+    inner = data.draw(st.sampled_from(trees.SHAPES + ("two_tree:which=0", "two_tree:which=1")))
+    intra = data.draw(st.sampled_from(trees.SHAPES))
+    whole = trees.build("topo", size, root, levels=levels, inner=inner, intra=intra)
+    lazy = trees._TopoTree(size, root, whole.params, levels, [f"L{i}" for i in range(nlevels)])
+    assert [(lazy.parent(r), lazy.children(r)) for r in range(size)] == [
+        (whole.parent(r), whole.children(r)) for r in range(size)
+    ]
+    assert (lazy.depth, lazy.max_fanout, str(lazy)) == (whole.depth, whole.max_fanout, str(whole))
+    assert lazy == whole
+
+
+def test_a_topo_tree_at_many_ranks_is_answered_per_rank() -> None:
+    size = trees.LAZY_TOPO_FROM * 2
+    topo = parse("nodes=16,sockets=2", size)
+    t = trees.build("topo", size, 777, levels=topo, inner="two_tree:which=1")
+    assert isinstance(t, trees._TopoTree)
+    sample = range(0, size, 97)
+    whole = trees._topo(size, 777, topo.levels, "two_tree:which=1", "binomial")
+    assert [t.children(r) for r in sample] == [tuple(whole[r]) for r in sample]
+    check_spanning(t)

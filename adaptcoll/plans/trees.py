@@ -209,6 +209,143 @@ class _RotatedTree(Tree):
         return (_RotatedTree, (self._shape, self.root))
 
 
+LAZY_TOPO_FROM = 1024
+"""From this many ranks a `topo` tree answers `parent` / `children` per rank from its levels (`_TopoTree`)
+instead of being built whole at each root (about 30-60 ms and a few MB a pair at 16K ranks)."""
+
+
+@functools.lru_cache(maxsize=8)
+def _topo_groups(size: int, levels: tuple[tuple[int, ...], ...]) -> tuple[Any, ...]:
+    """What `_topo` splits the ranks into, whatever the root: per level, each rank's group key, its index
+    in its group, each group's sorted members and each parent group's child groups by lowest rank."""
+    key: list[list[Any]] = []
+    index: list[list[int]] = []
+    members: list[dict[Any, list[int]]] = []
+    children: list[dict[Any, list[Any]]] = []
+    above: list[Any] = [()] * size
+    for ids in levels:
+        mine = [(above[r], ids[r]) for r in range(size)]
+        groups: dict[Any, list[int]] = {}
+        for r in range(size):
+            groups.setdefault(mine[r], []).append(r)
+        kids: dict[Any, list[Any]] = {}
+        for k in groups:  # (insertion order: by lowest rank, as _topo's split within each parent group)
+            kids.setdefault(k[0], []).append(k)
+        at = [0] * size
+        for g in groups.values():
+            for i, r in enumerate(g):
+                at[r] = i
+        key.append(mine)
+        index.append(at)
+        members.append(groups)
+        children.append(kids)
+        above = mine
+    return key, index, members, children
+
+
+class _TopoTree(Tree):
+    """A `topo` tree at many ranks: `parent` and `children` of one rank computed from the levels as
+    `_topo` would link it (group leaders at the root's position, `inner` between them level by level,
+    `intra` innermost, outer edges first), in O(groups + group size) instead of building the whole
+    tree per root; the full lists (and the spanning check) only where something reads them all."""
+
+    __slots__ = ("_levels", "_inner", "_intra", "_names", "_whole", "_groups")
+
+    def __init__(self, size: int, root: int, params: Params, levels: tuple[tuple[int, ...], ...], names: Any) -> None:
+        args = dict(params)
+        self.kind, self.size, self.root, self.params = "topo", size, root, params
+        self._levels, self._names = levels, names
+        self._whole: Tree | None = None
+        self._groups: tuple[Any, ...] | None = None
+        self._inner = parse_algorithm(args["inner"])
+        self._intra = parse_algorithm(args["intra"])
+
+    def _neighbours(self, x: int) -> tuple[int | None, tuple[int, ...]]:
+        if self._groups is None:
+            self._groups = _topo_groups(self.size, self._levels)
+        key, index, members, children = self._groups
+        inner_kind, inner_params = self._inner
+        leader, group, parent = self.root, (), None
+        kids: list[int] = []
+        for lv in range(len(self._levels)):
+            ordered = children[lv][group]
+            k = len(ordered)
+            a = ordered.index(key[lv][leader])
+            pos = index[lv][leader]
+            j = (ordered.index(key[lv][x]) - a) % k
+
+            groups = (members[lv], ordered, a, pos)
+            mine = _led(groups, j)
+            if mine == x and k > 1:
+                shape = build(inner_kind, k, 0, **inner_params)
+                if j:
+                    parent = _led(groups, shape._parents[j])
+                kids.extend(_led(groups, c) for c in shape._children[j])
+            group, leader = key[lv][x], mine
+        g = members[len(self._levels) - 1][group] if self._levels else range(self.size)
+        m = len(g)
+        at = index[len(self._levels) - 1][leader] if self._levels else leader
+        vx = ((index[len(self._levels) - 1][x] if self._levels else x) - at) % m
+        if m > 1:
+            intra_kind, intra_params = self._intra
+            shape = build(intra_kind, m, 0, **intra_params)
+            if vx:
+                parent = g[(shape._parents[vx] + at) % m]
+            kids.extend(g[(c + at) % m] for c in shape._children[vx])
+        return parent, tuple(kids)
+
+    def parent(self, rank: int) -> int | None:
+        return self._neighbours(self._rank(rank))[0]
+
+    def children(self, rank: int) -> tuple[int, ...]:
+        return self._neighbours(self._rank(rank))[1]
+
+    def _tree(self) -> Tree:
+        if self._whole is None:
+            children = _topo(self.size, self.root, self._levels, dict(self.params)["inner"], dict(self.params)["intra"])
+            self._whole = Tree(
+                "topo", self.size, self.root, self.params, children, _topo_labels(self._levels, self._names, self.size)
+            )
+        return self._whole
+
+    @property
+    def _children(self) -> tuple[tuple[int, ...], ...]:  # type: ignore[override]
+        return self._tree()._children
+
+    @property
+    def _parents(self) -> tuple[int, ...]:  # type: ignore[override]
+        return self._tree()._parents
+
+    @property
+    def _labels(self) -> tuple[str, ...] | None:  # type: ignore[override]
+        return self._tree()._labels
+
+    @property
+    def depth(self) -> int:  # type: ignore[override]
+        return self._tree().depth
+
+    @property
+    def max_fanout(self) -> int:  # type: ignore[override]
+        return self._tree().max_fanout
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_TopoTree, (self.size, self.root, self.params, self._levels, self._names))
+
+
+def _led(groups: tuple[Any, ...], i: int) -> int:
+    """The leader of the i-th child group in a level's rotated order: (members by key, child keys by
+    lowest rank, the first group's position in them, the leader's index in its own group)."""
+    members, ordered, a, pos = groups
+    g = members[ordered[(a + i) % len(ordered)]]
+    return int(g[pos % len(g)])
+
+
+def _topo_labels(levels: tuple[tuple[int, ...], ...], names: Any, size: int) -> tuple[str, ...] | None:
+    if not levels:
+        return None
+    return tuple("[" + " ".join(f"{n}={lv[r]}" for n, lv in zip(names, levels)) + "]" for r in range(size))
+
+
 def _check_spanning(size: int, root: int, children: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], int]:
     """Parents (-1 at root) and depth of `children`, checking in O(size) that it is a spanning tree at root."""
     if len(children) != size:
@@ -527,16 +664,20 @@ def check_params(kind: str, params: dict[str, Any]) -> None:
 
 def _topo_levels(levels: Any, size: int) -> tuple[tuple[int, ...], ...]:
     """Per-level group ids from a Topology or a sequence of per-rank id sequences, checked against size."""
-    raw = levels.levels if isinstance(levels, Topology) else levels
-    if isinstance(raw, (str, bytes)):
-        raise ValueError(
-            "topo parameter levels must be a Topology or a tuple of per-level group-id tuples, "
-            "not a string (use adaptcoll.plans.topology.parse)"
-        )
-    try:
-        out = tuple(tuple(_int("group id", g) for g in level) for level in raw)
-    except TypeError:
-        raise ValueError("topo parameter levels must be a Topology or a tuple of per-level group-id tuples") from None
+    if isinstance(levels, Topology):  # its ids were made ints when it was made: O(1) per root, not O(size)
+        out = levels.levels
+    else:
+        if isinstance(levels, (str, bytes)):
+            raise ValueError(
+                "topo parameter levels must be a Topology or a tuple of per-level group-id tuples, "
+                "not a string (use adaptcoll.plans.topology.parse)"
+            )
+        try:
+            out = tuple(tuple(_int("group id", g) for g in level) for level in levels)
+        except TypeError:
+            raise ValueError(
+                "topo parameter levels must be a Topology or a tuple of per-level group-id tuples"
+            ) from None
     for i, level in enumerate(out):
         if len(level) != size:
             raise ValueError(f"topo levels[{i}] has {len(level)} group ids but the tree has {size} ranks")
@@ -568,10 +709,11 @@ def _build_cached(kind: str, size: int, root: int, params: Params) -> Tree:
     labels = None
     if kind == "topo":
         levels = _topo_levels(args["levels"], size)
-        children = _topo(size, root, levels, args["inner"], args["intra"])
         names = args["levels"].names if isinstance(args["levels"], Topology) else [f"L{i}" for i in range(len(levels))]
-        if levels:
-            labels = tuple("[" + " ".join(f"{n}={lv[r]}" for n, lv in zip(names, levels)) + "]" for r in range(size))
+        if size >= LAZY_TOPO_FROM:
+            return _TopoTree(size, root, params, levels, names)
+        children = _topo(size, root, levels, args["inner"], args["intra"])
+        labels = _topo_labels(levels, names, size)
     elif root:  # the tree rooted at 0, rotated (built and checked once per kind, size and params)
         return _RotatedTree(_build_cached(kind, size, 0, params), root)
     else:

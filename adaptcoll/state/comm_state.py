@@ -41,9 +41,9 @@ HOST_BACKEND = NumpyBackend()
 """The one NumPy backend every communicator's host segments use."""
 TREE_CACHE = 64
 """Tree sets a communicator keeps (per algorithm, root and order), the least recently used dropped past
-this: a tree at another root is O(1) to make for most kinds, but a `topo` tree is built whole (30-60 ms
-and a few MB per root pair at 16K ranks), so a program broadcasting from every rank in turn would
-otherwise keep one per root."""
+this: a tree at another root is O(1) to make for most kinds and answered per rank for `topo` from 1024
+ranks, but a smaller `topo` tree is built whole, and a program broadcasting from every rank in turn
+would otherwise keep one per root."""
 
 PoolGetter = Callable[[Any], SegmentPool]
 Starter = Callable[[], Operation]
