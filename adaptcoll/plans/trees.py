@@ -217,11 +217,13 @@ instead of being built whole at each root (about 30-60 ms and a few MB a pair at
 @functools.lru_cache(maxsize=8)
 def _topo_groups(size: int, levels: tuple[tuple[int, ...], ...]) -> tuple[Any, ...]:
     """What `_topo` splits the ranks into, whatever the root: per level, each rank's group key, its index
-    in its group, each group's sorted members and each parent group's child groups by lowest rank."""
+    in its group, each group's sorted members, each parent group's child groups by lowest rank and each
+    group's position among them."""
     key: list[list[Any]] = []
     index: list[list[int]] = []
     members: list[dict[Any, list[int]]] = []
     children: list[dict[Any, list[Any]]] = []
+    places: list[dict[Any, int]] = []  # a group's position among its parent group's child groups
     above: list[Any] = [()] * size
     for ids in levels:
         mine = [(above[r], ids[r]) for r in range(size)]
@@ -231,6 +233,7 @@ def _topo_groups(size: int, levels: tuple[tuple[int, ...], ...]) -> tuple[Any, .
         kids: dict[Any, list[Any]] = {}
         for k in groups:  # (insertion order: by lowest rank, as _topo's split within each parent group)
             kids.setdefault(k[0], []).append(k)
+        place = {k: i for ordered in kids.values() for i, k in enumerate(ordered)}
         at = [0] * size
         for g in groups.values():
             for i, r in enumerate(g):
@@ -239,8 +242,9 @@ def _topo_groups(size: int, levels: tuple[tuple[int, ...], ...]) -> tuple[Any, .
         index.append(at)
         members.append(groups)
         children.append(kids)
+        places.append(place)
         above = mine
-    return key, index, members, children
+    return key, index, members, children, places
 
 
 class _TopoTree(Tree):
@@ -249,7 +253,7 @@ class _TopoTree(Tree):
     `intra` innermost, outer edges first), in O(groups + group size) instead of building the whole
     tree per root; the full lists (and the spanning check) only where something reads them all."""
 
-    __slots__ = ("_levels", "_inner", "_intra", "_names", "_whole", "_groups")
+    __slots__ = ("_levels", "_inner", "_intra", "_names", "_whole", "_groups", "_last")
 
     def __init__(self, size: int, root: int, params: Params, levels: tuple[tuple[int, ...], ...], names: Any) -> None:
         args = dict(params)
@@ -257,22 +261,23 @@ class _TopoTree(Tree):
         self._levels, self._names = levels, names
         self._whole: Tree | None = None
         self._groups: tuple[Any, ...] | None = None
+        self._last: tuple[int, tuple[int | None, tuple[int, ...]]] | None = None
         self._inner = parse_algorithm(args["inner"])
         self._intra = parse_algorithm(args["intra"])
 
     def _neighbours(self, x: int) -> tuple[int | None, tuple[int, ...]]:
         if self._groups is None:
             self._groups = _topo_groups(self.size, self._levels)
-        key, index, members, children = self._groups
+        key, index, members, children, places = self._groups
         inner_kind, inner_params = self._inner
         leader, group, parent = self.root, (), None
         kids: list[int] = []
         for lv in range(len(self._levels)):
             ordered = children[lv][group]
             k = len(ordered)
-            a = ordered.index(key[lv][leader])
+            a = places[lv][key[lv][leader]]
             pos = index[lv][leader]
-            j = (ordered.index(key[lv][x]) - a) % k
+            j = (places[lv][key[lv][x]] - a) % k
 
             groups = (members[lv], ordered, a, pos)
             mine = _led(groups, j)
@@ -295,10 +300,17 @@ class _TopoTree(Tree):
         return parent, tuple(kids)
 
     def parent(self, rank: int) -> int | None:
-        return self._neighbours(self._rank(rank))[0]
+        return self._asked(rank)[0]
 
     def children(self, rank: int) -> tuple[int, ...]:
-        return self._neighbours(self._rank(rank))[1]
+        return self._asked(rank)[1]
+
+    def _asked(self, rank: int) -> tuple[int | None, tuple[int, ...]]:
+        """`rank`'s neighbours, the last rank's kept (a link asks its parent, then its children)."""
+        last = self._last
+        if last is None or last[0] != rank:
+            last = self._last = (rank, self._neighbours(self._rank(rank)))
+        return last[1]
 
     def _tree(self) -> Tree:
         if self._whole is None:
