@@ -6,6 +6,7 @@ import math
 import re
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -193,6 +194,48 @@ def test_knomial_radix_two_equals_in_order_binomial() -> None:
 
 def group_keys(levels: tuple[tuple[int, ...], ...], level: int, rank: int) -> tuple[int, ...]:
     return tuple(levels[i][rank] for i in range(level + 1))
+
+
+def reference_topo(size: int, root: int, levels: tuple[tuple[int, ...], ...], inner: str, intra: str) -> list[list]:
+    """The whole-tree builder adaptcoll had until 2026-12-07, kept as the reference the per-rank links
+    (trees._TopoLinks, which every topo tree now uses) must equal.
+
+    Hierarchical tree: at each level link group leaders with `inner`, then recurse; `intra` innermost.
+
+    Groups in a parent group are ordered by lowest rank, rotated so the leader's own group comes first;
+    a group's leader is the root if it holds it, else its member at the position the leader has in its
+    own group (modulo the group's size): its lowest rank for a root that is its group's lowest, and
+    trees rooted at different ranks of a node (Allreduce's roots) are led by different ranks of every
+    node, which shares out the leaders' folding and sending. Outer-level edges come first.
+    """
+    inner_kind, inner_params = trees.parse_algorithm(inner)
+    intra_kind, intra_params = trees.parse_algorithm(intra)
+    inner_params = trees._normalize_params(inner_kind, inner_params)
+    intra_params = trees._normalize_params(intra_kind, intra_params)
+    kids: list[list[int]] = [[] for _ in range(size)]
+
+    def link(order: list[int], kind: str, params: dict[str, Any]) -> None:
+        for v, vkids in enumerate(trees._shape(kind, len(order), params)):
+            kids[order[v]].extend(order[c] for c in vkids)
+
+    work = [(list(range(size)), root, 0)]
+    while work:
+        members, leader, level = work.pop()
+        if level == len(levels):
+            at = members.index(leader)
+            link(members[at:] + members[:at], intra_kind, intra_params)
+            continue
+        split: dict[int, list[int]] = {}
+        for r in members:
+            split.setdefault(levels[level][r], []).append(r)
+        groups = list(split.values())
+        at = next(i for i, g in enumerate(groups) if leader in g)
+        groups = groups[at:] + groups[:at]
+        pos = groups[0].index(leader)  # the other groups are led by their member at the leader's position
+        leaders = [leader] + [g[pos % len(g)] for g in groups[1:]]
+        link(leaders, inner_kind, inner_params)
+        work.extend((g, lead, level + 1) for g, lead in zip(groups, leaders))
+    return kids
 
 
 def check_topo(t: trees.Tree, levels: tuple[tuple[int, ...], ...]) -> None:
@@ -530,6 +573,7 @@ def test_a_topo_tree_answered_per_rank_is_the_tree_built_whole(size: int, data) 
     assert [(lazy.parent(r), lazy.children(r)) for r in range(size)] == [
         (whole.parent(r), whole.children(r)) for r in range(size)
     ]
+    assert [list(whole.children(r)) for r in range(size)] == reference_topo(size, root, levels, inner, intra)
     assert (lazy.depth, lazy.max_fanout, str(lazy)) == (whole.depth, whole.max_fanout, str(whole))
     assert lazy == whole
 
@@ -540,6 +584,6 @@ def test_a_topo_tree_at_many_ranks_is_answered_per_rank() -> None:
     t = trees.build("topo", size, 777, levels=topo, inner="two_tree:which=1")
     assert isinstance(t, trees._TopoTree)
     sample = range(0, size, 97)
-    whole = trees._topo(size, 777, topo.levels, "two_tree:which=1", "binomial")
+    whole = reference_topo(size, 777, topo.levels, "two_tree:which=1", "binomial")
     assert [t.children(r) for r in sample] == [tuple(whole[r]) for r in sample]
     check_spanning(t)

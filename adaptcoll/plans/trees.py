@@ -247,57 +247,81 @@ def _topo_groups(size: int, levels: tuple[tuple[int, ...], ...]) -> tuple[Any, .
     return key, index, members, children, places
 
 
-class _TopoTree(Tree):
-    """A `topo` tree at many ranks: `parent` and `children` of one rank computed from the levels as
-    `_topo` would link it (group leaders at the root's position, `inner` between them level by level,
-    `intra` innermost, outer edges first), in O(groups + group size) instead of building the whole
-    tree per root; the full lists (and the spanning check) only where something reads them all."""
+class _TopoLinks:
+    """How `_topo` links one rank, asked per rank: walking the levels from the top, the group leaders
+    at the root's position (modulo each group's size) linked by `inner` among the child groups of the
+    leader's group, `intra` innermost, outer-level edges first. O(levels) a rank after the groups are
+    split (`_topo_groups`, once per size and levels), so a tree of many ranks need not be built whole."""
 
-    __slots__ = ("_levels", "_inner", "_intra", "_names", "_whole", "_groups", "_last")
+    __slots__ = ("size", "root", "levels", "_inner", "_intra", "_shapes", "_groups")
 
-    def __init__(self, size: int, root: int, params: Params, levels: tuple[tuple[int, ...], ...], names: Any) -> None:
-        args = dict(params)
-        self.kind, self.size, self.root, self.params = "topo", size, root, params
-        self._levels, self._names = levels, names
-        self._whole: Tree | None = None
-        self._groups: tuple[Any, ...] | None = None
-        self._last: tuple[int, tuple[int | None, tuple[int, ...]]] | None = None
-        self._inner = parse_algorithm(args["inner"])
-        self._intra = parse_algorithm(args["intra"])
+    def __init__(self, size: int, root: int, levels: tuple[tuple[int, ...], ...], inner: str, intra: str) -> None:
+        self.size, self.root, self.levels = size, root, levels
+        self._inner, self._intra = parse_algorithm(inner), parse_algorithm(intra)
+        self._shapes: dict[tuple[bool, int], Tree] = {}
+        self._groups: tuple[Any, ...] | None = None  # (_topo_groups' lookup hashes the levels: once per tree)
 
-    def _neighbours(self, x: int) -> tuple[int | None, tuple[int, ...]]:
+    def _shape(self, innermost: bool, n: int) -> Tree:
+        """The inner (or intra) shape over n virtual ranks rooted at 0."""
+        shape = self._shapes.get((innermost, n))
+        if shape is None:
+            kind, params = self._intra if innermost else self._inner
+            shape = self._shapes[innermost, n] = build(kind, n, 0, **params)
+        return shape
+
+    def neighbours(self, x: int) -> tuple[int | None, tuple[int, ...]]:
+        """(parent or None, children in serving order) of rank `x`."""
         if self._groups is None:
-            self._groups = _topo_groups(self.size, self._levels)
+            self._groups = _topo_groups(self.size, self.levels)
         key, index, members, children, places = self._groups
-        inner_kind, inner_params = self._inner
         leader, group, parent = self.root, (), None
         kids: list[int] = []
-        for lv in range(len(self._levels)):
+        for lv in range(len(self.levels)):
             ordered = children[lv][group]
             k = len(ordered)
-            a = places[lv][key[lv][leader]]
-            pos = index[lv][leader]
-            j = (places[lv][key[lv][x]] - a) % k
+            first, pos = places[lv][key[lv][leader]], index[lv][leader]
 
-            groups = (members[lv], ordered, a, pos)
-            mine = _led(groups, j)
+            def led(i: int, lv: int = lv, ordered: list[Any] = ordered, first: int = first, pos: int = pos) -> int:
+                g = members[lv][ordered[(first + i) % len(ordered)]]  # the i-th group's leader, rotated order
+                return int(g[pos % len(g)])
+
+            j = (places[lv][key[lv][x]] - first) % k
+            mine = led(j)
             if mine == x and k > 1:
-                shape = build(inner_kind, k, 0, **inner_params)
+                shape = self._shape(False, k)
                 if j:
-                    parent = _led(groups, shape._parents[j])
-                kids.extend(_led(groups, c) for c in shape._children[j])
+                    parent = led(shape._parents[j])
+                kids.extend(led(c) for c in shape._children[j])
             group, leader = key[lv][x], mine
-        g = members[len(self._levels) - 1][group] if self._levels else range(self.size)
+        if self.levels:
+            last = len(self.levels) - 1
+            g, at, vx = members[last][group], index[last][leader], index[last][x]
+        else:
+            g, at, vx = range(self.size), leader, x
         m = len(g)
-        at = index[len(self._levels) - 1][leader] if self._levels else leader
-        vx = ((index[len(self._levels) - 1][x] if self._levels else x) - at) % m
+        vx = (vx - at) % m
         if m > 1:
-            intra_kind, intra_params = self._intra
-            shape = build(intra_kind, m, 0, **intra_params)
+            shape = self._shape(True, m)
             if vx:
                 parent = g[(shape._parents[vx] + at) % m]
             kids.extend(g[(c + at) % m] for c in shape._children[vx])
         return parent, tuple(kids)
+
+
+class _TopoTree(Tree):
+    """A `topo` tree of many ranks (LAZY_TOPO_FROM): `parent` and `children` asked per rank of its
+    `_TopoLinks` instead of the tree being built whole at each root; the full lists (and the spanning
+    check) only where something reads them all."""
+
+    __slots__ = ("_links", "_names", "_whole", "_last")
+
+    def __init__(self, size: int, root: int, params: Params, levels: tuple[tuple[int, ...], ...], names: Any) -> None:
+        args = dict(params)
+        self.kind, self.size, self.root, self.params = "topo", size, root, params
+        self._links = _TopoLinks(size, root, levels, args["inner"], args["intra"])
+        self._names = names
+        self._whole: Tree | None = None
+        self._last: tuple[int, tuple[int | None, tuple[int, ...]]] | None = None
 
     def parent(self, rank: int) -> int | None:
         return self._asked(rank)[0]
@@ -309,15 +333,15 @@ class _TopoTree(Tree):
         """`rank`'s neighbours, the last rank's kept (a link asks its parent, then its children)."""
         last = self._last
         if last is None or last[0] != rank:
-            last = self._last = (rank, self._neighbours(self._rank(rank)))
+            last = self._last = (rank, self._links.neighbours(self._rank(rank)))
         return last[1]
 
     def _tree(self) -> Tree:
         if self._whole is None:
-            children = _topo(self.size, self.root, self._levels, dict(self.params)["inner"], dict(self.params)["intra"])
-            self._whole = Tree(
-                "topo", self.size, self.root, self.params, children, _topo_labels(self._levels, self._names, self.size)
-            )
+            links, size = self._links, self.size
+            children = [list(links.neighbours(x)[1]) for x in range(size)]
+            labels = _topo_labels(links.levels, self._names, size)
+            self._whole = Tree("topo", size, self.root, self.params, children, labels)
         return self._whole
 
     @property
@@ -341,15 +365,7 @@ class _TopoTree(Tree):
         return self._tree().max_fanout
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_TopoTree, (self.size, self.root, self.params, self._levels, self._names))
-
-
-def _led(groups: tuple[Any, ...], i: int) -> int:
-    """The leader of the i-th child group in a level's rotated order: (members by key, child keys by
-    lowest rank, the first group's position in them, the leader's index in its own group)."""
-    members, ordered, a, pos = groups
-    g = members[ordered[(a + i) % len(ordered)]]
-    return int(g[pos % len(g)])
+        return (_TopoTree, (self.size, self.root, self.params, self._links.levels, self._names))
 
 
 def _topo_labels(levels: tuple[tuple[int, ...], ...], names: Any, size: int) -> tuple[str, ...] | None:
@@ -585,34 +601,8 @@ def _topo(size: int, root: int, levels: tuple[tuple[int, ...], ...], inner: str,
     trees rooted at different ranks of a node (Allreduce's roots) are led by different ranks of every
     node, which shares out the leaders' folding and sending. Outer-level edges come first.
     """
-    inner_kind, inner_params = parse_algorithm(inner)
-    intra_kind, intra_params = parse_algorithm(intra)
-    inner_params = _normalize_params(inner_kind, inner_params)
-    intra_params = _normalize_params(intra_kind, intra_params)
-    kids: Children = [[] for _ in range(size)]
-
-    def link(order: list[int], kind: str, params: dict[str, Any]) -> None:
-        for v, vkids in enumerate(_shape(kind, len(order), params)):
-            kids[order[v]].extend(order[c] for c in vkids)
-
-    work = [(list(range(size)), root, 0)]
-    while work:
-        members, leader, level = work.pop()
-        if level == len(levels):
-            at = members.index(leader)
-            link(members[at:] + members[:at], intra_kind, intra_params)
-            continue
-        split: dict[int, list[int]] = {}
-        for r in members:
-            split.setdefault(levels[level][r], []).append(r)
-        groups = list(split.values())
-        at = next(i for i, g in enumerate(groups) if leader in g)
-        groups = groups[at:] + groups[:at]
-        pos = groups[0].index(leader)  # the other groups are led by their member at the leader's position
-        leaders = [leader] + [g[pos % len(g)] for g in groups[1:]]
-        link(leaders, inner_kind, inner_params)
-        work.extend((g, lead, level + 1) for g, lead in zip(groups, leaders))
-    return kids
+    links = _TopoLinks(size, root, levels, inner, intra)
+    return [list(links.neighbours(x)[1]) for x in range(size)]
 
 
 # ---------------------------------------------------------------- validation, caching, public API
